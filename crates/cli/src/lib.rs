@@ -1,0 +1,5 @@
+//! Library side of the `softrnic` command, so that tests drive the same code the
+//! subcommands run.
+#![forbid(unsafe_code)]
+
+pub mod decode;

@@ -1,0 +1,42 @@
+//! `softrnic`: the command-line face of the software RNIC.
+#![forbid(unsafe_code)]
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+mod decode_cmd;
+
+/// softrnic: a software iWARP RNIC in user space.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Decode the iWARP (MPA/DDP/RDMAP) traffic in a pcap or pcapng capture.
+    Decode {
+        /// The capture file.
+        file: PathBuf,
+        /// Print one JSON object per line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Decode { file, json } => decode_cmd::run(&file, json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("softrnic: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

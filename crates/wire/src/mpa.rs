@@ -1,0 +1,508 @@
+//! MPA (RFC 5044): the connection setup frames, with the RFC 6581 enhanced setup, and
+//! the FPDU framing of the full-operation phase.
+//!
+//! ```text
+//! request/reply: key(16) | M C R res(5) | rev | PD_Length(2) | private data
+//! FPDU:          ULPDU_Length(2) | ULPDU | pad to 4 | CRC32c(4)   (+ markers if negotiated)
+//! ```
+//! The CRC field is always present; when CRC was not negotiated it is sent as zero and
+//! not checked. The CRC32c value travels least-significant octet first (as iSCSI's
+//! digest does; Linux siw and Wireshark agree), unlike every other MPA/DDP/RDMAP field.
+
+use crate::crc::crc32c;
+use crate::markers::{self, MARKER_LEN, is_marker_pos, marker_bytes};
+use crate::{Result, WireError, be16, need, room};
+
+/// Key that opens an MPA Request frame.
+pub const REQ_KEY: &[u8; 16] = b"MPA ID Req Frame";
+/// Key that opens an MPA Reply frame.
+pub const REP_KEY: &[u8; 16] = b"MPA ID Rep Frame";
+/// Key, flags, revision and private-data length.
+pub const FRAME_HEADER_LEN: usize = 20;
+/// RFC 5044's limit on private data.
+pub const MAX_PRIVATE_DATA: usize = 512;
+/// Length of the RFC 6581 IRD/ORD word at the start of the private data.
+pub const RFC6581_LEN: usize = 4;
+
+const FLAG_MARKERS: u8 = 0x80;
+const FLAG_CRC: u8 = 0x40;
+const FLAG_REJECT: u8 = 0x20;
+const FLAG_ENHANCED: u8 = 0x10;
+const RESERVED_MASK: u8 = 0x0f;
+
+/// Request (from the initiator) or Reply (from the responder).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MpaFrameKind {
+    /// "MPA ID Req Frame".
+    Request,
+    /// "MPA ID Rep Frame".
+    Reply,
+}
+
+impl MpaFrameKind {
+    /// The 16-octet key.
+    pub fn key(self) -> &'static [u8; 16] {
+        match self {
+            MpaFrameKind::Request => REQ_KEY,
+            MpaFrameKind::Reply => REP_KEY,
+        }
+    }
+}
+
+/// Zero-copy view of an MPA Request or Reply frame.
+#[derive(Debug, Clone, Copy)]
+pub struct MpaFrame<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> MpaFrame<T> {
+    /// Wraps a buffer after checking the key and that the whole frame is present.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let buf = buffer.as_ref();
+        // A partial key that already differs is not worth waiting for.
+        let probe = buf.len().min(16);
+        if buf[..probe] != REQ_KEY[..probe] && buf[..probe] != REP_KEY[..probe] {
+            return Err(WireError::BadMpaKey);
+        }
+        need(buf, FRAME_HEADER_LEN)?;
+        let pd_len = be16(buf, 18);
+        if usize::from(pd_len) > MAX_PRIVATE_DATA {
+            return Err(WireError::PrivateDataTooLong(pd_len));
+        }
+        need(buf, FRAME_HEADER_LEN + usize::from(pd_len))?;
+        Ok(MpaFrame { buffer })
+    }
+
+    fn b(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+    /// Request or Reply.
+    pub fn kind(&self) -> MpaFrameKind {
+        if &self.b()[..16] == REQ_KEY {
+            MpaFrameKind::Request
+        } else {
+            MpaFrameKind::Reply
+        }
+    }
+    /// M: the sender wants markers in the FPDUs it receives.
+    pub fn markers(&self) -> bool {
+        self.b()[16] & FLAG_MARKERS != 0
+    }
+    /// C: the sender wants CRC32c.
+    pub fn crc(&self) -> bool {
+        self.b()[16] & FLAG_CRC != 0
+    }
+    /// R: the responder rejects the connection.
+    pub fn reject(&self) -> bool {
+        self.b()[16] & FLAG_REJECT != 0
+    }
+    /// The RFC 6581 enhanced-setup flag.
+    pub fn enhanced(&self) -> bool {
+        self.b()[16] & FLAG_ENHANCED != 0
+    }
+    /// The remaining reserved flag bits.
+    pub fn reserved(&self) -> u8 {
+        self.b()[16] & RESERVED_MASK
+    }
+    /// The MPA revision.
+    pub fn revision(&self) -> u8 {
+        self.b()[17]
+    }
+    /// PD_Length.
+    pub fn private_data_len(&self) -> u16 {
+        be16(self.b(), 18)
+    }
+    /// The private data (including the RFC 6581 word, if any).
+    pub fn private_data(&self) -> &[u8] {
+        &self.b()[FRAME_HEADER_LEN..self.frame_len()]
+    }
+    /// Octets the frame occupies on the stream.
+    pub fn frame_len(&self) -> usize {
+        FRAME_HEADER_LEN + usize::from(self.private_data_len())
+    }
+}
+
+/// The RFC 6581 enhanced connection setup word: IRD/ORD and the peer-to-peer
+/// ready-to-receive (RTR) negotiation. Bit names follow their meaning: in a Request the
+/// RTR flags are the message types the initiator can send, in a Reply the one chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Rfc6581 {
+    /// Peer-to-peer mode: an RTR message follows the setup (IRD half, bit 15).
+    pub peer_to_peer: bool,
+    /// A zero-length Send can serve as RTR (IRD half, bit 14).
+    pub rtr_send: bool,
+    /// Inbound RDMA Read queue depth (14 bits).
+    pub ird: u16,
+    /// A zero-length RDMA Write can serve as RTR (ORD half, bit 15).
+    pub rtr_write: bool,
+    /// A zero-length RDMA Read can serve as RTR (ORD half, bit 14).
+    pub rtr_read: bool,
+    /// Outbound RDMA Read queue depth (14 bits).
+    pub ord: u16,
+}
+
+impl Rfc6581 {
+    /// Largest IRD or ORD value the 14-bit fields carry.
+    pub const MAX_DEPTH: u16 = 0x3fff;
+
+    /// Decodes the 4-octet word.
+    pub fn parse(buf: &[u8]) -> Result<Self> {
+        if buf.len() < RFC6581_LEN {
+            return Err(WireError::MissingRfc6581Params);
+        }
+        let ird = be16(buf, 0);
+        let ord = be16(buf, 2);
+        Ok(Rfc6581 {
+            peer_to_peer: ird & 0x8000 != 0,
+            rtr_send: ird & 0x4000 != 0,
+            ird: ird & Self::MAX_DEPTH,
+            rtr_write: ord & 0x8000 != 0,
+            rtr_read: ord & 0x4000 != 0,
+            ord: ord & Self::MAX_DEPTH,
+        })
+    }
+
+    /// Encodes the 4-octet word (IRD/ORD above 14 bits are clamped).
+    pub fn to_bytes(&self) -> [u8; RFC6581_LEN] {
+        let ird = self.ird.min(Self::MAX_DEPTH)
+            | if self.peer_to_peer { 0x8000 } else { 0 }
+            | if self.rtr_send { 0x4000 } else { 0 };
+        let ord = self.ord.min(Self::MAX_DEPTH)
+            | if self.rtr_write { 0x8000 } else { 0 }
+            | if self.rtr_read { 0x4000 } else { 0 };
+        let (i, o) = (ird.to_be_bytes(), ord.to_be_bytes());
+        [i[0], i[1], o[0], o[1]]
+    }
+}
+
+/// A parsed MPA Request or Reply frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MpaFrameRepr<'a> {
+    /// Request or Reply.
+    pub kind: MpaFrameKind,
+    /// M flag.
+    pub markers: bool,
+    /// C flag.
+    pub crc: bool,
+    /// R flag (Reply only).
+    pub reject: bool,
+    /// The RFC 6581 enhanced-setup flag.
+    pub enhanced: bool,
+    /// Reserved flag bits, kept so that a frame re-emits exactly.
+    pub reserved: u8,
+    /// Revision: 1 (RFC 5044) or 2 (RFC 6581).
+    pub revision: u8,
+    /// The IRD/ORD word: present exactly when `revision == 2 && enhanced`.
+    pub rfc6581: Option<Rfc6581>,
+    /// The application's private data (after the RFC 6581 word, if any).
+    pub private_data: &'a [u8],
+}
+
+impl<'a> MpaFrameRepr<'a> {
+    /// Parses and validates a frame at the start of `buf` (octets after the frame are
+    /// ignored: they are FPDUs or the application's own stream).
+    pub fn parse(buf: &'a [u8]) -> Result<Self> {
+        let f = MpaFrame::new_checked(buf)?;
+        let kind = f.kind();
+        let revision = f.revision();
+        if revision != 1 && revision != 2 {
+            return Err(WireError::BadMpaRevision(revision));
+        }
+        if kind == MpaFrameKind::Request && f.reject() {
+            return Err(WireError::RejectInRequest);
+        }
+        let pd = &buf[FRAME_HEADER_LEN..f.frame_len()];
+        let (rfc6581, private_data) = if revision == 2 && f.enhanced() {
+            (Some(Rfc6581::parse(pd)?), &pd[RFC6581_LEN..])
+        } else {
+            (None, pd)
+        };
+        Ok(MpaFrameRepr {
+            kind,
+            markers: f.markers(),
+            crc: f.crc(),
+            reject: f.reject(),
+            enhanced: f.enhanced(),
+            reserved: f.reserved(),
+            revision,
+            rfc6581,
+            private_data,
+        })
+    }
+
+    /// Frame length on the wire.
+    pub fn buffer_len(&self) -> usize {
+        FRAME_HEADER_LEN + self.rfc6581.map_or(0, |_| RFC6581_LEN) + self.private_data.len()
+    }
+
+    /// Writes the frame; returns its length. Refuses frames that would not parse back.
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize> {
+        if self.revision != 1 && self.revision != 2 {
+            return Err(WireError::BadMpaRevision(self.revision));
+        }
+        if self.kind == MpaFrameKind::Request && self.reject {
+            return Err(WireError::RejectInRequest);
+        }
+        if self.rfc6581.is_some() != (self.revision == 2 && self.enhanced) {
+            return Err(WireError::MissingRfc6581Params);
+        }
+        let len = self.buffer_len();
+        let pd_len = len - FRAME_HEADER_LEN;
+        if pd_len > MAX_PRIVATE_DATA {
+            return Err(WireError::PrivateDataTooLong(
+                u16::try_from(pd_len).unwrap_or(u16::MAX),
+            ));
+        }
+        room(out, len)?;
+        out[..16].copy_from_slice(self.kind.key());
+        let mut flags = self.reserved & RESERVED_MASK;
+        for (on, bit) in [
+            (self.markers, FLAG_MARKERS),
+            (self.crc, FLAG_CRC),
+            (self.reject, FLAG_REJECT),
+            (self.enhanced, FLAG_ENHANCED),
+        ] {
+            if on {
+                flags |= bit;
+            }
+        }
+        out[16] = flags;
+        out[17] = self.revision;
+        out[18..20].copy_from_slice(&(pd_len as u16).to_be_bytes());
+        let mut at = FRAME_HEADER_LEN;
+        if let Some(p) = self.rfc6581 {
+            out[at..at + RFC6581_LEN].copy_from_slice(&p.to_bytes());
+            at += RFC6581_LEN;
+        }
+        out[at..len].copy_from_slice(self.private_data);
+        Ok(len)
+    }
+}
+
+/// Length of the ULPDU Length field.
+pub const ULPDU_LEN_LEN: usize = 2;
+/// Length of the CRC field.
+pub const CRC_LEN: usize = 4;
+/// Largest ULPDU the 16-bit length field can announce.
+pub const MAX_ULPDU_LEN: usize = u16::MAX as usize;
+/// Largest FPDU without markers.
+pub const MAX_FPDU_LEN: usize = ULPDU_LEN_LEN + MAX_ULPDU_LEN + 3 + CRC_LEN;
+
+/// Pad octets after a ULPDU so that length field + ULPDU is a multiple of 4.
+pub fn pad_len(ulpdu_len: usize) -> usize {
+    (4 - (ulpdu_len + ULPDU_LEN_LEN) % 4) % 4
+}
+
+/// FPDU length (without markers) for a ULPDU of `ulpdu_len` octets.
+pub fn fpdu_len(ulpdu_len: usize) -> usize {
+    ULPDU_LEN_LEN + ulpdu_len + pad_len(ulpdu_len) + CRC_LEN
+}
+
+/// The ULPDU length that fills an FPDU of at most `fpdu_budget` octets (for sizing
+/// FPDUs to the TCP MSS); `None` if not even an empty ULPDU fits.
+pub fn max_ulpdu_for(fpdu_budget: usize) -> Option<usize> {
+    let body = fpdu_budget.checked_sub(ULPDU_LEN_LEN + CRC_LEN)?;
+    // Length field + ULPDU must be a multiple of 4, and then no pad is needed.
+    let aligned = (body + ULPDU_LEN_LEN) / 4 * 4;
+    aligned
+        .checked_sub(ULPDU_LEN_LEN)
+        .map(|u| u.min(MAX_ULPDU_LEN))
+}
+
+/// Writes octets into an output buffer, inserting markers when enabled.
+struct MarkedWriter<'o> {
+    out: &'o mut [u8],
+    at: usize,
+    /// Marked-stream position of the FPDU start and of the next octet, if markers are on.
+    marks: Option<(u64, u64)>,
+}
+
+impl MarkedWriter<'_> {
+    fn marker_if_due(&mut self) {
+        if let Some((start, pos)) = self.marks {
+            if is_marker_pos(pos) {
+                let m = marker_bytes(markers::fpdu_pointer(start, pos));
+                self.out[self.at..self.at + MARKER_LEN].copy_from_slice(&m);
+                self.at += MARKER_LEN;
+                self.marks = Some((start, pos + MARKER_LEN as u64));
+            }
+        }
+    }
+
+    /// Callers size `out` with `markers::marked_len` first, so slices stay in bounds.
+    fn put(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            self.marker_if_due();
+            let take = match self.marks {
+                Some((_, pos)) => data
+                    .len()
+                    .min((markers::MARKER_SPACING - pos % markers::MARKER_SPACING) as usize),
+                None => data.len(),
+            };
+            self.out[self.at..self.at + take].copy_from_slice(&data[..take]);
+            self.at += take;
+            if let Some((start, pos)) = self.marks {
+                self.marks = Some((start, pos + take as u64));
+            }
+            data = &data[take..];
+        }
+    }
+}
+
+/// Writes one FPDU whose ULPDU is the concatenation of `parts`: length, ULPDU, zero
+/// padding, CRC32c (or zero when `crc` is off). With `marker_pos` set, the FPDU starts
+/// at that marked-stream position and markers are inserted (and covered by the CRC).
+/// Returns the octets written.
+pub fn emit_fpdu(
+    parts: &[&[u8]],
+    crc: bool,
+    marker_pos: Option<u64>,
+    out: &mut [u8],
+) -> Result<usize> {
+    let ulpdu_len: usize = parts.iter().map(|p| p.len()).sum();
+    if ulpdu_len > MAX_ULPDU_LEN {
+        return Err(WireError::BadUlpduLength(u16::MAX));
+    }
+    let plain = fpdu_len(ulpdu_len);
+    let total = marker_pos.map_or(plain, |start| markers::marked_len(start, plain));
+    room(out, total)?;
+    let mut w = MarkedWriter {
+        out,
+        at: 0,
+        marks: marker_pos.map(|s| (s, s)),
+    };
+    w.put(&(ulpdu_len as u16).to_be_bytes());
+    for p in parts {
+        w.put(p);
+    }
+    w.put(&[0u8; 3][..pad_len(ulpdu_len)]);
+    w.marker_if_due();
+    let c = if crc { crc32c(&w.out[..w.at]) } else { 0 };
+    w.put(&c.to_le_bytes());
+    Ok(w.at)
+}
+
+/// The octets that follow a ULPDU sent by gather (no markers): pad and CRC field.
+/// Returns the buffer and how many of its octets to send.
+pub fn fpdu_trailer(ulpdu_len: usize, crc: u32) -> ([u8; 7], usize) {
+    let pad = pad_len(ulpdu_len);
+    let mut t = [0u8; 7];
+    t[pad..pad + CRC_LEN].copy_from_slice(&crc.to_le_bytes());
+    (t, pad + CRC_LEN)
+}
+
+/// Reads a CRC field (least-significant octet first); callers check the length.
+fn crc_field(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// One FPDU taken off a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deframed<'a> {
+    /// Octets of the stream this FPDU occupied (markers included).
+    pub consumed: usize,
+    /// The ULPDU.
+    pub ulpdu: &'a [u8],
+    /// The pad octets.
+    pub pad: &'a [u8],
+    /// The CRC field as received.
+    pub crc_received: u32,
+    /// The CRC computed over the FPDU, when asked for.
+    pub crc_computed: Option<u32>,
+}
+
+impl Deframed<'_> {
+    /// Fails with [`WireError::CrcMismatch`] if a computed CRC differs from the field.
+    pub fn check_crc(&self) -> Result<()> {
+        match self.crc_computed {
+            Some(c) if c != self.crc_received => Err(WireError::CrcMismatch {
+                received: self.crc_received,
+                computed: c,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Takes the FPDU at the start of `input`. With `marker_pos` set (the marked-stream
+/// position of `input[0]`), markers are checked and removed into `scratch` (which needs
+/// [`MAX_FPDU_LEN`] octets; without markers it is not touched). With `compute_crc`, the
+/// CRC is computed (check it with [`Deframed::check_crc`]). A short `input` gives
+/// [`WireError::Truncated`]: wait for more octets.
+pub fn parse_fpdu<'a>(
+    input: &'a [u8],
+    marker_pos: Option<u64>,
+    compute_crc: bool,
+    scratch: &'a mut [u8],
+) -> Result<Deframed<'a>> {
+    let lead = match marker_pos {
+        Some(p) if is_marker_pos(p) => MARKER_LEN,
+        _ => 0,
+    };
+    need(input, lead + ULPDU_LEN_LEN)?;
+    let ulpdu_len = usize::from(be16(input, lead));
+    let plain = fpdu_len(ulpdu_len);
+    let (fpdu, consumed): (&[u8], usize) = match marker_pos {
+        None => {
+            need(input, plain)?;
+            (&input[..plain], plain)
+        }
+        Some(start) => {
+            let marked = markers::marked_len(start, plain);
+            need(input, marked)?;
+            let dst = scratch.get_mut(..plain).ok_or(WireError::BufferTooSmall {
+                needed: plain,
+                have: 0,
+            })?;
+            markers::strip(&input[..marked], start, dst)?;
+            (&*dst, marked)
+        }
+    };
+    let crc_at = plain - CRC_LEN;
+    let crc_received = crc_field(&fpdu[crc_at..]);
+    // The CRC covers everything before the CRC field as it was on the wire.
+    let crc_computed = compute_crc.then(|| crc32c(&input[..consumed - CRC_LEN]));
+    let ulpdu_end = ULPDU_LEN_LEN + ulpdu_len;
+    Ok(Deframed {
+        consumed,
+        ulpdu: &fpdu[ULPDU_LEN_LEN..ulpdu_end],
+        pad: &fpdu[ulpdu_end..crc_at],
+        crc_received,
+        crc_computed,
+    })
+}
+
+/// Takes FPDUs off one direction's stream in order, tracking the marker position and
+/// enforcing the negotiated CRC.
+#[derive(Debug, Clone)]
+pub struct Deframer {
+    markers: bool,
+    crc: bool,
+    pos: u64,
+}
+
+impl Deframer {
+    /// A deframer for a stream whose first FPDU starts now.
+    pub fn new(markers: bool, crc: bool) -> Self {
+        Deframer {
+            markers,
+            crc,
+            pos: 0,
+        }
+    }
+
+    /// Octets of the FPDU stream consumed so far.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Takes the next FPDU from `input`, which must start where the previous one ended.
+    /// On error nothing is consumed.
+    pub fn next<'a>(&mut self, input: &'a [u8], scratch: &'a mut [u8]) -> Result<Deframed<'a>> {
+        let marker_pos = self.markers.then_some(self.pos);
+        let d = parse_fpdu(input, marker_pos, self.crc, scratch)?;
+        d.check_crc()?;
+        self.pos += d.consumed as u64;
+        Ok(d)
+    }
+}
