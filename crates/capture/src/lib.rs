@@ -13,6 +13,21 @@
 //! with individual packets (non-TCP, IP fragments, broken headers) make the
 //! packet be skipped, and bytes that were never captured show up as
 //! [`Direction::gaps`].
+//!
+//! ```no_run
+//! let conns = softrnic_capture::read_capture("siw-rping.pcap".as_ref())?;
+//! for c in conns.iter().filter(|c| !c.to_server.bytes.is_empty()) {
+//!     println!(
+//!         "{} -> {}: {} bytes sent, {} received, complete: {}",
+//!         c.client,
+//!         c.server,
+//!         c.to_server.bytes.len(),
+//!         c.to_client.bytes.len(),
+//!         c.to_server.gaps.is_empty() && c.to_client.gaps.is_empty(),
+//!     );
+//! }
+//! # Ok::<(), softrnic_capture::CaptureError>(())
+//! ```
 
 #![forbid(unsafe_code)]
 
@@ -66,7 +81,9 @@ pub struct Direction {
     pub bytes: Vec<u8>,
     /// Payload-carrying segments in stream order, covering exactly `bytes`.
     /// Retransmitted duplicates are dropped; a segment that partly overlaps
-    /// earlier data keeps only its new part (the first-seen bytes win).
+    /// earlier data keeps only its new part (the first-seen bytes win), so
+    /// a segment whose new bytes are split by earlier data appears once per
+    /// new part, with the same frame number.
     pub segments: Vec<SegmentInfo>,
     /// `(offset, len)` of every stream range known to exist but never
     /// captured, in stream order. The first one is where `bytes` ends; their

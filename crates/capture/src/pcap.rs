@@ -8,6 +8,7 @@
 use std::borrow::Cow;
 
 use pcap_file::pcap::PcapParser;
+use pcap_file::pcapng::PcapNgParser;
 use pcap_file::pcapng::blocks::interface_description::{
     InterfaceDescriptionBlock, InterfaceDescriptionOption,
 };
@@ -15,7 +16,6 @@ use pcap_file::pcapng::blocks::{
     ENHANCED_PACKET_BLOCK, INTERFACE_DESCRIPTION_BLOCK, PACKET_BLOCK, SECTION_HEADER_BLOCK,
     SIMPLE_PACKET_BLOCK,
 };
-use pcap_file::pcapng::PcapNgParser;
 use pcap_file::{Endianness, PcapError, TsResolution};
 
 use crate::CaptureError;
@@ -34,22 +34,22 @@ pub(crate) struct Frame<'a> {
 
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
+/// libpcap's largest snap length. A cut-short last record or block claiming
+/// more than this (and more than the file's own snap length) is treated as
+/// corrupt rather than salvaged.
+const MAX_SNAPLEN: u32 = 262_144;
+
 /// Calls `f` for every frame in the capture, in file order.
 pub(crate) fn for_each_frame<'a>(
     data: &'a [u8],
     f: impl FnMut(Frame<'a>),
 ) -> Result<(), CaptureError> {
-    let magic: [u8; 4] = match data.get(..4) {
-        None if data.is_empty() => {
-            return Err(CaptureError::NotACapture("the file is empty".into()));
-        }
-        None => {
-            return Err(CaptureError::NotACapture(format!(
-                "only {} bytes, too short for a file header",
-                data.len()
-            )));
-        }
-        Some(m) => [m[0], m[1], m[2], m[3]],
+    let Some(magic) = data.get(..4).and_then(|m| <[u8; 4]>::try_from(m).ok()) else {
+        return Err(CaptureError::NotACapture(if data.is_empty() {
+            "the file is empty".into()
+        } else {
+            format!("only {} bytes, too short for a file header", data.len())
+        }));
     };
     match magic {
         [0xd4, 0xc3, 0xb2, 0xa1]
@@ -58,8 +58,8 @@ pub(crate) fn for_each_frame<'a>(
         | [0xa1, 0xb2, 0x3c, 0x4d] => classic(data, f),
         [0x0a, 0x0d, 0x0d, 0x0a] => pcapng(data, f),
         m => Err(CaptureError::NotACapture(format!(
-            "unknown magic number {:02x}{:02x}{:02x}{:02x}",
-            m[0], m[1], m[2], m[3]
+            "unknown magic number {:08x}",
+            u32::from_be_bytes(m)
         ))),
     }
 }
@@ -121,18 +121,32 @@ fn classic<'a>(data: &'a [u8], mut f: impl FnMut(Frame<'a>)) -> Result<(), Captu
                 // The last record is cut short. If its 16-byte header is
                 // complete, keep whatever payload made it into the file.
                 let e = header.endianness;
-                if let (Some(sec), Some(frac), Some(bytes)) = (
+                let (Some(sec), Some(frac), Some(incl_len), Some(bytes)) = (
                     read_u32(rest, 0, e),
                     read_u32(rest, 4, e),
+                    read_u32(rest, 8, e),
                     rest.get(16..),
-                ) {
-                    f(Frame {
-                        number,
-                        timestamp_ns: timestamp(sec, frac),
-                        link,
-                        data: bytes,
+                ) else {
+                    return Ok(());
+                };
+                // A length no capture could have produced is more likely a
+                // corrupt record than a cut-short one.
+                if incl_len > header.snaplen.max(MAX_SNAPLEN) {
+                    return Err(CaptureError::Malformed {
+                        offset: offset_in(data, rest),
+                        reason: format!(
+                            "record claims {incl_len} bytes, more than the snap length \
+                             and the {} bytes left in the file",
+                            bytes.len()
+                        ),
                     });
                 }
+                f(Frame {
+                    number,
+                    timestamp_ns: timestamp(sec, frac),
+                    link,
+                    data: bytes,
+                });
                 return Ok(());
             }
             Err(e) => {
@@ -223,8 +237,7 @@ fn pcapng<'a>(data: &'a [u8], mut f: impl FnMut(Frame<'a>)) -> Result<(), Captur
         let (next, raw) = match parser.next_raw_block(rest) {
             Ok(ok) => ok,
             Err(PcapError::IncompleteBuffer) => {
-                salvage_last_block(rest, endianness, &interfaces, number, &mut f)?;
-                return Ok(());
+                return salvage_last_block(rest, offset, endianness, &interfaces, number, &mut f);
             }
             Err(e) => return Err(malformed(e)),
         };
@@ -265,11 +278,7 @@ fn pcapng<'a>(data: &'a [u8], mut f: impl FnMut(Frame<'a>)) -> Result<(), Captur
     Ok(())
 }
 
-fn interface(
-    interfaces: &[Interface],
-    id: u32,
-    offset: u64,
-) -> Result<Interface, CaptureError> {
+fn interface(interfaces: &[Interface], id: u32, offset: u64) -> Result<Interface, CaptureError> {
     usize::try_from(id)
         .ok()
         .and_then(|i| interfaces.get(i))
@@ -342,12 +351,17 @@ impl<'a> PacketBody<'a> {
 /// the file are delivered as a (truncated) frame. Anything else is ignored.
 fn salvage_last_block<'a>(
     rest: &'a [u8],
+    offset: u64,
     endianness: Endianness,
     interfaces: &[Interface],
     number: u64,
     f: &mut impl FnMut(Frame<'a>),
 ) -> Result<(), CaptureError> {
-    let (Some(block_type), Some(body)) = (read_u32(rest, 0, endianness), rest.get(8..)) else {
+    let (Some(block_type), Some(block_len), Some(body)) = (
+        read_u32(rest, 0, endianness),
+        read_u32(rest, 4, endianness),
+        rest.get(8..),
+    ) else {
         return Ok(());
     };
     if !matches!(
@@ -355,6 +369,17 @@ fn salvage_last_block<'a>(
         ENHANCED_PACKET_BLOCK | PACKET_BLOCK | SIMPLE_PACKET_BLOCK
     ) {
         return Ok(());
+    }
+    // Block overhead (header, trailer, fixed fields, padding) is well under
+    // 64 bytes; anything far past the snap length is a corrupt length.
+    if block_len > MAX_SNAPLEN.saturating_add(64) {
+        return Err(CaptureError::Malformed {
+            offset,
+            reason: format!(
+                "packet block claims {block_len} bytes but only {} are left in the file",
+                rest.len()
+            ),
+        });
     }
     let Some(packet) = PacketBody::parse(block_type, body, endianness) else {
         return Ok(());
@@ -375,4 +400,56 @@ fn salvage_last_block<'a>(
         data: packet.data,
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn le(words: &[u32]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn obsolete_packet_block_timestamp_word_order() {
+        // iface 1 | drops 0, ts high, ts low, caplen, origlen, data.
+        let mut body = le(&[1, 0x0000_0002, 0x0000_0003, 3, 3]);
+        body.extend_from_slice(b"abc\0");
+        let p = PacketBody::parse(PACKET_BLOCK, &body, Endianness::Little).expect("parse");
+        assert_eq!(p.interface_id, 1);
+        assert_eq!(p.ticks, Some((2 << 32) | 3));
+        assert_eq!(p.data, b"abc");
+    }
+
+    #[test]
+    fn simple_packet_block_drops_padding() {
+        let mut body = le(&[5]);
+        body.extend_from_slice(b"hello\0\0\0");
+        let p = PacketBody::parse(SIMPLE_PACKET_BLOCK, &body, Endianness::Little).expect("parse");
+        assert_eq!((p.interface_id, p.ticks, p.data), (0, None, &b"hello"[..]));
+    }
+
+    #[test]
+    fn short_packet_block_is_rejected() {
+        assert!(PacketBody::parse(ENHANCED_PACKET_BLOCK, &[0; 19], Endianness::Big).is_none());
+        assert!(PacketBody::parse(SIMPLE_PACKET_BLOCK, &[0; 3], Endianness::Big).is_none());
+    }
+
+    #[test]
+    fn timestamp_resolutions() {
+        let mut iface = Interface {
+            link: Some(LinkType::Ethernet),
+            link_code: 1,
+            units_per_sec: 1_000_000,
+            offset_sec: 0,
+        };
+        assert_eq!(iface.timestamp_ns(1_500_000), 1_500_000_000);
+        iface.units_per_sec = 1 << 10; // if_tsresol 0x8a
+        assert_eq!(iface.timestamp_ns(512), 500_000_000);
+        iface.units_per_sec = 0; // unrepresentable resolution
+        assert_eq!(iface.timestamp_ns(u64::MAX), 0);
+        iface.units_per_sec = 1;
+        iface.offset_sec = u64::MAX;
+        assert_eq!(iface.timestamp_ns(u64::MAX), u64::MAX);
+    }
 }

@@ -20,6 +20,7 @@ struct RawSegment {
     data_len: usize,
     /// Payload bytes announced by IP but cut off by the capture.
     missing: u32,
+    fin: bool,
     frame: u64,
     timestamp_ns: u64,
 }
@@ -67,6 +68,7 @@ impl StreamBuilder {
             data_start,
             data_len: seg.payload.len(),
             missing: seg.missing,
+            fin: seg.fin,
             frame,
             timestamp_ns,
         });
@@ -82,6 +84,9 @@ impl StreamBuilder {
         // Sequence numbers are unwrapped relative to the furthest offset seen
         // so far: a segment lies within 2^31 of it, before or after.
         let mut furthest: u64 = 0;
+        // Where the FIN sits: the stream has no bytes beyond it, even though
+        // later segments carry sequence numbers one past it.
+        let mut fin_at: Option<u64> = None;
         let mut covered = Coverage::default();
         let mut pieces: Vec<Piece> = Vec::new();
         for seg in &self.segments {
@@ -94,10 +99,14 @@ impl StreamBuilder {
             let extent = start
                 .saturating_add(data_len)
                 .saturating_add(i128::from(seg.missing));
-            if extent <= 0 {
+            if extent < 0 {
                 continue; // entirely before the stream origin
             }
             furthest = furthest.max(clamp_u64(extent));
+            if seg.fin {
+                let at = clamp_u64(extent);
+                fin_at = Some(fin_at.map_or(at, |f| f.min(at)));
+            }
 
             // Bytes before the origin (possible when no SYN was captured and
             // an earlier segment arrives late) cannot be placed.
@@ -108,12 +117,13 @@ impl StreamBuilder {
             };
             let end = start.saturating_add(u64::try_from(len).unwrap_or(u64::MAX));
             for (a, b) in covered.insert(start, end) {
-                let Some(rel_start) = usize::try_from(a - start).ok() else {
+                let Some(rel_start) = a.checked_sub(start).and_then(|n| usize::try_from(n).ok())
+                else {
                     continue;
                 };
                 pieces.push(Piece {
                     offset: a,
-                    len: b - a,
+                    len: b.saturating_sub(a),
                     arena_start: seg
                         .data_start
                         .saturating_add(skip)
@@ -158,8 +168,9 @@ impl StreamBuilder {
             }
             cursor = cursor.max(p.offset.saturating_add(p.len));
         }
-        if furthest > cursor {
-            dir.gaps.push((cursor, furthest - cursor));
+        let end = fin_at.map_or(furthest, |f| f.min(furthest));
+        if end > cursor {
+            dir.gaps.push((cursor, end - cursor));
         }
         dir
     }
@@ -282,7 +293,8 @@ impl ConnBuilder {
     /// different ISN than the sender's earlier SYN (the close was not
     /// captured), or when data already flowed without a SYN from its sender.
     fn is_replaced_by(&self, seg: &TcpSegment<'_>) -> bool {
-        let closed = self.to_server.fin || self.to_server.rst || self.to_client.fin || self.to_client.rst;
+        let closed =
+            self.to_server.fin || self.to_server.rst || self.to_client.fin || self.to_client.rst;
         let sender = self.stream_from(seg.src);
         let new_isn = match sender.isn {
             Some(isn) => isn != seg.seq,
@@ -324,9 +336,11 @@ impl Tracker {
             (seg.dst, seg.src)
         };
         let opening = seg.syn && !seg.ack;
-        let existing = self.current.get(&key).copied().filter(|&i| {
-            !opening || self.conns.get(i).is_some_and(|c| !c.is_replaced_by(seg))
-        });
+        let existing = self
+            .current
+            .get(&key)
+            .copied()
+            .filter(|&i| !opening || self.conns.get(i).is_some_and(|c| !c.is_replaced_by(seg)));
         let idx = match existing {
             Some(i) => i,
             None => {
@@ -468,6 +482,17 @@ mod tests {
         }
         let d = stream(&segs);
         assert_eq!(d.gaps, vec![(0, 12 << 30)]);
+    }
+
+    #[test]
+    fn ack_after_fin_is_not_a_gap() {
+        let fin = TcpSegment {
+            fin: true,
+            ..seg(1, b"")
+        };
+        let d = stream(&[syn(0), fin, seg(2, b"")]);
+        assert!(d.fin);
+        assert!(d.gaps.is_empty(), "{:?}", d.gaps);
     }
 
     #[test]

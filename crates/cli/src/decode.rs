@@ -404,7 +404,7 @@ pub fn decode_all(conns: &[Connection]) -> Vec<ConnectionDecode> {
 }
 
 /// The direction's reassembled stream, for re-emit checks.
-pub fn stream<'a>(c: &'a Connection, dir: Dir) -> &'a [u8] {
+pub fn stream(c: &Connection, dir: Dir) -> &[u8] {
     match dir {
         Dir::ToServer => &c.to_server.bytes,
         Dir::ToClient => &c.to_client.bytes,

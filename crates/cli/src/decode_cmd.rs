@@ -101,10 +101,10 @@ fn fpdu_text(f: &FpduInfo) -> String {
         }
         BodyInfo::Terminate { cause, .. } => s += &format!(" {cause}"),
     }
-    if let Placement::Untagged { rsvd_ulp, .. } = f.header.placement {
-        if op.invalidates() {
-            s += &format!(" inv {rsvd_ulp:#010x}");
-        }
+    if let Placement::Untagged { rsvd_ulp, .. } = f.header.placement
+        && op.invalidates()
+    {
+        s += &format!(" inv {rsvd_ulp:#010x}");
     }
     let mut flags = Vec::new();
     if f.header.last {

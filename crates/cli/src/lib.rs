@@ -3,3 +3,4 @@
 #![forbid(unsafe_code)]
 
 pub mod decode;
+pub mod fuzz_checks;

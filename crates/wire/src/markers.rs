@@ -22,7 +22,7 @@ pub const MARKER_SPACING: u64 = 512;
 
 /// Whether a marker sits at this marked-stream position.
 pub fn is_marker_pos(pos: u64) -> bool {
-    pos % MARKER_SPACING == 0
+    pos.is_multiple_of(MARKER_SPACING)
 }
 
 /// Octets an unmarked run of `len` octets occupies once markers are inserted, when its

@@ -319,13 +319,13 @@ struct MarkedWriter<'o> {
 
 impl MarkedWriter<'_> {
     fn marker_if_due(&mut self) {
-        if let Some((start, pos)) = self.marks {
-            if is_marker_pos(pos) {
-                let m = marker_bytes(markers::fpdu_pointer(start, pos));
-                self.out[self.at..self.at + MARKER_LEN].copy_from_slice(&m);
-                self.at += MARKER_LEN;
-                self.marks = Some((start, pos + MARKER_LEN as u64));
-            }
+        if let Some((start, pos)) = self.marks
+            && is_marker_pos(pos)
+        {
+            let m = marker_bytes(markers::fpdu_pointer(start, pos));
+            self.out[self.at..self.at + MARKER_LEN].copy_from_slice(&m);
+            self.at += MARKER_LEN;
+            self.marks = Some((start, pos + MARKER_LEN as u64));
         }
     }
 
@@ -359,6 +359,18 @@ pub fn emit_fpdu(
     marker_pos: Option<u64>,
     out: &mut [u8],
 ) -> Result<usize> {
+    emit_fpdu_padded(parts, [0; 3], crc, marker_pos, out)
+}
+
+/// As [`emit_fpdu`], with the given pad octets (receivers ignore them, and Linux siw does
+/// not zero them, so re-emitting a captured FPDU exactly needs them).
+pub fn emit_fpdu_padded(
+    parts: &[&[u8]],
+    pad: [u8; 3],
+    crc: bool,
+    marker_pos: Option<u64>,
+    out: &mut [u8],
+) -> Result<usize> {
     let ulpdu_len: usize = parts.iter().map(|p| p.len()).sum();
     if ulpdu_len > MAX_ULPDU_LEN {
         return Err(WireError::BadUlpduLength(u16::MAX));
@@ -375,7 +387,7 @@ pub fn emit_fpdu(
     for p in parts {
         w.put(p);
     }
-    w.put(&[0u8; 3][..pad_len(ulpdu_len)]);
+    w.put(&pad[..pad_len(ulpdu_len)]);
     w.marker_if_due();
     let c = if crc { crc32c(&w.out[..w.at]) } else { 0 };
     w.put(&c.to_le_bytes());

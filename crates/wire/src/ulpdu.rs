@@ -57,13 +57,13 @@ impl<'a> Ulpdu<'a> {
         let header = DdpRepr::parse(&view)?;
         let rest = &ulpdu[view.header_len()..];
         if let Placement::Untagged { qn, mo, .. } = header.placement {
-            if let Some(expected) = header.opcode.queue_number() {
-                if qn != expected {
-                    return Err(WireError::InvalidQueueNumber {
-                        qn,
-                        opcode: header.opcode.to_bits(),
-                    });
-                }
+            if let Some(expected) = header.opcode.queue_number()
+                && qn != expected
+            {
+                return Err(WireError::InvalidQueueNumber {
+                    qn,
+                    opcode: header.opcode.to_bits(),
+                });
             }
             if matches!(header.opcode, Opcode::ReadRequest | Opcode::Terminate)
                 && (mo != 0 || !header.last)

@@ -1,0 +1,92 @@
+//! The properties each fuzz target checks, shared by `fuzz/` (cargo-fuzz) and by the
+//! plain test run, which replays the committed seed corpus through them.
+//!
+//! Each check parses arbitrary octets; where the parse succeeds, the value must emit back
+//! to the very same octets. Any panic, in the parser or in the check, is a finding.
+
+use softrnic_wire::mpa::{self, Deframer, MAX_FPDU_LEN, MpaFrameRepr};
+use softrnic_wire::{TerminateRepr, Ulpdu};
+
+/// MPA request/reply frames.
+pub fn mpa_frame(data: &[u8]) {
+    if let Ok(f) = MpaFrameRepr::parse(data) {
+        let mut out = vec![0u8; f.buffer_len()];
+        assert_eq!(f.emit(&mut out), Ok(out.len()));
+        assert_eq!(&out[..], &data[..out.len()], "MPA frame re-emit differs");
+    }
+}
+
+/// A ULPDU: DDP header, RDMAP control and body (Read Request, Terminate, payload).
+pub fn ulpdu(data: &[u8]) {
+    if let Ok(u) = Ulpdu::parse(data) {
+        let mut out = vec![0u8; u.buffer_len()];
+        assert_eq!(u.emit(&mut out), Ok(data.len()));
+        assert_eq!(&out[..], data, "ULPDU re-emit differs");
+    }
+}
+
+/// A Terminate body.
+pub fn terminate(data: &[u8]) {
+    if let Ok(t) = TerminateRepr::parse(data) {
+        let mut out = vec![0u8; t.buffer_len()];
+        assert_eq!(t.emit(&mut out), Ok(data.len()));
+        assert_eq!(&out[..], data, "Terminate re-emit differs");
+    }
+}
+
+/// An FPDU stream. The first octet picks markers (bit 0) and CRC (bit 1); the rest is
+/// deframed FPDU by FPDU until it ends or fails, and each FPDU is re-emitted.
+pub fn fpdu_stream(data: &[u8]) {
+    let Some((&mode, stream)) = data.split_first() else {
+        return;
+    };
+    let (markers, crc) = (mode & 1 != 0, mode & 2 != 0);
+    let mut d = Deframer::new(markers, crc);
+    let mut scratch = vec![0u8; MAX_FPDU_LEN];
+    let mut out = vec![0u8; MAX_FPDU_LEN + 1024];
+    let mut at = 0;
+    while at < stream.len() {
+        let pos = d.position();
+        let Ok(f) = d.next(&stream[at..], &mut scratch) else {
+            break;
+        };
+        let mut pad = [0u8; 3];
+        pad[..f.pad.len()].copy_from_slice(f.pad);
+        let ulpdu = f.ulpdu.to_vec();
+        let n = mpa::emit_fpdu_padded(&[&ulpdu], pad, crc, markers.then_some(pos), &mut out)
+            .expect("a deframed FPDU re-emits");
+        assert_eq!(n, f.consumed, "re-emitted FPDU length differs");
+        let original = &stream[at..at + n];
+        if crc {
+            assert_eq!(&out[..n], original, "FPDU re-emit differs");
+        } else {
+            // Without CRC the field is not interpreted: compare all but it.
+            assert_eq!(&out[..n - 4], &original[..n - 4], "FPDU re-emit differs");
+        }
+        // Whatever deframes must parse or fail cleanly as a ULPDU too.
+        self::ulpdu(&ulpdu);
+        at += n;
+    }
+}
+
+/// A whole capture file, through reassembly and the iWARP decoder.
+pub fn capture(data: &[u8]) {
+    if let Ok(conns) = softrnic_capture::parse_capture(data) {
+        let _ = crate::decode::decode_all(&conns);
+    }
+}
+
+/// Looks up a check by fuzz target name.
+pub fn by_name(name: &str) -> Option<fn(&[u8])> {
+    Some(match name {
+        "mpa_frame" => mpa_frame,
+        "ulpdu" => ulpdu,
+        "terminate" => terminate,
+        "fpdu_stream" => fpdu_stream,
+        "capture" => capture,
+        _ => return None,
+    })
+}
+
+/// Every fuzz target name.
+pub const TARGETS: [&str; 5] = ["mpa_frame", "ulpdu", "terminate", "fpdu_stream", "capture"];
