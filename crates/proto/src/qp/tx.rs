@@ -1,0 +1,588 @@
+//! The transmit path: turns the send queue, the inbound Read queue (responses), the RTR
+//! message and a pending Terminate into FPDUs sized to the connection's MSS.
+//!
+//! Priority: Terminate, then RTR, then Read Responses, then the send queue in order.
+//! RDMA Reads honour ORD: a Read that finds ORD Reads outstanding waits at the head of
+//! the send queue (it does not fail). A fenced request waits for all outstanding Reads.
+//! A Send or Write completes once its last FPDU has been handed to the transport
+//! ([`Qp::transmit_done`]), so its buffers are never reused while still being sent.
+
+use super::rx::CopiedHeaders;
+use super::{Qp, QpParams, RtrKind};
+use crate::verbs::*;
+use softrnic_wire::ddp::{DdpRepr, Placement};
+use softrnic_wire::mpa;
+use softrnic_wire::rdmap::{Opcode, QN_READ_REQUEST, QN_SEND, QN_TERMINATE, ReadRequest};
+use softrnic_wire::terminate::{TerminateCause, TerminateRepr, TerminatedDdp};
+use std::collections::VecDeque;
+
+/// A piece of registered memory to gather into an FPDU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    /// The region.
+    pub region: RegionId,
+    /// Offset in the region.
+    pub offset: u64,
+    /// Octets.
+    pub len: usize,
+}
+
+/// Longest header the transmit path builds: MPA length, untagged DDP header, and the
+/// largest control body (a Terminate copying a DDP header and a Read Request header).
+pub const MAX_TX_HEADER: usize = 2 + 18 + 4 + 2 + 18 + 28;
+
+/// One FPDU to send: header octets, then payload gathered from memory, then the trailer
+/// (pad and CRC) that [`TxFpdu::trailer`] builds once the CRC is known.
+#[derive(Debug, Clone)]
+pub struct TxFpdu {
+    /// MPA length, DDP/RDMAP header, and any control body.
+    pub header: [u8; MAX_TX_HEADER],
+    /// Octets of `header` in use.
+    pub header_len: usize,
+    /// Payload, in order.
+    pub chunks: Vec<Chunk>,
+    /// ULPDU length (header after the MPA length, plus payload).
+    pub ulpdu_len: usize,
+    /// Whether the CRC must be computed (else the field is zero).
+    pub crc: bool,
+}
+
+impl Default for TxFpdu {
+    fn default() -> Self {
+        TxFpdu {
+            header: [0; MAX_TX_HEADER],
+            header_len: 0,
+            chunks: Vec::with_capacity(MAX_SGE + 1),
+            ulpdu_len: 0,
+            crc: false,
+        }
+    }
+}
+
+impl TxFpdu {
+    /// Payload octets.
+    pub fn payload_len(&self) -> usize {
+        self.chunks.iter().map(|c| c.len).sum()
+    }
+
+    /// Pad octets after the payload (zero; the CRC covers them).
+    pub fn pad_len(&self) -> usize {
+        mpa::pad_len(self.ulpdu_len)
+    }
+
+    /// The pad and CRC octets; `crc` is the CRC32c over header, payload and pad (ignored
+    /// when CRC is off).
+    pub fn trailer(&self, crc: u32) -> ([u8; 7], usize) {
+        mpa::fpdu_trailer(self.ulpdu_len, if self.crc { crc } else { 0 })
+    }
+
+    /// Total octets on the wire.
+    pub fn wire_len(&self) -> usize {
+        mpa::fpdu_len(self.ulpdu_len)
+    }
+
+    /// The octets of the header in use.
+    pub fn header_bytes(&self) -> &[u8] {
+        &self.header[..self.header_len]
+    }
+}
+
+struct SqEntry {
+    /// Posting order, for in-order completion.
+    seq: u64,
+    wr_id: u64,
+    op: SendOp,
+    chunks: Vec<Chunk>,
+    total: u32,
+    signaled: bool,
+    fence: bool,
+    /// Payload octets already put into FPDUs.
+    sent: u32,
+    /// The MSN this Send uses (assigned at its first FPDU).
+    msn: u32,
+    /// For a Read: the sink SGE's lkey and address, which go on the wire.
+    sink: (STag, u64),
+}
+
+struct OutRead {
+    seq: u64,
+    wr_id: u64,
+    sink_stag: STag,
+    sink_to: u64,
+    len: u32,
+    received: u32,
+    signaled: bool,
+}
+
+struct InRead {
+    sink_stag: STag,
+    sink_to: u64,
+    source: Chunk,
+    sent: u32,
+}
+
+/// What the FPDU handed out last will finish once written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InFlight {
+    Nothing,
+    /// The last FPDU of the send-queue head.
+    SqHead,
+    /// The last FPDU of the inbound Read queue head.
+    ReadResponseDone,
+    Terminate,
+    Rtr,
+}
+
+/// Transmit-side state of a QP.
+pub(crate) struct TxState {
+    sq: VecDeque<SqEntry>,
+    orq: VecDeque<OutRead>,
+    irq: VecDeque<InRead>,
+    ord: usize,
+    ird: usize,
+    tagged_max: u32,
+    untagged_max: u32,
+    crc: bool,
+    send_msn: u32,
+    read_msn: u32,
+    terminate: Option<(TerminateCause, CopiedHeaders)>,
+    terminate_done: bool,
+    rtr: Option<RtrKind>,
+    /// Transmission held until the peer's RTR arrives.
+    pub(crate) hold_for_rtr: bool,
+    in_flight: InFlight,
+}
+
+impl std::fmt::Debug for TxState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxState")
+            .field("sq", &self.sq.len())
+            .field("orq", &self.orq.len())
+            .field("irq", &self.irq.len())
+            .field("in_flight", &self.in_flight)
+            .finish()
+    }
+}
+
+impl Default for TxState {
+    fn default() -> Self {
+        TxState {
+            sq: VecDeque::new(),
+            orq: VecDeque::new(),
+            irq: VecDeque::new(),
+            ord: 0,
+            ird: 0,
+            tagged_max: 0,
+            untagged_max: 0,
+            crc: false,
+            send_msn: 1,
+            read_msn: 1,
+            terminate: None,
+            terminate_done: false,
+            rtr: None,
+            hold_for_rtr: false,
+            in_flight: InFlight::Nothing,
+        }
+    }
+}
+
+pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send { .. } => WcOpcode::Send,
+        SendOp::Write { .. } => WcOpcode::Write,
+        SendOp::Read { .. } => WcOpcode::Read,
+        SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
+    }
+}
+
+impl TxState {
+    pub(crate) fn start(&mut self, p: &QpParams) {
+        let ulpdu = mpa::max_ulpdu_for(p.max_fpdu.max(64)).unwrap_or(42);
+        self.tagged_max = (ulpdu - 14) as u32;
+        self.untagged_max = (ulpdu - 18) as u32;
+        self.crc = p.crc;
+        self.ord = usize::from(p.ord);
+        self.ird = usize::from(p.ird);
+        self.rtr = p.send_rtr;
+        self.hold_for_rtr = p.await_rtr;
+    }
+
+    pub(crate) fn sq_len(&self) -> usize {
+        self.sq.len() + self.orq.len()
+    }
+
+    pub(crate) fn enqueue(&mut self, seq: u64, wr: SendWr, chunks: Vec<Chunk>, total: u32) {
+        self.sq.push_back(SqEntry {
+            seq,
+            wr_id: wr.wr_id,
+            op: wr.op,
+            chunks,
+            total,
+            signaled: wr.signaled,
+            fence: wr.fence,
+            sent: 0,
+            msn: 0,
+            sink: wr.sgl.first().map_or((0, 0), |s| (s.lkey, s.addr)),
+        });
+    }
+
+    /// Nothing left to hand to the transport (graceful close may send FIN).
+    pub(crate) fn idle(&self) -> bool {
+        self.sq.is_empty() && self.irq.is_empty() && self.in_flight == InFlight::Nothing
+    }
+
+    pub(crate) fn queue_terminate(&mut self, cause: TerminateCause, copied: CopiedHeaders) {
+        self.terminate = Some((cause, copied));
+    }
+
+    pub(crate) fn terminate_done(&self) -> bool {
+        self.terminate_done
+    }
+
+    /// Removes every outstanding request: (seq, wr_id, opcode).
+    pub(crate) fn drain_all(&mut self) -> Vec<(u64, u64, WcOpcode)> {
+        let mut v: Vec<(u64, u64, WcOpcode)> =
+            self.orq.drain(..).map(|r| (r.seq, r.wr_id, WcOpcode::Read)).collect();
+        v.extend(self.sq.drain(..).map(|e| (e.seq, e.wr_id, wc_opcode(&e.op))));
+        self.irq.clear();
+        if self.in_flight == InFlight::SqHead || self.in_flight == InFlight::ReadResponseDone {
+            self.in_flight = InFlight::Nothing;
+        }
+        v
+    }
+
+    pub(crate) fn take_first_outstanding_read(&mut self) -> Option<(u64, u64, u32)> {
+        self.orq.pop_front().map(|r| (r.seq, r.wr_id, r.received))
+    }
+
+    /// An inbound Read Request, already checked against the TPT; false if IRD is full.
+    pub(crate) fn push_inbound_read(&mut self, rr: &ReadRequest, source: Chunk) -> bool {
+        if self.irq.len() >= self.ird.max(1) {
+            return false;
+        }
+        self.irq.push_back(InRead {
+            sink_stag: rr.sink_stag,
+            sink_to: rr.sink_to,
+            source,
+            sent: 0,
+        });
+        true
+    }
+
+    /// Where a Read Response segment at (stag, to) with `len` octets lands, checked
+    /// against the oldest outstanding Read: its sink STag, in order, within its length.
+    pub(crate) fn match_read_response(&self, stag: STag, to: u64, len: u32) -> Option<(STag, u64)> {
+        let r = self.orq.front()?;
+        let expected_to = r.sink_to.checked_add(u64::from(r.received))?;
+        let fits = r.received.checked_add(len).is_some_and(|end| end <= r.len);
+        (r.sink_stag == stag && to == expected_to && fits).then_some((r.sink_stag, to))
+    }
+
+    /// Accounts placed Read Response octets; returns the finished Read when `last`.
+    pub(crate) fn read_response_placed(
+        &mut self,
+        len: u32,
+        last: bool,
+    ) -> Option<(u64, u32, bool)> {
+        let r = self.orq.front_mut()?;
+        r.received += len;
+        if last {
+            let r = self.orq.pop_front()?;
+            return Some((r.wr_id, r.received, r.signaled));
+        }
+        None
+    }
+}
+
+fn header(out: &mut TxFpdu, h: &DdpRepr, body: &[u8], payload_len: usize) {
+    let ulpdu_len = h.header_len() + body.len() + payload_len;
+    out.header[..2].copy_from_slice(&(ulpdu_len as u16).to_be_bytes());
+    // The header array always has room for the header plus the largest control body.
+    let n = h.emit(&mut out.header[2..]).unwrap_or(0);
+    out.header[2 + n..2 + n + body.len()].copy_from_slice(body);
+    out.header_len = 2 + n + body.len();
+    out.ulpdu_len = ulpdu_len;
+}
+
+/// Appends to `out` the chunks covering `len` octets from `skip` into `src`.
+fn slice_chunks(src: &[Chunk], mut skip: usize, mut len: usize, out: &mut Vec<Chunk>) {
+    for c in src {
+        if len == 0 {
+            break;
+        }
+        if skip >= c.len {
+            skip -= c.len;
+            continue;
+        }
+        let take = (c.len - skip).min(len);
+        out.push(Chunk {
+            region: c.region,
+            offset: c.offset + skip as u64,
+            len: take,
+        });
+        skip = 0;
+        len -= take;
+    }
+}
+
+impl Qp {
+    /// Fills `out` with the next FPDU to send; false when there is nothing to send now.
+    /// After writing it completely, call [`Qp::transmit_done`]; until then this returns
+    /// false (one FPDU in flight at a time keeps completion ordering exact).
+    pub fn poll_transmit(&mut self, out: &mut TxFpdu) -> bool {
+        let tx = &mut self.tx;
+        if tx.in_flight != InFlight::Nothing {
+            return false;
+        }
+        out.chunks.clear();
+        out.crc = tx.crc;
+        if let Some((cause, copied)) = tx.terminate.take() {
+            let h = DdpRepr {
+                last: true,
+                opcode: Opcode::Terminate,
+                placement: Placement::Untagged {
+                    rsvd_ulp: 0,
+                    qn: QN_TERMINATE,
+                    msn: 1,
+                    mo: 0,
+                },
+            };
+            let (ddp, ddp_len) = copied.ddp_header;
+            let t = TerminateRepr {
+                cause,
+                segment_len_valid: copied.segment_len.is_some(),
+                ddp: (ddp_len > 0).then(|| TerminatedDdp {
+                    segment_len: copied.segment_len.unwrap_or(0),
+                    header: &ddp[..ddp_len],
+                }),
+                rdmap: copied.read_request.as_ref().map(|r| &r[..]),
+                reserved: 0,
+            };
+            let mut body = [0u8; 4 + 2 + 18 + 28];
+            let n = t.emit(&mut body).unwrap_or(0);
+            header(out, &h, &body[..n], 0);
+            tx.in_flight = InFlight::Terminate;
+            return true;
+        }
+        if !matches!(self.state, QpState::Rts | QpState::Closing) {
+            return false;
+        }
+        if let Some(kind) = tx.rtr.take() {
+            let h = match kind {
+                RtrKind::Write => DdpRepr {
+                    last: true,
+                    opcode: Opcode::Write,
+                    // Linux siw sends STag 1; no region is named by it here either.
+                    placement: Placement::Tagged { stag: 1, to: 0 },
+                },
+                RtrKind::Send => DdpRepr {
+                    last: true,
+                    opcode: Opcode::Send,
+                    placement: Placement::Untagged {
+                        rsvd_ulp: 0,
+                        qn: QN_SEND,
+                        msn: tx.send_msn,
+                        mo: 0,
+                    },
+                },
+                RtrKind::Read => DdpRepr {
+                    last: true,
+                    opcode: Opcode::ReadRequest,
+                    placement: Placement::Untagged {
+                        rsvd_ulp: 0,
+                        qn: QN_READ_REQUEST,
+                        msn: tx.read_msn,
+                        mo: 0,
+                    },
+                },
+            };
+            let body = match kind {
+                RtrKind::Read => {
+                    tx.read_msn += 1;
+                    ReadRequest {
+                        sink_stag: 1,
+                        sink_to: 0,
+                        size: 0,
+                        source_stag: 1,
+                        source_to: 0,
+                    }
+                    .to_bytes()
+                    .to_vec()
+                }
+                RtrKind::Send => {
+                    tx.send_msn += 1;
+                    Vec::new()
+                }
+                RtrKind::Write => Vec::new(),
+            };
+            header(out, &h, &body, 0);
+            tx.in_flight = InFlight::Rtr;
+            return true;
+        }
+        if tx.hold_for_rtr {
+            return false;
+        }
+        if let Some(r) = tx.irq.front_mut() {
+            let left = r.source.len as u32 - r.sent;
+            let n = left.min(tx.tagged_max);
+            let last = n == left;
+            let h = DdpRepr {
+                last,
+                opcode: Opcode::ReadResponse,
+                placement: Placement::Tagged {
+                    stag: r.sink_stag,
+                    to: r.sink_to.wrapping_add(u64::from(r.sent)),
+                },
+            };
+            slice_chunks(&[r.source], r.sent as usize, n as usize, &mut out.chunks);
+            header(out, &h, &[], n as usize);
+            r.sent += n;
+            if last {
+                tx.in_flight = InFlight::ReadResponseDone;
+            }
+            return true;
+        }
+        let Some(e) = tx.sq.front_mut() else {
+            return false;
+        };
+        if e.fence && !tx.orq.is_empty() {
+            return false;
+        }
+        match e.op {
+            SendOp::Read { remote_addr, rkey } => {
+                if tx.orq.len() >= tx.ord.max(1) {
+                    return false;
+                }
+                let rr = ReadRequest {
+                    sink_stag: e.sink.0,
+                    sink_to: e.sink.1,
+                    size: e.total,
+                    source_stag: rkey,
+                    source_to: remote_addr,
+                };
+                let h = DdpRepr {
+                    last: true,
+                    opcode: Opcode::ReadRequest,
+                    placement: Placement::Untagged {
+                        rsvd_ulp: 0,
+                        qn: QN_READ_REQUEST,
+                        msn: tx.read_msn,
+                        mo: 0,
+                    },
+                };
+                tx.read_msn = tx.read_msn.wrapping_add(1);
+                header(out, &h, &rr.to_bytes(), 0);
+                // The Read is outstanding from now on; it completes when its response
+                // has been placed.
+                let read = OutRead {
+                    seq: e.seq,
+                    wr_id: e.wr_id,
+                    sink_stag: rr.sink_stag,
+                    sink_to: rr.sink_to,
+                    len: e.total,
+                    received: 0,
+                    signaled: e.signaled,
+                };
+                tx.sq.pop_front();
+                tx.orq.push_back(read);
+                true
+            }
+            SendOp::Send {
+                solicited,
+                invalidate,
+            } => {
+                if e.sent == 0 {
+                    e.msn = tx.send_msn;
+                    tx.send_msn = tx.send_msn.wrapping_add(1);
+                }
+                let left = e.total - e.sent;
+                let n = left.min(tx.untagged_max);
+                let last = n == left;
+                let opcode = match (solicited, invalidate.is_some()) {
+                    (false, false) => Opcode::Send,
+                    (true, false) => Opcode::SendSe,
+                    (false, true) => Opcode::SendInvalidate,
+                    (true, true) => Opcode::SendSeInvalidate,
+                };
+                let h = DdpRepr {
+                    last,
+                    opcode,
+                    placement: Placement::Untagged {
+                        rsvd_ulp: invalidate.unwrap_or(0),
+                        qn: QN_SEND,
+                        msn: e.msn,
+                        mo: e.sent,
+                    },
+                };
+                slice_chunks(&e.chunks, e.sent as usize, n as usize, &mut out.chunks);
+                header(out, &h, &[], n as usize);
+                e.sent += n;
+                if last {
+                    tx.in_flight = InFlight::SqHead;
+                }
+                true
+            }
+            SendOp::Write { remote_addr, rkey } => {
+                let left = e.total - e.sent;
+                let n = left.min(tx.tagged_max);
+                let last = n == left;
+                let h = DdpRepr {
+                    last,
+                    opcode: Opcode::Write,
+                    placement: Placement::Tagged {
+                        stag: rkey,
+                        to: remote_addr.wrapping_add(u64::from(e.sent)),
+                    },
+                };
+                slice_chunks(&e.chunks, e.sent as usize, n as usize, &mut out.chunks);
+                header(out, &h, &[], n as usize);
+                e.sent += n;
+                if last {
+                    tx.in_flight = InFlight::SqHead;
+                }
+                true
+            }
+            SendOp::LocalInvalidate { .. } => {
+                // Reached the head: execute it here, then go on with the queue.
+                false
+            }
+        }
+    }
+
+    /// The FPDU from the last [`Qp::poll_transmit`] has been written completely.
+    pub fn transmit_done(&mut self) {
+        match std::mem::replace(&mut self.tx.in_flight, InFlight::Nothing) {
+            InFlight::Nothing | InFlight::Rtr => {}
+            InFlight::Terminate => self.tx.terminate_done = true,
+            InFlight::ReadResponseDone => {
+                self.tx.irq.pop_front();
+            }
+            InFlight::SqHead => {
+                if let Some(e) = self.tx.sq.pop_front() {
+                    let op = wc_opcode(&e.op);
+                    let c = self.completion(e.wr_id, WcStatus::Success, op, e.total);
+                    self.finish_send(e.seq, e.signaled.then_some(c));
+                }
+            }
+        }
+    }
+
+    /// Runs local invalidates that reached the head of the send queue; the I/O layer
+    /// calls this (with the TPT) whenever [`Qp::poll_transmit`] returns false.
+    pub fn run_local_ops(&mut self, tpt: &mut crate::tpt::Tpt) -> bool {
+        let mut ran = false;
+        while self.tx.in_flight == InFlight::Nothing
+            && let Some(e) = self.tx.sq.front()
+            && let SendOp::LocalInvalidate { stag } = e.op
+        {
+            if e.fence && !self.tx.orq.is_empty() {
+                break;
+            }
+            let (seq, wr_id, signaled) = (e.seq, e.wr_id, e.signaled);
+            self.tx.sq.pop_front();
+            self.local_invalidate(seq, wr_id, stag, signaled, tpt);
+            ran = true;
+        }
+        ran
+    }
+}

@@ -1,0 +1,387 @@
+//! The translation and protection table: what an STag names, and whether a given
+//! access through it is allowed.
+//!
+//! Every tagged placement (RDMA Write, Read Response), every RDMA Read source and every
+//! local SGE goes through here before a single octet moves. A refusal carries the exact
+//! Terminate cause for remote accesses (RFC 5040/5041) or the completion status for
+//! local ones, so the QP never has to guess.
+
+use crate::verbs::{Access, PdId, RegionId, STag, WcStatus, stag_index, stag_key};
+use softrnic_wire::terminate::{
+    Layer, TerminateCause, ddp_code, ddp_etype, rdmap_code, rdmap_etype,
+};
+
+/// One memory region's entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TptEntry {
+    /// The protection domain the region belongs to.
+    pub pd: PdId,
+    /// Consumer key: the low 8 bits of the valid STag.
+    pub key: u8,
+    /// Tagged offset of the region's first octet (its virtual address, as siw uses).
+    pub base: u64,
+    /// Length in octets.
+    pub len: u64,
+    /// Rights.
+    pub access: Access,
+    /// The memory, as the I/O layer names it.
+    pub region: RegionId,
+    /// Cleared by invalidation; a valid STag can be invalidated once.
+    pub valid: bool,
+}
+
+/// Where an access lands: the region and the offset inside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// The region.
+    pub region: RegionId,
+    /// Offset of the first octet in the region.
+    pub offset: u64,
+}
+
+/// What kind of remote access is being checked; it decides which layer reports errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteAccess {
+    /// Tagged placement by DDP (RDMA Write, Read Response): DDP tagged-buffer errors,
+    /// except missing rights, which RDMAP reports.
+    TaggedPlacement,
+    /// The data source of an RDMA Read Request: RDMAP remote protection errors.
+    ReadSource,
+}
+
+/// Why an STag cannot be invalidated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvalidateError {
+    /// No such STag, or its key does not match.
+    Unknown,
+    /// The STag belongs to another protection domain.
+    WrongPd,
+    /// Already invalidated.
+    AlreadyInvalid,
+}
+
+/// The table. STag index `i` lives in slot `i - 1` (index 0 is never handed out, so that
+/// STag 0 and the RTR messages' dummy STags never name a region).
+#[derive(Debug, Default)]
+pub struct Tpt {
+    slots: Vec<Option<TptEntry>>,
+    free: Vec<u32>,
+}
+
+impl Tpt {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a region; returns its STag (fresh index, the given consumer key).
+    pub fn insert(&mut self, mut entry: TptEntry) -> Option<STag> {
+        entry.valid = true;
+        let index = match self.free.pop() {
+            Some(i) => {
+                self.slots[(i - 1) as usize] = Some(entry);
+                i
+            }
+            None => {
+                let i = u32::try_from(self.slots.len() + 1).ok()?;
+                if i > 0x00ff_ffff {
+                    return None;
+                }
+                self.slots.push(Some(entry));
+                i
+            }
+        };
+        Some((index << 8) | u32::from(entry.key))
+    }
+
+    /// Removes a region (deregistration); returns its entry.
+    pub fn remove(&mut self, stag: STag) -> Option<TptEntry> {
+        let i = stag_index(stag);
+        let slot = self.slots.get_mut((i as usize).checked_sub(1)?)?;
+        let e = slot.take()?;
+        self.free.push(i);
+        Some(e)
+    }
+
+    /// The entry whose index the STag names, if the key matches too.
+    pub fn get(&self, stag: STag) -> Option<&TptEntry> {
+        let i = (stag_index(stag) as usize).checked_sub(1)?;
+        self.slots
+            .get(i)?
+            .as_ref()
+            .filter(|e| e.key == stag_key(stag))
+    }
+
+    /// Number of regions registered.
+    pub fn len(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// Whether no region is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Checks a remote access of `len` octets at tagged offset `to` through `stag`, from
+    /// a stream in `pd`, needing `need`. Zero-length accesses still need a valid STag.
+    pub fn check_remote(
+        &self,
+        stag: STag,
+        to: u64,
+        len: u64,
+        need: Access,
+        pd: PdId,
+        kind: RemoteAccess,
+    ) -> Result<Target, TerminateCause> {
+        let (invalid, bounds, not_assoc) = match kind {
+            RemoteAccess::TaggedPlacement => (
+                TerminateCause::new(
+                    Layer::Ddp,
+                    ddp_etype::TAGGED_BUFFER,
+                    ddp_code::tagged::INVALID_STAG,
+                ),
+                TerminateCause::new(
+                    Layer::Ddp,
+                    ddp_etype::TAGGED_BUFFER,
+                    ddp_code::tagged::BASE_BOUNDS,
+                ),
+                TerminateCause::new(
+                    Layer::Ddp,
+                    ddp_etype::TAGGED_BUFFER,
+                    ddp_code::tagged::STAG_NOT_ASSOCIATED,
+                ),
+            ),
+            RemoteAccess::ReadSource => (
+                TerminateCause::new(
+                    Layer::Rdmap,
+                    rdmap_etype::REMOTE_PROTECTION,
+                    rdmap_code::INVALID_STAG,
+                ),
+                TerminateCause::new(
+                    Layer::Rdmap,
+                    rdmap_etype::REMOTE_PROTECTION,
+                    rdmap_code::BASE_BOUNDS,
+                ),
+                TerminateCause::new(
+                    Layer::Rdmap,
+                    rdmap_etype::REMOTE_PROTECTION,
+                    rdmap_code::STAG_NOT_ASSOCIATED,
+                ),
+            ),
+        };
+        let rights = TerminateCause::new(
+            Layer::Rdmap,
+            rdmap_etype::REMOTE_PROTECTION,
+            rdmap_code::ACCESS_RIGHTS,
+        );
+        let e = self.get(stag).filter(|e| e.valid).ok_or(invalid)?;
+        if e.pd != pd {
+            return Err(not_assoc);
+        }
+        if !e.access.contains(need) {
+            return Err(rights);
+        }
+        let offset = in_bounds(e, to, len).ok_or(bounds)?;
+        Ok(Target {
+            region: e.region,
+            offset,
+        })
+    }
+
+    /// Checks a local SGE: `len` octets at `addr` through `lkey`, in `pd`, needing `need`.
+    pub fn check_local(
+        &self,
+        lkey: STag,
+        addr: u64,
+        len: u64,
+        need: Access,
+        pd: PdId,
+    ) -> Result<Target, WcStatus> {
+        let e = self
+            .get(lkey)
+            .filter(|e| e.valid && e.pd == pd && e.access.contains(need))
+            .ok_or(WcStatus::LocalProtectionError)?;
+        let offset = in_bounds(e, addr, len).ok_or(WcStatus::LocalProtectionError)?;
+        Ok(Target {
+            region: e.region,
+            offset,
+        })
+    }
+
+    /// Invalidates an STag (local invalidate, or a received Send with Invalidate).
+    pub fn invalidate(&mut self, stag: STag, pd: PdId) -> Result<(), InvalidateError> {
+        let i = (stag_index(stag) as usize)
+            .checked_sub(1)
+            .ok_or(InvalidateError::Unknown)?;
+        let e = self
+            .slots
+            .get_mut(i)
+            .and_then(|s| s.as_mut())
+            .filter(|e| e.key == stag_key(stag))
+            .ok_or(InvalidateError::Unknown)?;
+        if e.pd != pd {
+            return Err(InvalidateError::WrongPd);
+        }
+        if !e.valid {
+            return Err(InvalidateError::AlreadyInvalid);
+        }
+        e.valid = false;
+        Ok(())
+    }
+
+    /// Makes an invalidated STag valid again under a new consumer key (fast re-register);
+    /// returns the new STag.
+    pub fn revalidate(&mut self, stag: STag, new_key: u8) -> Option<STag> {
+        let i = (stag_index(stag) as usize).checked_sub(1)?;
+        let e = self.slots.get_mut(i)?.as_mut()?;
+        if e.key != stag_key(stag) || e.valid {
+            return None;
+        }
+        e.key = new_key;
+        e.valid = true;
+        Some((stag & !0xff) | u32::from(new_key))
+    }
+}
+
+/// Offset of `[to, to + len)` inside the entry, if it lies within it.
+fn in_bounds(e: &TptEntry, to: u64, len: u64) -> Option<u64> {
+    let offset = to.checked_sub(e.base)?;
+    let end = offset.checked_add(len)?;
+    (end <= e.len).then_some(offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(pd: u32, access: Access) -> TptEntry {
+        TptEntry {
+            pd: PdId(pd),
+            key: 0x5a,
+            base: 0x1000,
+            len: 100,
+            access,
+            region: RegionId(7),
+            valid: true,
+        }
+    }
+
+    const TAGGED: RemoteAccess = RemoteAccess::TaggedPlacement;
+
+    #[test]
+    fn remote_checks_give_exact_causes() {
+        let mut t = Tpt::new();
+        let s = t.insert(entry(1, Access::REMOTE_WRITE)).unwrap();
+        assert_eq!(s & 0xff, 0x5a);
+        assert_eq!(
+            t.check_remote(s, 0x1000, 100, Access::REMOTE_WRITE, PdId(1), TAGGED),
+            Ok(Target {
+                region: RegionId(7),
+                offset: 0
+            })
+        );
+        let ddp = |c| TerminateCause::new(Layer::Ddp, 1, c);
+        let rdmap = |c| TerminateCause::new(Layer::Rdmap, 1, c);
+        // Unknown index, wrong key.
+        assert_eq!(
+            t.check_remote(s + 0x100, 0x1000, 1, Access::REMOTE_WRITE, PdId(1), TAGGED),
+            Err(ddp(0))
+        );
+        assert_eq!(
+            t.check_remote(s ^ 1, 0x1000, 1, Access::REMOTE_WRITE, PdId(1), TAGGED),
+            Err(ddp(0))
+        );
+        // Out of bounds: past the end, before the start, overflowing.
+        assert_eq!(
+            t.check_remote(s, 0x1000, 101, Access::REMOTE_WRITE, PdId(1), TAGGED),
+            Err(ddp(1))
+        );
+        assert_eq!(
+            t.check_remote(s, 0xfff, 1, Access::REMOTE_WRITE, PdId(1), TAGGED),
+            Err(ddp(1))
+        );
+        assert_eq!(
+            t.check_remote(s, u64::MAX, 2, Access::REMOTE_WRITE, PdId(1), TAGGED),
+            Err(ddp(1))
+        );
+        // Wrong PD, missing right.
+        assert_eq!(
+            t.check_remote(s, 0x1000, 1, Access::REMOTE_WRITE, PdId(2), TAGGED),
+            Err(ddp(2))
+        );
+        assert_eq!(
+            t.check_remote(s, 0x1000, 1, Access::REMOTE_READ, PdId(1), TAGGED),
+            Err(rdmap(2))
+        );
+        // The same faults on a Read source are RDMAP protection errors.
+        let rs = RemoteAccess::ReadSource;
+        assert_eq!(
+            t.check_remote(s ^ 1, 0x1000, 1, Access::REMOTE_READ, PdId(1), rs),
+            Err(rdmap(0))
+        );
+        assert_eq!(
+            t.check_remote(s, 0x1000, 1, Access::REMOTE_READ, PdId(1), rs),
+            Err(rdmap(2))
+        );
+        assert_eq!(
+            t.check_remote(s, 0x1000, 101, Access::REMOTE_WRITE, PdId(1), rs),
+            Err(rdmap(1))
+        );
+        assert_eq!(
+            t.check_remote(s, 0x1000, 1, Access::REMOTE_WRITE, PdId(3), rs),
+            Err(rdmap(3))
+        );
+        // Invalidated.
+        assert_eq!(t.invalidate(s, PdId(2)), Err(InvalidateError::WrongPd));
+        assert_eq!(t.invalidate(s, PdId(1)), Ok(()));
+        assert_eq!(
+            t.invalidate(s, PdId(1)),
+            Err(InvalidateError::AlreadyInvalid)
+        );
+        assert_eq!(
+            t.check_remote(s, 0x1000, 1, Access::REMOTE_WRITE, PdId(1), TAGGED),
+            Err(ddp(0))
+        );
+        let s2 = t.revalidate(s, 0x77).unwrap();
+        assert!(
+            t.check_remote(s2, 0x1000, 1, Access::REMOTE_WRITE, PdId(1), TAGGED)
+                .is_ok()
+        );
+        assert!(
+            t.check_remote(s, 0x1000, 1, Access::REMOTE_WRITE, PdId(1), TAGGED)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn local_checks_and_reuse() {
+        let mut t = Tpt::new();
+        let s = t.insert(entry(1, Access::LOCAL_WRITE)).unwrap();
+        assert!(
+            t.check_local(s, 0x1010, 10, Access::LOCAL_WRITE, PdId(1))
+                .is_ok()
+        );
+        assert!(
+            t.check_local(s, 0x1010, 10, Access::empty(), PdId(1))
+                .is_ok()
+        );
+        assert_eq!(
+            t.check_local(s, 0x1010, 100, Access::LOCAL_WRITE, PdId(1)),
+            Err(WcStatus::LocalProtectionError)
+        );
+        assert_eq!(
+            t.check_local(s, 0x1010, 1, Access::REMOTE_READ, PdId(1)),
+            Err(WcStatus::LocalProtectionError)
+        );
+        assert_eq!(
+            t.check_local(s, 0x1010, 1, Access::empty(), PdId(9)),
+            Err(WcStatus::LocalProtectionError)
+        );
+        assert!(t.remove(s).is_some());
+        assert!(t.get(s).is_none());
+        assert!(t.check_local(0, 0, 0, Access::empty(), PdId(1)).is_err());
+        let again = t.insert(entry(1, Access::empty())).unwrap();
+        assert_eq!(again >> 8, s >> 8, "freed index is reused");
+        assert_eq!(t.len(), 1);
+    }
+}

@@ -1,0 +1,615 @@
+//! The completion queue ring: a bounded, lock-free, multi-producer single-consumer
+//! queue of [`Completion`]s.
+//!
+//! Producers are engine threads and QPs progressed by polling consumers; they call
+//! [`CqRing::push`] from any thread. The single consumer is `poll_cq`: it claims the
+//! ring's unique [`CqConsumer`] handle and pops through it, so two pollers can never
+//! run the consumer side at once.
+//!
+//! # Algorithm
+//!
+//! An array of `capacity` slots (a power of two) and two ever-increasing positions:
+//! `tail`, the next position a producer will claim, and `head`, the next position the
+//! consumer will read. Position `p` lives in slot `p % capacity`. Every slot carries a
+//! sequence number saying whose turn it is, in the manner of D. Vyukov's bounded
+//! queue:
+//!
+//! - `seq == p`: the slot is free for the producer of position `p`;
+//! - `seq == p + 1`: the producer of `p` has written it; the consumer may read it;
+//! - after reading, the consumer sets `seq = p + capacity`, handing the slot to the
+//!   producer of the next lap.
+//!
+//! A producer reads `tail`, looks at that slot's sequence, and claims the position by
+//! compare-and-swapping `tail` forward only when the slot is free for it. If the slot
+//! still belongs to the previous lap, every one of the last `capacity` positions is
+//! claimed and not yet consumed: the ring is full and `push` fails with [`Full`]. It
+//! never overwrites and never blocks; the CQ layer turns `Full` into a CQ-overflow
+//! error event.
+//!
+//! The sequence numbers carry the synchronisation: a producer's release store of
+//! `p + 1` publishes the completion to the consumer's acquire load, and the consumer's
+//! release store of `p + capacity` tells the next producer the old value has been read.
+//! Completions come out in the order their positions were claimed (so per producer in
+//! push order). A producer that is preempted between claiming and publishing holds up
+//! the completions claimed after it until it resumes; `pop` reports "empty" meanwhile.
+//!
+//! The capacity is at least 2: with one slot, "written for position `p`" (`p + 1`) and
+//! "free for position `p + 1`" would be the same sequence number.
+//!
+//! Under `--cfg loom` the atomics and the slot cell come from `loom`, so
+//! `tests/loom_cq_ring.rs` can check the algorithm under every interleaving.
+
+use std::fmt;
+use std::mem::MaybeUninit;
+
+use softrnic_proto::verbs::Completion;
+
+use self::sync::{AtomicBool, AtomicUsize, Ordering, UnsafeCell};
+
+/// The smallest capacity the ring uses (see the module documentation).
+pub const MIN_CAPACITY: usize = 2;
+
+/// The largest capacity that may be requested.
+pub const MAX_CAPACITY: usize = 1 << 20;
+
+/// Atomics and cells: `std`'s normally, `loom`'s when built with `--cfg loom`.
+mod sync {
+    #[cfg(loom)]
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    #[cfg(not(loom))]
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    /// An `UnsafeCell` with loom's closure-based API, so the ring's code is the same
+    /// in both builds and loom can track every access to slot contents.
+    #[derive(Debug)]
+    pub(crate) struct UnsafeCell<T>(
+        #[cfg(loom)] loom::cell::UnsafeCell<T>,
+        #[cfg(not(loom))] std::cell::UnsafeCell<T>,
+    );
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) fn new(value: T) -> Self {
+            #[cfg(loom)]
+            return Self(loom::cell::UnsafeCell::new(value));
+            #[cfg(not(loom))]
+            return Self(std::cell::UnsafeCell::new(value));
+        }
+
+        /// Runs `f` with a pointer for reading the contents.
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            #[cfg(loom)]
+            return self.0.with(f);
+            #[cfg(not(loom))]
+            return f(self.0.get());
+        }
+
+        /// Runs `f` with a pointer for writing the contents.
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            #[cfg(loom)]
+            return self.0.with_mut(f);
+            #[cfg(not(loom))]
+            return f(self.0.get());
+        }
+    }
+}
+
+// Slots are never dropped in place: a `MaybeUninit<Completion>` left in the ring when
+// it drops needs no destructor because `Completion` has none.
+const _: () = assert!(!std::mem::needs_drop::<Completion>());
+
+/// Errors from [`CqRing::new`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RingError {
+    /// The requested capacity is 0 or over [`MAX_CAPACITY`].
+    #[error("CQ ring capacity {0} is outside 1..={MAX_CAPACITY}")]
+    Capacity(usize),
+}
+
+/// [`CqRing::push`] found the ring full; the completion is handed back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("completion queue ring is full")]
+pub struct Full(pub Completion);
+
+/// Keeps `head` and `tail` on separate cache lines (128 bytes covers the adjacent-line
+/// prefetcher on x86), so producers bumping `tail` do not bounce the consumer's line.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+struct Slot {
+    /// Whose turn it is; see the module documentation.
+    seq: AtomicUsize,
+    value: UnsafeCell<MaybeUninit<Completion>>,
+}
+
+/// A bounded MPSC ring of completions. See the [module documentation](self).
+pub struct CqRing {
+    /// Next position a producer claims.
+    tail: Padded<AtomicUsize>,
+    /// Next position the consumer reads. Written only by the holder of the consumer
+    /// handle; read by `len`.
+    head: Padded<AtomicUsize>,
+    /// Whether a [`CqConsumer`] currently exists.
+    consumer_claimed: AtomicBool,
+    /// `capacity - 1`.
+    mask: usize,
+    slots: Box<[Slot]>,
+}
+
+// SAFETY: the slots' `UnsafeCell` contents are only accessed under the sequence-number
+// protocol: a producer writes a slot only after winning the CAS for a position whose
+// slot sequence said "free" (acquire), and publishes with a release store; the unique
+// consumer reads a slot only after an acquire load saw "written", and frees it with a
+// release store. So no two threads ever access one slot's value concurrently, and each
+// access happens-after the previous one. `Completion` is `Send`, so moving values
+// between threads through the ring is allowed. All other fields are atomics or
+// immutable.
+unsafe impl Sync for CqRing {}
+
+// SAFETY: the ring owns its slots; the values are `Completion`s (`Send`), and the
+// atomics are `Send`. Nothing in it is tied to a thread.
+unsafe impl Send for CqRing {}
+
+impl CqRing {
+    /// Creates a ring holding at least `capacity` completions (`1..=`[`MAX_CAPACITY`]),
+    /// rounded up to a power of two and to at least [`MIN_CAPACITY`]; see
+    /// [`capacity`](Self::capacity) for the result.
+    pub fn new(capacity: usize) -> Result<CqRing, RingError> {
+        if !(1..=MAX_CAPACITY).contains(&capacity) {
+            return Err(RingError::Capacity(capacity));
+        }
+        let cap = capacity.next_power_of_two().max(MIN_CAPACITY);
+        let slots = (0..cap)
+            .map(|i| Slot {
+                seq: AtomicUsize::new(i),
+                value: UnsafeCell::new(MaybeUninit::uninit()),
+            })
+            .collect();
+        Ok(CqRing {
+            tail: Padded(AtomicUsize::new(0)),
+            head: Padded(AtomicUsize::new(0)),
+            consumer_claimed: AtomicBool::new(false),
+            mask: cap - 1,
+            slots,
+        })
+    }
+
+    /// The number of completions the ring holds when full.
+    pub fn capacity(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Appends `c`. Lock-free; callable from any thread.
+    ///
+    /// Fails with [`Full`] (returning `c`) when every slot is occupied — by published
+    /// completions or by pushes still in progress — and never overwrites.
+    pub fn push(&self, c: Completion) -> Result<(), Full> {
+        let mut pos = self.tail.0.load(Ordering::Relaxed);
+        loop {
+            let slot = &self.slots[pos & self.mask];
+            // Acquire: if the slot is free for `pos`, the consumer's read of the
+            // previous lap's value happened before our write below.
+            let seq = slot.seq.load(Ordering::Acquire);
+            // Positions wrap around `usize`; the signed distance is what matters.
+            let diff = seq.wrapping_sub(pos) as isize;
+            if diff == 0 {
+                // The slot is free for `pos`: try to claim the position. Relaxed is
+                // enough: the CAS only decides who owns `pos`; ordering with the
+                // consumer goes through `seq`.
+                match self.tail.0.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        // SAFETY: we won position `pos`, and the slot's sequence (`pos`)
+                        // says its previous value was consumed; no other producer can
+                        // claim `pos` again and the consumer will not read the slot until
+                        // we store `pos + 1` below, so this write is the only access.
+                        slot.value
+                            .with_mut(|p| unsafe { p.write(MaybeUninit::new(c)) });
+                        // Release: publishes the value to the consumer.
+                        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+                        return Ok(());
+                    }
+                    Err(current) => pos = current,
+                }
+            } else if diff < 0 {
+                // The slot still holds (or is being filled with) the completion of
+                // position `pos - capacity`, so positions `pos - capacity .. pos` are
+                // all claimed and unconsumed: really full.
+                return Err(Full(c));
+            } else {
+                // Another producer claimed `pos` already; catch up.
+                pos = self.tail.0.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Claims the consumer role. Returns `None` while another [`CqConsumer`] of this
+    /// ring exists. The role is released when the handle drops, and may move between
+    /// threads (the claim synchronises the consumer state with the previous holder).
+    pub fn consumer(&self) -> Option<CqConsumer<'_>> {
+        // Acquire pairs with the release in `CqConsumer::drop`, so the new holder sees
+        // the previous holder's `head` and slot reads as done.
+        if self.consumer_claimed.swap(true, Ordering::Acquire) {
+            None
+        } else {
+            Some(CqConsumer { ring: self })
+        }
+    }
+
+    /// The number of completions claimed by producers and not yet consumed (a snapshot;
+    /// it may include pushes that are still being written).
+    pub fn len(&self) -> usize {
+        // Read `head` first: `tail` read afterwards is at least as new, and
+        // `head <= tail` always holds, so the difference cannot underflow.
+        let head = self.head.0.load(Ordering::Acquire);
+        let tail = self.tail.0.load(Ordering::Acquire);
+        tail.wrapping_sub(head).min(self.capacity())
+    }
+
+    /// Whether [`len`](Self::len) is zero.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads the completion at position `head` if it has been published, and frees its
+    /// slot for the next lap. Does not advance `head`.
+    ///
+    /// Only the holder of the consumer role may call this, with `head` equal to the
+    /// consumer's current position (`CqConsumer` guarantees both).
+    fn take(&self, head: usize) -> Option<Completion> {
+        let slot = &self.slots[head & self.mask];
+        // Acquire: pairs with the producer's release of `head + 1`.
+        if slot.seq.load(Ordering::Acquire) != head.wrapping_add(1) {
+            // Empty, or the producer of `head` has not finished writing.
+            return None;
+        }
+        // SAFETY: the sequence `head + 1` means the producer of `head` wrote the slot and
+        // released it to us (our acquire load makes the write visible); we are the only
+        // consumer, and producers will not touch the slot until we store
+        // `head + capacity` below. The value is initialised by that write, and
+        // `Completion: Copy`, so reading it out leaves nothing to drop.
+        let c = slot.value.with(|p| unsafe { (*p).assume_init() });
+        // Release: our read of the value happens before the next lap's producer write.
+        slot.seq
+            .store(head.wrapping_add(self.capacity()), Ordering::Release);
+        Some(c)
+    }
+}
+
+impl fmt::Debug for CqRing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CqRing")
+            .field("capacity", &self.capacity())
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The unique consumer side of a [`CqRing`], obtained from [`CqRing::consumer`].
+///
+/// At most one exists per ring at a time, and popping takes `&mut self`, so the
+/// single-consumer requirement of the algorithm is enforced by the types. (`Sync` is
+/// harmless: a shared `&CqConsumer` cannot pop.)
+pub struct CqConsumer<'a> {
+    ring: &'a CqRing,
+}
+
+impl CqConsumer<'_> {
+    /// The ring this handle consumes.
+    pub fn ring(&self) -> &CqRing {
+        self.ring
+    }
+
+    /// Removes the oldest published completion.
+    pub fn pop(&mut self) -> Option<Completion> {
+        // Relaxed: only the consumer writes `head`, and a new holder synchronised with
+        // the previous one through the claim flag.
+        let head = self.ring.head.0.load(Ordering::Relaxed);
+        let c = self.ring.take(head)?;
+        self.ring
+            .head
+            .0
+            .store(head.wrapping_add(1), Ordering::Release);
+        Some(c)
+    }
+
+    /// Moves up to `out.len()` completions, oldest first, into `out`; returns how many.
+    pub fn pop_into(&mut self, out: &mut [Completion]) -> usize {
+        let start = self.ring.head.0.load(Ordering::Relaxed);
+        let mut n = 0;
+        for dst in out.iter_mut() {
+            match self.ring.take(start.wrapping_add(n)) {
+                Some(c) => {
+                    *dst = c;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        if n > 0 {
+            self.ring
+                .head
+                .0
+                .store(start.wrapping_add(n), Ordering::Release);
+        }
+        n
+    }
+}
+
+impl Drop for CqConsumer<'_> {
+    fn drop(&mut self) {
+        // Release: hands our `head` and slot reads to the next holder.
+        self.ring.consumer_claimed.store(false, Ordering::Release);
+    }
+}
+
+impl fmt::Debug for CqConsumer<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CqConsumer")
+            .field("ring", self.ring)
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use softrnic_proto::verbs::{QpId, WcOpcode, WcStatus};
+
+    fn comp(qp: u32, wr_id: u64) -> Completion {
+        Completion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: wr_id as u32,
+            qp: QpId(qp),
+            solicited: false,
+            invalidated: None,
+        }
+    }
+
+    #[test]
+    fn capacity_rounding_and_limits() {
+        assert_eq!(CqRing::new(0).unwrap_err(), RingError::Capacity(0));
+        assert_eq!(
+            CqRing::new(MAX_CAPACITY + 1).unwrap_err(),
+            RingError::Capacity(MAX_CAPACITY + 1)
+        );
+        assert_eq!(CqRing::new(1).unwrap().capacity(), 2);
+        assert_eq!(CqRing::new(2).unwrap().capacity(), 2);
+        assert_eq!(CqRing::new(3).unwrap().capacity(), 4);
+        assert_eq!(CqRing::new(1000).unwrap().capacity(), 1024);
+        assert_eq!(CqRing::new(MAX_CAPACITY).unwrap().capacity(), MAX_CAPACITY);
+        assert!(RingError::Capacity(0).to_string().contains("outside"));
+    }
+
+    #[test]
+    fn fifo_and_full() {
+        let ring = CqRing::new(4).unwrap();
+        let mut rx = ring.consumer().unwrap();
+        assert!(ring.is_empty());
+        assert_eq!(rx.pop(), None);
+        for i in 0..4 {
+            ring.push(comp(1, i)).unwrap();
+            assert_eq!(ring.len(), i as usize + 1);
+        }
+        let err = ring.push(comp(1, 99)).unwrap_err();
+        assert_eq!(err, Full(comp(1, 99)));
+        assert_eq!(err.to_string(), "completion queue ring is full");
+        assert_eq!(ring.len(), 4);
+        for i in 0..4 {
+            assert_eq!(rx.pop(), Some(comp(1, i)));
+        }
+        assert_eq!(rx.pop(), None);
+        assert!(ring.is_empty());
+        // Room again after popping one.
+        ring.push(comp(1, 5)).unwrap();
+        assert_eq!(rx.pop(), Some(comp(1, 5)));
+        assert!(format!("{rx:?}").contains("capacity: 4"));
+    }
+
+    #[test]
+    fn full_frees_exactly_one_slot_per_pop() {
+        let ring = CqRing::new(2).unwrap();
+        let mut rx = ring.consumer().unwrap();
+        ring.push(comp(0, 0)).unwrap();
+        ring.push(comp(0, 1)).unwrap();
+        assert!(ring.push(comp(0, 2)).is_err());
+        assert_eq!(rx.pop(), Some(comp(0, 0)));
+        ring.push(comp(0, 2)).unwrap();
+        assert!(ring.push(comp(0, 3)).is_err());
+        assert_eq!(rx.pop(), Some(comp(0, 1)));
+        assert_eq!(rx.pop(), Some(comp(0, 2)));
+        assert_eq!(rx.pop(), None);
+    }
+
+    #[test]
+    fn wrap_around_many_times() {
+        let ring = CqRing::new(8).unwrap();
+        let mut rx = ring.consumer().unwrap();
+        let mut next_out = 0u64;
+        let mut next_in = 0u64;
+        // Varying fill levels so positions cross the slot boundary at every offset.
+        for round in 0..10_000u64 {
+            let k = round % 9;
+            for _ in 0..k {
+                if ring.push(comp(0, next_in)).is_ok() {
+                    next_in += 1;
+                }
+            }
+            for _ in 0..(round % 7) {
+                match rx.pop() {
+                    Some(c) => {
+                        assert_eq!(c.wr_id, next_out);
+                        next_out += 1;
+                    }
+                    None => {
+                        assert_eq!(next_out, next_in);
+                        break;
+                    }
+                }
+            }
+            assert_eq!(ring.len() as u64, next_in - next_out);
+        }
+        while let Some(c) = rx.pop() {
+            assert_eq!(c.wr_id, next_out);
+            next_out += 1;
+        }
+        assert_eq!(next_out, next_in);
+        assert!(next_in > 8 * 1000, "wrapped {} times", next_in / 8);
+    }
+
+    #[test]
+    fn positions_wrap_around_usize() {
+        let ring = CqRing::new(4).unwrap();
+        // Start just before the positions overflow, as a long-lived ring eventually
+        // would on a 32-bit target. Slot `p % 4` must hold sequence `p`.
+        let start = usize::MAX - 5;
+        ring.tail.0.store(start, Ordering::Relaxed);
+        ring.head.0.store(start, Ordering::Relaxed);
+        for p in start..start + 4 {
+            ring.slots[p & ring.mask].seq.store(p, Ordering::Relaxed);
+        }
+        let mut rx = ring.consumer().unwrap();
+        let mut next_in = 0u64;
+        let mut next_out = 0u64;
+        for _ in 0..10 {
+            // Fill to capacity (Full exactly then), drain three, across the overflow.
+            while ring.push(comp(0, next_in)).is_ok() {
+                next_in += 1;
+            }
+            assert_eq!(ring.len(), 4);
+            for _ in 0..3 {
+                assert_eq!(rx.pop().unwrap().wr_id, next_out);
+                next_out += 1;
+            }
+        }
+        assert!(
+            ring.tail.0.load(Ordering::Relaxed) < start,
+            "positions wrapped"
+        );
+        assert_eq!(rx.pop().unwrap().wr_id, next_out);
+        assert_eq!(rx.pop(), None);
+    }
+
+    #[test]
+    fn pop_into_batches_in_order() {
+        let ring = CqRing::new(16).unwrap();
+        let mut rx = ring.consumer().unwrap();
+        let mut out = [comp(0, 0); 5];
+        assert_eq!(rx.pop_into(&mut out), 0);
+        for i in 0..12 {
+            ring.push(comp(2, i)).unwrap();
+        }
+        assert_eq!(rx.pop_into(&mut out), 5);
+        assert_eq!(out.map(|c| c.wr_id), [0, 1, 2, 3, 4]);
+        assert_eq!(rx.pop_into(&mut out[..0]), 0);
+        assert_eq!(rx.pop_into(&mut out), 5);
+        assert_eq!(out.map(|c| c.wr_id), [5, 6, 7, 8, 9]);
+        assert_eq!(ring.len(), 2);
+        assert_eq!(rx.pop_into(&mut out), 2);
+        assert_eq!(
+            out[..2].iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+            [10, 11]
+        );
+        assert!(ring.is_empty());
+        // The freed slots are reusable: fill to capacity again.
+        for i in 0..16 {
+            ring.push(comp(2, i)).unwrap();
+        }
+        assert!(ring.push(comp(2, 16)).is_err());
+    }
+
+    #[test]
+    fn one_consumer_at_a_time() {
+        let ring = CqRing::new(4).unwrap();
+        let rx = ring.consumer().unwrap();
+        assert!(ring.consumer().is_none());
+        assert!(std::ptr::eq(rx.ring(), &ring));
+        drop(rx);
+        ring.push(comp(0, 1)).unwrap();
+        // The role moves to another thread and sees the state left behind.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut rx = ring.consumer().unwrap();
+                assert_eq!(rx.pop(), Some(comp(0, 1)));
+            });
+        });
+        let mut rx = ring.consumer().unwrap();
+        assert_eq!(rx.pop(), None);
+        assert!(format!("{ring:?}").contains("len: 0"));
+    }
+
+    #[test]
+    fn ring_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<CqRing>();
+        assert_send_sync::<CqConsumer<'static>>();
+    }
+
+    /// 4 producers x 100k pushes into a small ring, one consumer checking that every
+    /// completion arrives exactly once and each producer's arrive in push order.
+    #[test]
+    fn stress_mpsc_exactly_once_in_order() {
+        const PRODUCERS: u32 = 4;
+        let per_producer: u64 = std::env::var("SOFTRNIC_RING_STRESS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100_000);
+        let ring = CqRing::new(64).unwrap();
+        let total = PRODUCERS as u64 * per_producer;
+        let mut fulls = 0u64;
+        std::thread::scope(|s| {
+            let producers: Vec<_> = (0..PRODUCERS)
+                .map(|p| {
+                    let ring = &ring;
+                    s.spawn(move || {
+                        let mut full = 0u64;
+                        for i in 0..per_producer {
+                            let mut c = comp(p, i);
+                            loop {
+                                match ring.push(c) {
+                                    Ok(()) => break,
+                                    Err(Full(back)) => {
+                                        c = back;
+                                        full += 1;
+                                        std::thread::yield_now();
+                                    }
+                                }
+                            }
+                        }
+                        full
+                    })
+                })
+                .collect();
+
+            let mut rx = ring.consumer().unwrap();
+            let mut next = [0u64; PRODUCERS as usize];
+            let mut got = 0u64;
+            let mut batch = [comp(0, 0); 16];
+            while got < total {
+                let n = rx.pop_into(&mut batch);
+                if n == 0 {
+                    std::thread::yield_now();
+                    continue;
+                }
+                for c in &batch[..n] {
+                    let p = c.qp.0 as usize;
+                    assert_eq!(c.wr_id, next[p], "producer {p} out of order or duplicated");
+                    assert_eq!(c.byte_len, c.wr_id as u32);
+                    next[p] += 1;
+                }
+                got += n as u64;
+            }
+            assert_eq!(next, [per_producer; PRODUCERS as usize]);
+            assert_eq!(rx.pop(), None);
+            fulls = producers.into_iter().map(|h| h.join().unwrap()).sum();
+        });
+        assert!(ring.is_empty());
+        // Not an assertion on timing, just a sign the Full path was exercised.
+        eprintln!("stress: {total} completions, {fulls} Full retries");
+    }
+}
