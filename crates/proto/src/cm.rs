@@ -28,9 +28,10 @@
 //!   is a protocol error. Only revision 2 frames with the enhanced flag carry the RFC 6581
 //!   word (IRD/ORD and RTR bits) in front of the private data, and a reply carries it
 //!   only when the request did.
-//! - **CRC.** C=1 in either frame turns CRC32c on in both directions (RFC 5044 7.1.2). A
-//!   responder echoes a request's C=1 even when its own policy is [`CrcPolicy::Off`], as
-//!   Linux siw does. [`CrcPolicy::Strict`] insists that the peer sets C too.
+//! - **CRC.** C=1 in either frame turns CRC32c on in both directions (RFC 5044 section
+//!   7.1). A responder echoes a request's C=1 even when its own policy is
+//!   [`CrcPolicy::Off`], as Linux siw does. [`CrcPolicy::Strict`] insists that the peer
+//!   sets C too.
 //! - **Markers.** M in a frame asks the *other* side to insert markers in what it sends.
 //!   We honour a peer's M=1 (the wire crate can insert markers) and set M ourselves only
 //!   when configured to; siw never asks and refuses to be asked.

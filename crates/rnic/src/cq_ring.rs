@@ -231,12 +231,12 @@ impl CqRing {
     /// threads (the claim synchronises the consumer state with the previous holder).
     pub fn consumer(&self) -> Option<CqConsumer<'_>> {
         // Acquire pairs with the release in `CqConsumer::drop`, so the new holder sees
-        // the previous holder's `head` and slot reads as done.
-        if self.consumer_claimed.swap(true, Ordering::Acquire) {
-            None
-        } else {
-            Some(CqConsumer { ring: self })
-        }
+        // the previous holder's `head` and slot reads as done. A compare-exchange
+        // rather than a swap: a failed claim then writes nothing.
+        self.consumer_claimed
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| CqConsumer { ring: self })
     }
 
     /// The number of completions claimed by producers and not yet consumed (a snapshot;

@@ -1,4 +1,63 @@
-//! The verbs API and everything that touches the OS.
+//! softrnic's verbs API and everything that touches the OS.
+//!
+//! Open a [`Device`], allocate a protection domain ([`Pd`]) and memory regions ([`Mr`]),
+//! create completion queues ([`Cq`]) and queue pairs ([`Qp`]), connect them with the
+//! connection manager ([`Device::connect`], [`Device::listen`]), then post work requests
+//! and poll completions:
+//!
+//! ```
+//! use softrnic_rnic::*;
+//! use std::time::Duration;
+//!
+//! let dev = Device::open(DeviceConfig::default())?;
+//! let pd = dev.alloc_pd();
+//! let cq = dev.create_cq(64)?;
+//! let init = || QpInit { send_cq: &cq, recv_cq: &cq, sq_depth: 16, rq_depth: 16 };
+//! let (server_qp, client_qp) = (dev.create_qp(&pd, init())?, dev.create_qp(&pd, init())?);
+//! let listener = dev.listen("127.0.0.1:0")?;
+//! let addr = listener.local_addr()?;
+//! let server = std::thread::spawn(move || listener.accept()?.accept(&server_qp, b"hi").map(|_| server_qp));
+//! let conn = dev.connect(addr, &client_qp, b"hello")?;
+//! assert_eq!(conn.peer_private_data(), b"hi");
+//! let server_qp = server.join().unwrap()?;
+//!
+//! // The server exposes a buffer; the client writes into it.
+//! let target = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! let source = pd.alloc_mr(4096, Access::empty())?;
+//! source.write(0, b"RDMA over plain TCP")?;
+//! client_qp.post_send(SendWr {
+//!     wr_id: 1,
+//!     op: SendOp::Write { remote_addr: target.addr(), rkey: target.rkey() },
+//!     sgl: vec![source.sge(0, 19)],
+//!     signaled: true,
+//!     fence: false,
+//! })?;
+//! let wc = cq.wait_for(1, Duration::from_secs(5));
+//! assert_eq!(wc[0].status, WcStatus::Success);
+//! # drop(server_qp);
+//! # Ok::<(), softrnic_rnic::Error>(())
+//! ```
+//! (A Write completes when handed to TCP; an application learns that the data is in
+//! place from a later Send, as with any RDMA Write.)
 
+pub mod cm;
+pub mod cq;
 pub mod cq_ring;
+pub mod device;
+mod engine;
+pub mod error;
+pub mod mr;
+pub mod qp;
 pub mod region;
+
+pub use cm::{ConnRequest, Connection, Listener};
+pub use cq::Cq;
+pub use device::{AsyncEvent, Device, DeviceAttr, DeviceConfig, ProgressMode};
+pub use error::{Error, Result};
+pub use mr::{Mr, Pd};
+pub use qp::{Qp, QpInit, QpStats};
+pub use softrnic_proto::cm::{CrcPolicy, MpaConfig};
+pub use softrnic_proto::{
+    Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+};
+pub use softrnic_wire::TerminateCause;

@@ -349,8 +349,12 @@ impl Qp {
                 self.finish_send(seq, signaled.then_some(c));
             }
             Err(_) => {
-                let c =
-                    self.completion(wr_id, WcStatus::LocalAccessError, WcOpcode::LocalInvalidate, 0);
+                let c = self.completion(
+                    wr_id,
+                    WcStatus::LocalAccessError,
+                    WcOpcode::LocalInvalidate,
+                    0,
+                );
                 self.finish_send(seq, Some(c));
                 self.local_error();
             }

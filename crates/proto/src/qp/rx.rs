@@ -224,13 +224,20 @@ impl Qp {
     /// Payload octets were read into the memory [`RxNeed::Place`] named; `placed` is
     /// those octets (the CRC is computed over them while they are hot in cache).
     pub fn rx_placed(&mut self, placed: &[u8]) {
+        self.rx_placed_with(placed.len(), |crc| crc32c_append(crc, placed));
+    }
+
+    /// As [`Qp::rx_placed`] for an I/O layer that does not hold the octets as a slice:
+    /// `n` octets were placed, and `crc_append` extends a running CRC32c over them (it
+    /// is called only when CRC is on).
+    pub fn rx_placed_with(&mut self, n: usize, crc_append: impl FnOnce(u32) -> u32) {
         let rx = &mut self.rx;
         let Some(front) = rx.dest.first_mut() else {
             return;
         };
-        let n = placed.len().min(front.len);
+        let n = n.min(front.len);
         if rx.crc_on {
-            rx.crc = crc32c_append(rx.crc, &placed[..n]);
+            rx.crc = crc_append(rx.crc);
         }
         front.len -= n;
         front.offset += n as u64;
@@ -524,19 +531,17 @@ impl Qp {
     /// The segment is in place and intact: complete what it finishes.
     fn complete_segment(&mut self, h: DdpRepr, len: usize, tpt: &mut Tpt) {
         match h.opcode {
-            Opcode::Write => {
-                if self.rx.await_rtr && len == 0 {
-                    self.rx.await_rtr = false;
-                    self.tx.hold_for_rtr = false;
-                }
+            Opcode::Write if self.rx.await_rtr && len == 0 => {
+                // RFC 6581 RTR as a zero-length Write: the responder may now send.
+                self.rx.await_rtr = false;
+                self.tx.hold_for_rtr = false;
             }
             Opcode::ReadResponse => {
-                if let Some((wr_id, total, signaled)) =
+                if let Some((seq, wr_id, total, signaled)) =
                     self.tx.read_response_placed(len as u32, h.last)
-                    && signaled
                 {
                     let c = self.completion(wr_id, WcStatus::Success, WcOpcode::Read, total);
-                    self.push(CqSide::Send, c);
+                    self.finish_send(seq, signaled.then_some(c));
                 }
             }
             op if op.is_send() => {

@@ -34,7 +34,11 @@ impl Side {
     /// Registers `len` octets filled with a pattern; returns (stag, base address).
     fn reg(&mut self, len: usize, access: Access, seed: u8) -> (STag, u64) {
         let id = self.mem.len() as u32;
-        self.mem.push((0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect());
+        self.mem.push(
+            (0..len)
+                .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+                .collect(),
+        );
         let base = 0x1_0000_0000 * u64::from(id + 1);
         let stag = self
             .tpt
@@ -118,7 +122,10 @@ fn pair(params: QpParams) -> (Side, Side) {
 fn send_wr(wr_id: u64, sgl: Vec<Sge>) -> SendWr {
     SendWr {
         wr_id,
-        op: SendOp::Send { solicited: false, invalidate: None },
+        op: SendOp::Send {
+            solicited: false,
+            invalidate: None,
+        },
         sgl,
         signaled: true,
         fence: false,
@@ -126,7 +133,11 @@ fn send_wr(wr_id: u64, sgl: Vec<Sge>) -> SendWr {
 }
 
 fn sge(stag: STag, addr: u64, len: usize) -> Sge {
-    Sge { addr, len: len as u32, lkey: stag }
+    Sge {
+        addr,
+        len: len as u32,
+        lkey: stag,
+    }
 }
 
 #[test]
@@ -137,7 +148,10 @@ fn send_recv_sizes_and_sg_lists() {
                 if one && size > 4096 {
                     continue;
                 }
-                let (mut a, mut b) = pair(QpParams { crc, ..Default::default() });
+                let (mut a, mut b) = pair(QpParams {
+                    crc,
+                    ..Default::default()
+                });
                 let (src, sbase) = a.reg(size + 10, Access::empty(), 1);
                 let (dst, dbase) = b.reg(size + 10, Access::LOCAL_WRITE, 2);
                 // Receive buffer split in three SGEs; send gathered from two.
@@ -156,18 +170,39 @@ fn send_recv_sizes_and_sg_lists() {
                 .unwrap();
                 let half = size / 2;
                 a.qp.post_send(
-                    send_wr(9, vec![sge(src, sbase, half), sge(src, sbase + half as u64, size - half)]),
+                    send_wr(
+                        9,
+                        vec![
+                            sge(src, sbase, half),
+                            sge(src, sbase + half as u64, size - half),
+                        ],
+                    ),
                     &mut a.tpt,
                 )
                 .unwrap();
                 pump(&mut a, &mut b, one);
-                assert_eq!(&b.region(dst)[..size], &a.region(src)[..size], "size {size} crc {crc}");
+                assert_eq!(
+                    &b.region(dst)[..size],
+                    &a.region(src)[..size],
+                    "size {size} crc {crc}"
+                );
                 let ca = a.completions();
                 let cb = b.completions();
                 assert_eq!(ca.len(), 1);
-                assert_eq!((ca[0].1.wr_id, ca[0].1.status, ca[0].1.opcode, ca[0].1.byte_len), (9, WcStatus::Success, WcOpcode::Send, size as u32));
+                assert_eq!(
+                    (
+                        ca[0].1.wr_id,
+                        ca[0].1.status,
+                        ca[0].1.opcode,
+                        ca[0].1.byte_len
+                    ),
+                    (9, WcStatus::Success, WcOpcode::Send, size as u32)
+                );
                 assert_eq!(cb.len(), 1);
-                assert_eq!((cb[0].0, cb[0].1.wr_id, cb[0].1.status, cb[0].1.byte_len), (CqSide::Recv, 7, WcStatus::Success, size as u32));
+                assert_eq!(
+                    (cb[0].0, cb[0].1.wr_id, cb[0].1.status, cb[0].1.byte_len),
+                    (CqSide::Recv, 7, WcStatus::Success, size as u32)
+                );
             }
         }
     }
@@ -175,39 +210,90 @@ fn send_recv_sizes_and_sg_lists() {
 
 #[test]
 fn write_and_read_place_exact_bytes() {
-    let (mut a, mut b) = pair(QpParams { crc: true, ..Default::default() });
+    let (mut a, mut b) = pair(QpParams {
+        crc: true,
+        ..Default::default()
+    });
     let n = 100_000;
     let (src, sbase) = a.reg(n, Access::empty(), 3);
     let (sink, kbase) = a.reg(n, Access::LOCAL_WRITE, 4);
     let (target, tbase) = b.reg(n + 8, Access::REMOTE_WRITE | Access::REMOTE_READ, 5);
     let before = b.region(target).to_vec();
     a.qp.post_send(
-        SendWr { wr_id: 1, op: SendOp::Write { remote_addr: tbase + 8, rkey: target }, sgl: vec![sge(src, sbase, n)], signaled: true, fence: false },
+        SendWr {
+            wr_id: 1,
+            op: SendOp::Write {
+                remote_addr: tbase + 8,
+                rkey: target,
+            },
+            sgl: vec![sge(src, sbase, n)],
+            signaled: true,
+            fence: false,
+        },
         &mut a.tpt,
     )
     .unwrap();
     a.qp.post_send(
-        SendWr { wr_id: 2, op: SendOp::Read { remote_addr: tbase + 8, rkey: target }, sgl: vec![sge(sink, kbase, n)], signaled: true, fence: true },
+        SendWr {
+            wr_id: 2,
+            op: SendOp::Read {
+                remote_addr: tbase + 8,
+                rkey: target,
+            },
+            sgl: vec![sge(sink, kbase, n)],
+            signaled: true,
+            fence: true,
+        },
         &mut a.tpt,
     )
     .unwrap();
     pump(&mut a, &mut b, false);
-    assert_eq!(&b.region(target)[..8], &before[..8], "octets before the target untouched");
+    assert_eq!(
+        &b.region(target)[..8],
+        &before[..8],
+        "octets before the target untouched"
+    );
     assert_eq!(&b.region(target)[8..], a.region(src));
     assert_eq!(a.region(sink), a.region(src));
-    let c: Vec<_> = a.completions().into_iter().map(|(_, c)| (c.wr_id, c.status, c.opcode, c.byte_len)).collect();
-    assert_eq!(c, vec![(1, WcStatus::Success, WcOpcode::Write, n as u32), (2, WcStatus::Success, WcOpcode::Read, n as u32)]);
-    assert!(b.completions().is_empty(), "the passive side of one-sided operations sees nothing");
+    let c: Vec<_> = a
+        .completions()
+        .into_iter()
+        .map(|(_, c)| (c.wr_id, c.status, c.opcode, c.byte_len))
+        .collect();
+    assert_eq!(
+        c,
+        vec![
+            (1, WcStatus::Success, WcOpcode::Write, n as u32),
+            (2, WcStatus::Success, WcOpcode::Read, n as u32)
+        ]
+    );
+    assert!(
+        b.completions().is_empty(),
+        "the passive side of one-sided operations sees nothing"
+    );
 }
 
 #[test]
 fn reads_beyond_ord_wait_and_complete_in_order() {
-    let (mut a, mut b) = pair(QpParams { ord: 2, ird: 2, ..Default::default() });
+    let (mut a, mut b) = pair(QpParams {
+        ord: 2,
+        ird: 2,
+        ..Default::default()
+    });
     let (sink, kbase) = a.reg(8 * 1000, Access::LOCAL_WRITE, 0);
     let (src, sbase) = b.reg(8 * 1000, Access::REMOTE_READ, 9);
     for i in 0..8u64 {
         a.qp.post_send(
-            SendWr { wr_id: i, op: SendOp::Read { remote_addr: sbase + i * 1000, rkey: src }, sgl: vec![sge(sink, kbase + i * 1000, 1000)], signaled: true, fence: false },
+            SendWr {
+                wr_id: i,
+                op: SendOp::Read {
+                    remote_addr: sbase + i * 1000,
+                    rkey: src,
+                },
+                sgl: vec![sge(sink, kbase + i * 1000, 1000)],
+                signaled: true,
+                fence: false,
+            },
             &mut a.tpt,
         )
         .unwrap();
@@ -219,45 +305,97 @@ fn reads_beyond_ord_wait_and_complete_in_order() {
     }
     assert_eq!(sent, 2);
     // (the two Read Requests were dropped on the floor above; start again cleanly)
-    let (mut a, mut b2) = pair(QpParams { ord: 2, ird: 2, ..Default::default() });
+    let (mut a, mut b2) = pair(QpParams {
+        ord: 2,
+        ird: 2,
+        ..Default::default()
+    });
     let (sink, kbase) = a.reg(8 * 1000, Access::LOCAL_WRITE, 0);
     let (src, sbase) = b2.reg(8 * 1000, Access::REMOTE_READ, 9);
     for i in 0..8u64 {
         a.qp.post_send(
-            SendWr { wr_id: i, op: SendOp::Read { remote_addr: sbase + i * 1000, rkey: src }, sgl: vec![sge(sink, kbase + i * 1000, 1000)], signaled: true, fence: false },
+            SendWr {
+                wr_id: i,
+                op: SendOp::Read {
+                    remote_addr: sbase + i * 1000,
+                    rkey: src,
+                },
+                sgl: vec![sge(sink, kbase + i * 1000, 1000)],
+                signaled: true,
+                fence: false,
+            },
             &mut a.tpt,
         )
         .unwrap();
     }
     pump(&mut a, &mut b2, false);
-    let ids: Vec<_> = a.completions().into_iter().map(|(_, c)| (c.wr_id, c.status)).collect();
-    assert_eq!(ids, (0..8).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
+    let ids: Vec<_> = a
+        .completions()
+        .into_iter()
+        .map(|(_, c)| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        ids,
+        (0..8).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
+    );
     assert_eq!(a.region(sink), b2.region(src));
     drop(b);
 }
 
+/// (cause the target sent, cause the initiator received, initiator's completions).
+type Outcome = (
+    Option<(TerminateCause, bool)>,
+    Option<(TerminateCause, bool)>,
+    Vec<(u64, WcStatus)>,
+);
+
 /// Runs one remote access that the target must refuse; returns the causes seen at the
 /// target (sent) and at the initiator (received) and the initiator's completions.
-fn violation(op: impl Fn(STag, u64) -> SendOp, access: Access, tamper: impl Fn(&mut Side, STag)) -> (Option<(TerminateCause, bool)>, Option<(TerminateCause, bool)>, Vec<(u64, WcStatus)>) {
+fn violation(
+    op: impl Fn(STag, u64) -> SendOp,
+    access: Access,
+    tamper: impl Fn(&mut Side, STag),
+) -> Outcome {
     let (mut a, mut b) = pair(QpParams::default());
     let (local, lbase) = a.reg(64, Access::LOCAL_WRITE, 1);
     let (remote, rbase) = b.reg(64, access, 2);
     tamper(&mut b, remote);
     let before = b.mem.clone();
-    a.qp.post_send(SendWr { wr_id: 1, op: op(remote, rbase), sgl: vec![sge(local, lbase, 32)], signaled: true, fence: false }, &mut a.tpt).unwrap();
-    a.qp.post_send(send_wr(2, vec![sge(local, lbase, 4)]), &mut a.tpt).unwrap();
+    a.qp.post_send(
+        SendWr {
+            wr_id: 1,
+            op: op(remote, rbase),
+            sgl: vec![sge(local, lbase, 32)],
+            signaled: true,
+            fence: false,
+        },
+        &mut a.tpt,
+    )
+    .unwrap();
+    a.qp.post_send(send_wr(2, vec![sge(local, lbase, 4)]), &mut a.tpt)
+        .unwrap();
     pump(&mut a, &mut b, false);
     assert_eq!(b.mem, before, "a refused access changes no memory");
     assert_eq!(b.qp.state(), QpState::Terminate);
     assert!(b.qp.terminate_sent());
-    let c = a.completions().into_iter().map(|(_, c)| (c.wr_id, c.status)).collect();
+    let c = a
+        .completions()
+        .into_iter()
+        .map(|(_, c)| (c.wr_id, c.status))
+        .collect();
     (b.qp.fatal_cause(), a.qp.fatal_cause(), c)
 }
 
 #[test]
 fn tpt_violations_terminate_with_exact_codes_at_both_ends() {
-    let write = |stag, base| SendOp::Write { remote_addr: base, rkey: stag };
-    let read = |stag, base| SendOp::Read { remote_addr: base, rkey: stag };
+    let write = |stag, base| SendOp::Write {
+        remote_addr: base,
+        rkey: stag,
+    };
+    let read = |stag, base| SendOp::Read {
+        remote_addr: base,
+        rkey: stag,
+    };
     let ddp = |c| TerminateCause::new(Layer::Ddp, 1, c);
     let rdmap = |c| TerminateCause::new(Layer::Rdmap, 1, c);
     let none = |_: &mut Side, _| {};
@@ -268,26 +406,72 @@ fn tpt_violations_terminate_with_exact_codes_at_both_ends() {
     };
     let invalidated = |s: &mut Side, stag| s.tpt.invalidate(stag, PD).unwrap();
     for (name, is_read, access, tamper, cause) in [
-        ("write stale key", false, Access::REMOTE_WRITE, &bad_key as &dyn Fn(&mut Side, STag), ddp(0)),
-        ("write invalidated", false, Access::REMOTE_WRITE, &invalidated, ddp(0)),
-        ("write no right", false, Access::REMOTE_READ, &none, rdmap(2)),
-        ("read stale key", true, Access::REMOTE_READ, &bad_key, rdmap(0)),
+        (
+            "write stale key",
+            false,
+            Access::REMOTE_WRITE,
+            &bad_key as &dyn Fn(&mut Side, STag),
+            ddp(0),
+        ),
+        (
+            "write invalidated",
+            false,
+            Access::REMOTE_WRITE,
+            &invalidated,
+            ddp(0),
+        ),
+        (
+            "write no right",
+            false,
+            Access::REMOTE_READ,
+            &none,
+            rdmap(2),
+        ),
+        (
+            "read stale key",
+            true,
+            Access::REMOTE_READ,
+            &bad_key,
+            rdmap(0),
+        ),
         ("read no right", true, Access::REMOTE_WRITE, &none, rdmap(2)),
     ] {
-        let op = if is_read { &read as &dyn Fn(STag, u64) -> SendOp } else { &write };
+        let op = if is_read {
+            &read as &dyn Fn(STag, u64) -> SendOp
+        } else {
+            &write
+        };
         let (sent, got, c) = violation(op, access, tamper);
         assert_eq!(sent, Some((cause, false)), "{name}: target's Terminate");
         assert_eq!(got, Some((cause, true)), "{name}: initiator received");
         // A Write and the Send behind it were handed to TCP before the Terminate came
         // back: they succeeded locally. A Read is outstanding: it fails, and the Send
         // posted after it completes after it, in posting order.
-        let first = if is_read { WcStatus::RemoteAccessError } else { WcStatus::Success };
+        let first = if is_read {
+            WcStatus::RemoteAccessError
+        } else {
+            WcStatus::Success
+        };
         assert_eq!(c, vec![(1, first), (2, WcStatus::Success)], "{name}");
     }
     // Out of bounds and wrong PD.
-    let (sent, _, _) = violation(|s, b| SendOp::Write { remote_addr: b + 40, rkey: s }, Access::REMOTE_WRITE, none);
+    let (sent, _, _) = violation(
+        |s, b| SendOp::Write {
+            remote_addr: b + 40,
+            rkey: s,
+        },
+        Access::REMOTE_WRITE,
+        none,
+    );
     assert_eq!(sent.unwrap().0, ddp(1));
-    let (sent, _, _) = violation(|s, b| SendOp::Read { remote_addr: b + 40, rkey: s }, Access::REMOTE_READ, none);
+    let (sent, _, _) = violation(
+        |s, b| SendOp::Read {
+            remote_addr: b + 40,
+            rkey: s,
+        },
+        Access::REMOTE_READ,
+        none,
+    );
     assert_eq!(sent.unwrap().0, rdmap(1));
     let wrong_pd = |s: &mut Side, stag: STag| {
         let mut e = *s.tpt.get(stag).unwrap();
@@ -304,33 +488,76 @@ fn send_without_receive_is_fatal_and_everything_completes_once() {
     let (mut a, mut b) = pair(QpParams::default());
     let (s, base) = a.reg(16, Access::empty(), 0);
     let (d, dbase) = b.reg(16, Access::LOCAL_WRITE, 0);
-    a.qp.post_send(send_wr(1, vec![sge(s, base, 16)]), &mut a.tpt).unwrap();
-    a.qp.post_send(send_wr(2, vec![sge(s, base, 16)]), &mut a.tpt).unwrap();
+    a.qp.post_send(send_wr(1, vec![sge(s, base, 16)]), &mut a.tpt)
+        .unwrap();
+    a.qp.post_send(send_wr(2, vec![sge(s, base, 16)]), &mut a.tpt)
+        .unwrap();
     pump(&mut a, &mut b, false);
     let cause = TerminateCause::new(Layer::Ddp, 2, 0x02);
     assert_eq!(b.qp.fatal_cause(), Some((cause, false)));
     assert_eq!(a.qp.fatal_cause(), Some((cause, true)));
     // Posting after the error flushes at once.
-    b.qp.post_recv(RecvWr { wr_id: 5, sgl: vec![sge(d, dbase, 16)] }, &b.tpt).unwrap();
-    a.qp.post_send(send_wr(3, vec![sge(s, base, 1)]), &mut a.tpt).unwrap();
-    let ca: Vec<_> = a.completions().into_iter().map(|(_, c)| (c.wr_id, c.status)).collect();
-    assert_eq!(ca, vec![(1, WcStatus::Success), (2, WcStatus::Success), (3, WcStatus::WrFlushError)]);
-    let cb: Vec<_> = b.completions().into_iter().map(|(_, c)| (c.wr_id, c.status)).collect();
+    b.qp.post_recv(
+        RecvWr {
+            wr_id: 5,
+            sgl: vec![sge(d, dbase, 16)],
+        },
+        &b.tpt,
+    )
+    .unwrap();
+    a.qp.post_send(send_wr(3, vec![sge(s, base, 1)]), &mut a.tpt)
+        .unwrap();
+    let ca: Vec<_> = a
+        .completions()
+        .into_iter()
+        .map(|(_, c)| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        ca,
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::Success),
+            (3, WcStatus::WrFlushError)
+        ]
+    );
+    let cb: Vec<_> = b
+        .completions()
+        .into_iter()
+        .map(|(_, c)| (c.wr_id, c.status))
+        .collect();
     assert_eq!(cb, vec![(5, WcStatus::WrFlushError)]);
 }
 
 #[test]
 fn crc_corruption_is_an_mpa_terminate() {
-    let (mut a, mut b) = pair(QpParams { crc: true, ..Default::default() });
+    let (mut a, mut b) = pair(QpParams {
+        crc: true,
+        ..Default::default()
+    });
     let (s, base) = a.reg(100, Access::empty(), 0);
     let (d, dbase) = b.reg(100, Access::LOCAL_WRITE, 0);
-    b.qp.post_recv(RecvWr { wr_id: 5, sgl: vec![sge(d, dbase, 100)] }, &b.tpt).unwrap();
-    a.qp.post_send(send_wr(1, vec![sge(s, base, 100)]), &mut a.tpt).unwrap();
+    b.qp.post_recv(
+        RecvWr {
+            wr_id: 5,
+            sgl: vec![sge(d, dbase, 100)],
+        },
+        &b.tpt,
+    )
+    .unwrap();
+    a.qp.post_send(send_wr(1, vec![sge(s, base, 100)]), &mut a.tpt)
+        .unwrap();
     let mut f = a.next_fpdu().unwrap();
     f[50] ^= 0x10;
     b.feed(&f, false);
-    assert_eq!(b.qp.fatal_cause(), Some((TerminateCause::new(Layer::Llp, 0, 0x02), false)));
-    let cb: Vec<_> = b.completions().into_iter().map(|(_, c)| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        b.qp.fatal_cause(),
+        Some((TerminateCause::new(Layer::Llp, 0, 0x02), false))
+    );
+    let cb: Vec<_> = b
+        .completions()
+        .into_iter()
+        .map(|(_, c)| (c.wr_id, c.status))
+        .collect();
     assert_eq!(cb, vec![(5, WcStatus::WrFlushError)]);
 }
 
@@ -338,11 +565,28 @@ fn crc_corruption_is_an_mpa_terminate() {
 fn malformed_frames_terminate_with_the_wire_cause() {
     for (bytes, cause) in [
         // ULPDU length shorter than a DDP header.
-        (vec![0u8, 4, 0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0], TerminateCause::new(Layer::Llp, 0, 0x03)),
+        (
+            vec![0u8, 4, 0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0],
+            TerminateCause::new(Layer::Llp, 0, 0x03),
+        ),
         // DDP version 2 in an untagged header.
-        ({ let mut v = vec![0u8, 18, 0x42, 0x43]; v.extend([0u8; 20]); v }, TerminateCause::new(Layer::Ddp, 2, 0x06)),
+        (
+            {
+                let mut v = vec![0u8, 18, 0x42, 0x43];
+                v.extend([0u8; 20]);
+                v
+            },
+            TerminateCause::new(Layer::Ddp, 2, 0x06),
+        ),
         // Opcode 0xd.
-        ({ let mut v = vec![0u8, 18, 0x41, 0x4d]; v.extend([0u8; 20]); v }, TerminateCause::new(Layer::Rdmap, 2, 0x06)),
+        (
+            {
+                let mut v = vec![0u8, 18, 0x41, 0x4d];
+                v.extend([0u8; 20]);
+                v
+            },
+            TerminateCause::new(Layer::Rdmap, 2, 0x06),
+        ),
     ] {
         let (_, mut b) = pair(QpParams::default());
         b.feed(&bytes, false);
@@ -357,9 +601,25 @@ fn send_with_invalidate_and_solicited_event() {
     let (s, base) = a.reg(8, Access::empty(), 0);
     let (d, dbase) = b.reg(8, Access::LOCAL_WRITE, 0);
     let (exposed, _) = b.reg(8, Access::REMOTE_WRITE, 0);
-    b.qp.post_recv(RecvWr { wr_id: 5, sgl: vec![sge(d, dbase, 8)] }, &b.tpt).unwrap();
+    b.qp.post_recv(
+        RecvWr {
+            wr_id: 5,
+            sgl: vec![sge(d, dbase, 8)],
+        },
+        &b.tpt,
+    )
+    .unwrap();
     a.qp.post_send(
-        SendWr { wr_id: 1, op: SendOp::Send { solicited: true, invalidate: Some(exposed) }, sgl: vec![sge(s, base, 8)], signaled: true, fence: false },
+        SendWr {
+            wr_id: 1,
+            op: SendOp::Send {
+                solicited: true,
+                invalidate: Some(exposed),
+            },
+            sgl: vec![sge(s, base, 8)],
+            signaled: true,
+            fence: false,
+        },
         &mut a.tpt,
     )
     .unwrap();
@@ -374,14 +634,37 @@ fn send_with_invalidate_and_solicited_event() {
 #[test]
 fn rtr_holds_the_responder_until_it_arrives() {
     let (mut a, mut b) = (
-        Side::new(1, QpParams { send_rtr: Some(RtrKind::Write), ..Default::default() }),
-        Side::new(2, QpParams { await_rtr: true, ..Default::default() }),
+        Side::new(
+            1,
+            QpParams {
+                send_rtr: Some(RtrKind::Write),
+                ..Default::default()
+            },
+        ),
+        Side::new(
+            2,
+            QpParams {
+                await_rtr: true,
+                ..Default::default()
+            },
+        ),
     );
     let (s, base) = b.reg(8, Access::empty(), 0);
     let (d, dbase) = a.reg(8, Access::LOCAL_WRITE, 0);
-    a.qp.post_recv(RecvWr { wr_id: 1, sgl: vec![sge(d, dbase, 8)] }, &a.tpt).unwrap();
-    b.qp.post_send(send_wr(2, vec![sge(s, base, 8)]), &mut b.tpt).unwrap();
-    assert!(b.next_fpdu().is_none(), "the responder must not send before the RTR");
+    a.qp.post_recv(
+        RecvWr {
+            wr_id: 1,
+            sgl: vec![sge(d, dbase, 8)],
+        },
+        &a.tpt,
+    )
+    .unwrap();
+    b.qp.post_send(send_wr(2, vec![sge(s, base, 8)]), &mut b.tpt)
+        .unwrap();
+    assert!(
+        b.next_fpdu().is_none(),
+        "the responder must not send before the RTR"
+    );
     let rtr = a.next_fpdu().unwrap();
     assert_eq!(rtr.len(), 2 + 14 + 4, "a zero-length RDMA Write");
     b.feed(&rtr, false);
@@ -395,8 +678,16 @@ fn graceful_close_waits_for_queued_sends() {
     let (mut a, mut b) = pair(QpParams::default());
     let (s, base) = a.reg(5000, Access::empty(), 0);
     let (d, dbase) = b.reg(5000, Access::LOCAL_WRITE, 0);
-    b.qp.post_recv(RecvWr { wr_id: 5, sgl: vec![sge(d, dbase, 5000)] }, &b.tpt).unwrap();
-    a.qp.post_send(send_wr(1, vec![sge(s, base, 5000)]), &mut a.tpt).unwrap();
+    b.qp.post_recv(
+        RecvWr {
+            wr_id: 5,
+            sgl: vec![sge(d, dbase, 5000)],
+        },
+        &b.tpt,
+    )
+    .unwrap();
+    a.qp.post_send(send_wr(1, vec![sge(s, base, 5000)]), &mut a.tpt)
+        .unwrap();
     a.qp.close();
     assert!(!a.qp.ready_to_fin());
     pump(&mut a, &mut b, false);
@@ -406,4 +697,81 @@ fn graceful_close_waits_for_queued_sends() {
     assert_eq!(a.completions().len(), 1);
     assert_eq!(b.completions()[0].1.status, WcStatus::Success);
     assert_eq!(a.qp.state(), QpState::Error);
+}
+
+#[test]
+fn send_completions_come_in_posting_order_across_reads() {
+    let (mut a, mut b) = pair(QpParams::default());
+    let (src, sbase) = a.reg(64, Access::LOCAL_WRITE, 0);
+    let (t, tbase) = b.reg(64, Access::REMOTE_WRITE | Access::REMOTE_READ, 1);
+    let (d, dbase) = b.reg(64, Access::LOCAL_WRITE, 0);
+    b.qp.post_recv(
+        RecvWr {
+            wr_id: 50,
+            sgl: vec![sge(d, dbase, 64)],
+        },
+        &b.tpt,
+    )
+    .unwrap();
+    for round in 0..3u64 {
+        for (i, size) in [0usize, 1, 7].into_iter().enumerate() {
+            let id = round * 10 + i as u64 * 3;
+            a.qp.post_send(
+                SendWr {
+                    wr_id: id,
+                    op: SendOp::Write {
+                        remote_addr: tbase,
+                        rkey: t,
+                    },
+                    sgl: vec![sge(src, sbase, size)],
+                    signaled: true,
+                    fence: false,
+                },
+                &mut a.tpt,
+            )
+            .unwrap();
+            a.qp.post_send(
+                SendWr {
+                    wr_id: id + 1,
+                    op: SendOp::Read {
+                        remote_addr: tbase,
+                        rkey: t,
+                    },
+                    sgl: vec![sge(src, sbase + 8, size)],
+                    signaled: i != 1,
+                    fence: false,
+                },
+                &mut a.tpt,
+            )
+            .unwrap();
+            a.qp.post_send(
+                SendWr {
+                    wr_id: id + 2,
+                    op: SendOp::Write {
+                        remote_addr: tbase,
+                        rkey: t,
+                    },
+                    sgl: vec![sge(src, sbase, size)],
+                    signaled: true,
+                    fence: false,
+                },
+                &mut a.tpt,
+            )
+            .unwrap();
+        }
+    }
+    pump(&mut a, &mut b, false);
+    let ids: Vec<u64> = a.completions().into_iter().map(|(_, c)| c.wr_id).collect();
+    let mut expected = Vec::new();
+    for round in 0..3u64 {
+        for i in 0..3u64 {
+            let id = round * 10 + i * 3;
+            expected.extend(
+                [id, id + 1, id + 2]
+                    .into_iter()
+                    .filter(|x| i != 1 || *x != id + 1),
+            );
+        }
+    }
+    assert_eq!(ids, expected, "posting order, unsignaled Reads skipped");
 }

@@ -241,9 +241,16 @@ impl TxState {
 
     /// Removes every outstanding request: (seq, wr_id, opcode).
     pub(crate) fn drain_all(&mut self) -> Vec<(u64, u64, WcOpcode)> {
-        let mut v: Vec<(u64, u64, WcOpcode)> =
-            self.orq.drain(..).map(|r| (r.seq, r.wr_id, WcOpcode::Read)).collect();
-        v.extend(self.sq.drain(..).map(|e| (e.seq, e.wr_id, wc_opcode(&e.op))));
+        let mut v: Vec<(u64, u64, WcOpcode)> = self
+            .orq
+            .drain(..)
+            .map(|r| (r.seq, r.wr_id, WcOpcode::Read))
+            .collect();
+        v.extend(
+            self.sq
+                .drain(..)
+                .map(|e| (e.seq, e.wr_id, wc_opcode(&e.op))),
+        );
         self.irq.clear();
         if self.in_flight == InFlight::SqHead || self.in_flight == InFlight::ReadResponseDone {
             self.in_flight = InFlight::Nothing;
@@ -278,17 +285,18 @@ impl TxState {
         (r.sink_stag == stag && to == expected_to && fits).then_some((r.sink_stag, to))
     }
 
-    /// Accounts placed Read Response octets; returns the finished Read when `last`.
+    /// Accounts placed Read Response octets; returns the finished Read when `last`:
+    /// (seq, wr_id, octets, signaled).
     pub(crate) fn read_response_placed(
         &mut self,
         len: u32,
         last: bool,
-    ) -> Option<(u64, u32, bool)> {
+    ) -> Option<(u64, u64, u32, bool)> {
         let r = self.orq.front_mut()?;
         r.received += len;
         if last {
             let r = self.orq.pop_front()?;
-            return Some((r.wr_id, r.received, r.signaled));
+            return Some((r.seq, r.wr_id, r.received, r.signaled));
         }
         None
     }

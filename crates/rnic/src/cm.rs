@@ -1,0 +1,360 @@
+//! The connection manager: listen, connect, accept and reject with private data, and
+//! conversion of an existing TCP stream into RDMA mode.
+//!
+//! The MPA exchange runs on a blocking socket in the caller's thread (with the device's
+//! connect timeout); then the socket turns non-blocking and goes to the QP's engine.
+//! MPA frames are read exactly (header, then private data), so no FPDU octet is ever
+//! read early and nothing is copied out of order.
+//!
+//! **Stream conversion**: an application may exchange its own octets on a `TcpStream`
+//! and then convert it. Both sides must stop streaming at an agreed point: from then on
+//! the active side's next octets are the MPA Request, and the passive side's the Reply.
+//! If the passive side finds anything else (streaming octets still in flight), the
+//! conversion fails with [`crate::Error::StreamNotMpa`] carrying every octet it read, so
+//! nothing is lost and nothing is mixed into the RDMA stream; after a successful
+//! conversion, the stream carries FPDUs only.
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::qp::Qp;
+use softrnic_proto::cm::{
+    ConnectRequest, Initiator, InitiatorProgress, MpaConfig, Negotiated, Responder,
+    ResponderProgress,
+};
+use softrnic_proto::qp::{QpParams, RtrKind};
+use softrnic_wire::mpa::FRAME_HEADER_LEN;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+
+/// An established connection.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    /// What the MPA exchange settled (CRC, IRD/ORD, RTR).
+    pub negotiated: Negotiated,
+    /// The peer's address.
+    pub peer_addr: SocketAddr,
+}
+
+impl Connection {
+    /// The private data the peer sent in its MPA frame.
+    pub fn peer_private_data(&self) -> &[u8] {
+        &self.negotiated.peer_private_data
+    }
+}
+
+/// A listening endpoint.
+#[derive(Debug)]
+pub struct Listener {
+    dev: Device,
+    inner: TcpListener,
+}
+
+/// An incoming connection request, waiting for accept or reject.
+#[derive(Debug)]
+pub struct ConnRequest {
+    dev: Device,
+    stream: TcpStream,
+    request: ConnectRequest,
+    responder: Responder,
+    peer_addr: SocketAddr,
+}
+
+/// Reads one MPA frame exactly: the fixed header, then its private data. On a bad key
+/// the octets read so far come back in the error.
+fn read_frame(s: &mut TcpStream) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; FRAME_HEADER_LEN];
+    let mut got = 0;
+    while got < FRAME_HEADER_LEN {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => {
+                buf.truncate(got);
+                return Err(if got == 0 {
+                    Error::Io(std::io::ErrorKind::UnexpectedEof.into())
+                } else {
+                    Error::StreamNotMpa { octets: buf }
+                });
+            }
+            Ok(n) => {
+                got += n;
+                let probe = got.min(16);
+                let key = &buf[..probe];
+                if key != &softrnic_wire::mpa::REQ_KEY[..probe]
+                    && key != &softrnic_wire::mpa::REP_KEY[..probe]
+                {
+                    buf.truncate(got);
+                    return Err(Error::StreamNotMpa { octets: buf });
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(Error::Timeout);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let pd_len = usize::from(u16::from_be_bytes([buf[18], buf[19]]));
+    if pd_len > softrnic_wire::mpa::MAX_PRIVATE_DATA {
+        return Err(Error::Mpa(softrnic_proto::cm::CmError::Wire(
+            softrnic_wire::WireError::PrivateDataTooLong(pd_len as u16),
+        )));
+    }
+    buf.resize(FRAME_HEADER_LEN + pd_len, 0);
+    s.read_exact(&mut buf[FRAME_HEADER_LEN..])
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Timeout,
+            _ => Error::Io(e),
+        })?;
+    Ok(buf)
+}
+
+fn tcp_mss(s: &TcpStream) -> Option<usize> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid socket fd, and `v`/`len` are a correctly sized out-parameter pair.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && v > 0).then_some(v as usize)
+}
+
+fn set_keepalive(s: &TcpStream, idle: std::time::Duration) {
+    let secs = idle.as_secs().clamp(1, 3600) as libc::c_int;
+    for (level, opt, val) in [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3),
+    ] {
+        // SAFETY: a valid socket fd and a correctly sized int option value.
+        unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                level,
+                opt,
+                (&val as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+impl Device {
+    fn qp_params(&self, s: &TcpStream, n: &Negotiated) -> Result<QpParams> {
+        if n.markers_rx || n.markers_tx {
+            return Err(Error::InvalidArgument(
+                "MPA markers are not supported on kernel TCP sockets",
+            ));
+        }
+        let kind = |k: softrnic_proto::cm::RtrType| match k {
+            softrnic_proto::cm::RtrType::Send => RtrKind::Send,
+            softrnic_proto::cm::RtrType::Write => RtrKind::Write,
+            softrnic_proto::cm::RtrType::Read => RtrKind::Read,
+        };
+        let max_fpdu = self
+            .shared
+            .cfg
+            .max_fpdu
+            .or_else(|| tcp_mss(s))
+            .unwrap_or(1448)
+            .clamp(64, softrnic_wire::mpa::MAX_FPDU_LEN);
+        Ok(QpParams {
+            crc: n.crc,
+            ird: n.ird,
+            ord: n.ord,
+            max_fpdu,
+            send_rtr: n.rtr.filter(|r| r.we_send).map(|r| kind(r.kind)),
+            await_rtr: n.rtr.is_some_and(|r| !r.we_send),
+        })
+    }
+
+    fn check_qp(&self, qp: &Qp) -> Result<()> {
+        let same = qp.shared_dev_is(&self.shared);
+        if !same {
+            return Err(Error::InvalidArgument("QP of another device"));
+        }
+        if qp.state() != softrnic_proto::QpState::Idle {
+            return Err(Error::BadState("QP must be Idle to connect"));
+        }
+        Ok(())
+    }
+
+    /// Connects `qp` to a listening peer with the device's MPA settings.
+    pub fn connect(
+        &self,
+        addr: impl ToSocketAddrs,
+        qp: &Qp,
+        private_data: &[u8],
+    ) -> Result<Connection> {
+        let mut cfg = self.shared.cfg.mpa.clone();
+        cfg.private_data = private_data.to_vec();
+        self.connect_with(addr, qp, cfg)
+    }
+
+    /// Connects with explicit MPA settings.
+    pub fn connect_with(
+        &self,
+        addr: impl ToSocketAddrs,
+        qp: &Qp,
+        cfg: MpaConfig,
+    ) -> Result<Connection> {
+        self.check_qp(qp)?;
+        let addr = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or(Error::InvalidArgument("no address"))?;
+        let s = TcpStream::connect_timeout(&addr, self.shared.cfg.connect_timeout)?;
+        self.convert_active(s, qp, cfg)
+    }
+
+    /// Converts a connected stream into RDMA mode as the MPA initiator: the next octets
+    /// this side sends are the MPA Request.
+    pub fn convert_active(&self, mut s: TcpStream, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
+        self.check_qp(qp)?;
+        s.set_read_timeout(Some(self.shared.cfg.connect_timeout))?;
+        s.set_nodelay(true)?;
+        let mut init = Initiator::new(cfg)?;
+        s.write_all(&init.request())?;
+        let frame = read_frame(&mut s)?;
+        match init.handle_input(&frame)? {
+            InitiatorProgress::Established {
+                negotiated,
+                consumed,
+            } => {
+                let params = self.qp_params(&s, &negotiated)?;
+                set_keepalive(&s, self.shared.cfg.keepalive);
+                let peer_addr = s.peer_addr()?;
+                s.set_read_timeout(None)?;
+                qp.shared
+                    .attach(&self.shared, s, params, &frame[consumed..])?;
+                Ok(Connection {
+                    negotiated,
+                    peer_addr,
+                })
+            }
+            InitiatorProgress::Rejected { private_data, .. } => {
+                Err(Error::Rejected { private_data })
+            }
+            InitiatorProgress::NeedMore => {
+                Err(Error::Mpa(softrnic_proto::cm::CmError::UnexpectedFrame))
+            }
+        }
+    }
+
+    /// Listens for connections.
+    pub fn listen(&self, addr: impl ToSocketAddrs) -> Result<Listener> {
+        Ok(Listener {
+            dev: self.clone(),
+            inner: TcpListener::bind(addr)?,
+        })
+    }
+
+    /// Converts a connected stream into RDMA mode as the MPA responder: the next octets
+    /// the peer sends must be its MPA Request.
+    pub fn convert_passive(&self, mut s: TcpStream) -> Result<ConnRequest> {
+        s.set_read_timeout(Some(self.shared.cfg.connect_timeout))?;
+        let mut responder = Responder::new();
+        let frame = read_frame(&mut s)?;
+        match responder.handle_input(&frame)? {
+            ResponderProgress::Request { request, .. } => Ok(ConnRequest {
+                dev: self.clone(),
+                peer_addr: s.peer_addr()?,
+                stream: s,
+                request,
+                responder,
+            }),
+            ResponderProgress::NeedMore => {
+                Err(Error::Mpa(softrnic_proto::cm::CmError::UnexpectedFrame))
+            }
+        }
+    }
+}
+
+impl Listener {
+    /// The bound address.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        Ok(self.inner.local_addr()?)
+    }
+
+    /// Waits for the next connection and its MPA Request.
+    pub fn accept(&self) -> Result<ConnRequest> {
+        let (s, _) = self.inner.accept()?;
+        self.dev.convert_passive(s)
+    }
+}
+
+impl ConnRequest {
+    /// The initiator's private data.
+    pub fn private_data(&self) -> &[u8] {
+        &self.request.private_data
+    }
+
+    /// The whole request (revision, CRC, IRD/ORD...).
+    pub fn request(&self) -> &ConnectRequest {
+        &self.request
+    }
+
+    /// The initiator's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer_addr
+    }
+
+    /// Accepts with the device's MPA settings and `private_data`.
+    pub fn accept(self, qp: &Qp, private_data: &[u8]) -> Result<Connection> {
+        let mut cfg = self.dev.shared.cfg.mpa.clone();
+        cfg.private_data = private_data.to_vec();
+        self.accept_with(qp, cfg)
+    }
+
+    /// Accepts with explicit MPA settings.
+    pub fn accept_with(mut self, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
+        self.dev.check_qp(qp)?;
+        if self.request.markers {
+            let reply = self.responder.reject(&self.request, &[])?;
+            let _ = self.stream.write_all(&reply);
+            return Err(Error::InvalidArgument(
+                "peer asked for MPA markers, which kernel TCP sockets cannot insert",
+            ));
+        }
+        let (reply, negotiated) = match self.responder.accept(&self.request, &cfg) {
+            Ok(v) => v,
+            Err(softrnic_proto::cm::CmError::Refused { reply, reason }) => {
+                let _ = self.stream.write_all(&reply);
+                return Err(Error::Mpa(softrnic_proto::cm::CmError::Refused {
+                    reply,
+                    reason,
+                }));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let params = self.dev.qp_params(&self.stream, &negotiated)?;
+        self.stream.write_all(&reply)?;
+        set_keepalive(&self.stream, self.dev.shared.cfg.keepalive);
+        self.stream.set_read_timeout(None)?;
+        qp.shared
+            .attach(&self.dev.shared, self.stream, params, &[])?;
+        Ok(Connection {
+            negotiated,
+            peer_addr: self.peer_addr,
+        })
+    }
+
+    /// Rejects with `private_data`; the connection then closes.
+    pub fn reject(mut self, private_data: &[u8]) -> Result<()> {
+        let reply = self.responder.reject(&self.request, private_data)?;
+        self.stream.write_all(&reply)?;
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        Ok(())
+    }
+}

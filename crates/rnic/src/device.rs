@@ -1,0 +1,368 @@
+//! The device: an RNIC instance inside the process. It owns the TPT, the region table,
+//! the engine threads that serve the sockets, and the asynchronous event queue.
+
+use crate::cq::{Cq, CqShared};
+
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::mr::Pd;
+use crate::qp::{Qp, QpInit, QpShared};
+use crate::region::Region;
+use softrnic_proto::tpt::Tpt;
+use softrnic_proto::{PdId, QpId, RegionId};
+use softrnic_wire::TerminateCause;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::Duration;
+
+/// How work progresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// Engine threads serve all sockets; `Cq::poll` only reads the CQ.
+    Engine,
+    /// Engine threads serve all sockets, and a `Cq::poll` that finds the CQ empty also
+    /// drives the sockets of the QPs attached to it, so a busy-polling consumer does not
+    /// pay a cross-CPU wake-up (~30 us here) per completion. The default.
+    Hybrid,
+}
+
+/// Device configuration.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// Engine threads serving sockets (QPs are spread over them).
+    pub engine_threads: usize,
+    /// How long an idle engine thread spins before it blocks in epoll.
+    pub engine_spin: Duration,
+    /// Progress model.
+    pub progress: ProgressMode,
+    /// Largest FPDU sent; `None` sizes FPDUs to the socket's TCP MSS (RFC 5044).
+    pub max_fpdu: Option<usize>,
+    /// MPA settings for connections (CRC policy, revision, IRD/ORD...).
+    pub mpa: softrnic_proto::cm::MpaConfig,
+    /// Timeout for the MPA exchange.
+    pub connect_timeout: Duration,
+    /// TCP keepalive idle time, so a silently dead peer is noticed in bounded time.
+    pub keepalive: Duration,
+    /// Limits reported by `query` and enforced.
+    pub max_qp: u32,
+    /// Largest CQ.
+    pub max_cqe: usize,
+    /// Largest memory region.
+    pub max_mr_size: u64,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        DeviceConfig {
+            engine_threads: 1,
+            engine_spin: Duration::from_micros(50),
+            progress: ProgressMode::Hybrid,
+            max_fpdu: None,
+            mpa: softrnic_proto::cm::MpaConfig::default(),
+            connect_timeout: Duration::from_secs(10),
+            keepalive: Duration::from_secs(5),
+            max_qp: 65536,
+            max_cqe: 1 << 20,
+            max_mr_size: 1 << 40,
+        }
+    }
+}
+
+/// Device attributes (`ibv_query_device`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// Queue pairs.
+    pub max_qp: u32,
+    /// Work requests per queue.
+    pub max_qp_wr: usize,
+    /// Completion queues.
+    pub max_cq: u32,
+    /// Entries per CQ.
+    pub max_cqe: usize,
+    /// Memory regions.
+    pub max_mr: u32,
+    /// Octets per memory region.
+    pub max_mr_size: u64,
+    /// Scatter/gather elements per work request.
+    pub max_sge: usize,
+    /// Inline data per work request (sends copy from registered memory here, so 0).
+    pub max_inline: usize,
+    /// Inbound RDMA Read depth per QP.
+    pub max_ird: u16,
+    /// Outbound RDMA Read depth per QP.
+    pub max_ord: u16,
+    /// Completion handlers (vectors).
+    pub num_comp_vectors: usize,
+    /// Shared receive queues (coming with the SRQ manager).
+    pub max_srq: u32,
+}
+
+/// An event the device reports asynchronously.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// A QP's connection is established.
+    Established {
+        /// The QP.
+        qp: QpId,
+    },
+    /// A QP's connection closed (graceful or abortive, either side).
+    Disconnected {
+        /// The QP.
+        qp: QpId,
+    },
+    /// A QP went to error with a Terminate, sent or received.
+    QpFatal {
+        /// The QP.
+        qp: QpId,
+        /// Layer/type/code.
+        cause: TerminateCause,
+        /// Whether the peer sent the Terminate.
+        remote: bool,
+    },
+    /// The transport failed under a QP (reset, keepalive timeout, peer died).
+    ConnectionLost {
+        /// The QP.
+        qp: QpId,
+        /// What the OS said.
+        error: std::io::ErrorKind,
+    },
+    /// A CQ overflowed: completions beyond its depth are kept, but the consumer is
+    /// too slow for the depth it asked for.
+    CqOverflow {
+        /// The CQ's identifier.
+        cq: u32,
+    },
+}
+
+pub(crate) struct Shared {
+    pub(crate) cfg: DeviceConfig,
+    pub(crate) tpt: Mutex<Tpt>,
+    regions: RwLock<Vec<Option<Arc<Region>>>>,
+    free_regions: Mutex<Vec<u32>>,
+    pub(crate) qps: Mutex<HashMap<u32, Arc<QpShared>>>,
+    next_qp: AtomicU32,
+    next_pd: AtomicU32,
+    next_cq: AtomicU32,
+    next_key: AtomicU32,
+    events: Mutex<VecDeque<AsyncEvent>>,
+    events_cv: Condvar,
+    pub(crate) engines: Vec<Engine>,
+}
+
+impl Shared {
+    pub(crate) fn region(&self, id: RegionId) -> Option<Arc<Region>> {
+        self.regions.read().ok()?.get(id.0 as usize)?.clone()
+    }
+
+    pub(crate) fn reserve_region_id(&self) -> Result<RegionId> {
+        if let Some(i) = self
+            .free_regions
+            .lock()
+            .map_err(|_| Error::Limit("poisoned"))?
+            .pop()
+        {
+            return Ok(RegionId(i));
+        }
+        let mut r = self.regions.write().map_err(|_| Error::Limit("poisoned"))?;
+        let id = u32::try_from(r.len()).map_err(|_| Error::Limit("regions"))?;
+        r.push(None);
+        Ok(RegionId(id))
+    }
+
+    pub(crate) fn release_region_id(&self, id: RegionId) {
+        if let Ok(mut f) = self.free_regions.lock() {
+            f.push(id.0);
+        }
+    }
+
+    pub(crate) fn install_region(&self, id: RegionId, r: Arc<Region>) {
+        if let Ok(mut t) = self.regions.write()
+            && let Some(slot) = t.get_mut(id.0 as usize)
+        {
+            *slot = Some(r);
+        }
+    }
+
+    pub(crate) fn remove_region(&self, id: RegionId) {
+        if let Ok(mut t) = self.regions.write()
+            && let Some(slot) = t.get_mut(id.0 as usize)
+        {
+            *slot = None;
+        }
+        self.release_region_id(id);
+    }
+
+    pub(crate) fn next_key(&self) -> u8 {
+        (self.next_key.fetch_add(0x3b, Ordering::Relaxed) & 0xff) as u8
+    }
+
+    pub(crate) fn post_event(&self, e: AsyncEvent) {
+        if let Ok(mut q) = self.events.lock() {
+            q.push_back(e);
+            self.events_cv.notify_all();
+        }
+    }
+}
+
+/// An open RNIC. Cheap to clone; the engine threads stop when the last clone, and every
+/// object created from it, is dropped.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({} engine thread(s))", self.shared.engines.len())
+    }
+}
+
+impl Device {
+    /// Opens a device with its engine threads.
+    pub fn open(cfg: DeviceConfig) -> Result<Device> {
+        if cfg.engine_threads == 0 {
+            return Err(Error::InvalidArgument("engine_threads must be at least 1"));
+        }
+        cfg.mpa.validate().map_err(Error::Mpa)?;
+        let engines = (0..cfg.engine_threads)
+            .map(|i| Engine::start(i, cfg.engine_spin))
+            .collect::<Result<Vec<_>>>()?;
+        let shared = Arc::new(Shared {
+            cfg,
+            tpt: Mutex::new(Tpt::new()),
+            regions: RwLock::new(Vec::new()),
+            free_regions: Mutex::new(Vec::new()),
+            qps: Mutex::new(HashMap::new()),
+            next_qp: AtomicU32::new(1),
+            next_pd: AtomicU32::new(1),
+            next_cq: AtomicU32::new(1),
+            next_key: AtomicU32::new(0x17),
+            events: Mutex::new(VecDeque::new()),
+            events_cv: Condvar::new(),
+            engines,
+        });
+        for e in &shared.engines {
+            e.attach(Arc::downgrade(&shared));
+        }
+        Ok(Device { shared })
+    }
+
+    /// Device attributes.
+    pub fn query(&self) -> DeviceAttr {
+        let c = &self.shared.cfg;
+        DeviceAttr {
+            max_qp: c.max_qp,
+            max_qp_wr: 16384,
+            max_cq: 65536,
+            max_cqe: c.max_cqe,
+            max_mr: 0x00ff_ffff,
+            max_mr_size: c.max_mr_size,
+            max_sge: softrnic_proto::MAX_SGE,
+            max_inline: 0,
+            max_ird: softrnic_proto::cm::MpaConfig::MAX_DEPTH,
+            max_ord: softrnic_proto::cm::MpaConfig::MAX_DEPTH,
+            num_comp_vectors: c.engine_threads,
+            max_srq: 0,
+        }
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Pd {
+        Pd {
+            dev: self.shared.clone(),
+            id: PdId(self.shared.next_pd.fetch_add(1, Ordering::Relaxed)),
+        }
+    }
+
+    /// Creates a completion queue with room for `depth` completions.
+    pub fn create_cq(&self, depth: usize) -> Result<Cq> {
+        if depth == 0 || depth > self.shared.cfg.max_cqe {
+            return Err(Error::InvalidArgument("CQ depth out of range"));
+        }
+        let id = self.shared.next_cq.fetch_add(1, Ordering::Relaxed);
+        Ok(Cq {
+            shared: Arc::new(CqShared::new(id, depth, self.shared.clone())?),
+        })
+    }
+
+    /// Creates a QP in `pd` (state Idle; connect it with the connection manager).
+    pub fn create_qp(&self, pd: &Pd, init: QpInit<'_>) -> Result<Qp> {
+        if !Arc::ptr_eq(&pd.dev, &self.shared) {
+            return Err(Error::InvalidArgument("PD of another device"));
+        }
+        let mut qps = self
+            .shared
+            .qps
+            .lock()
+            .map_err(|_| Error::Limit("poisoned"))?;
+        if qps.len() >= self.shared.cfg.max_qp as usize {
+            return Err(Error::Limit("max_qp"));
+        }
+        let id = QpId(self.shared.next_qp.fetch_add(1, Ordering::Relaxed));
+        let (scq, rcq) = (init.send_cq.shared.clone(), init.recv_cq.shared.clone());
+        let qp = Arc::new(QpShared::new(id, pd.id, &self.shared, init)?);
+        qps.insert(id.0, qp.clone());
+        // The CQs learn their QPs, so a polling consumer can drive them (hybrid mode).
+        for cq in [&scq, &rcq] {
+            if let Ok(mut l) = cq.qps.lock() {
+                l.retain(|w| w.strong_count() > 0);
+                l.push(Arc::downgrade(&qp));
+            }
+            if Arc::ptr_eq(&scq, &rcq) {
+                break;
+            }
+        }
+        Ok(Qp { shared: qp })
+    }
+
+    /// Next asynchronous event, if any.
+    pub fn poll_event(&self) -> Option<AsyncEvent> {
+        self.shared.events.lock().ok()?.pop_front()
+    }
+
+    /// Waits up to `timeout` for an asynchronous event.
+    pub fn wait_event(&self, timeout: Duration) -> Option<AsyncEvent> {
+        let q = self.shared.events.lock().ok()?;
+        let (mut q, _) = self
+            .shared
+            .events_cv
+            .wait_timeout_while(q, timeout, |q| q.is_empty())
+            .ok()?;
+        q.pop_front()
+    }
+
+    /// Waits up to `timeout` for the first event that `pick` accepts; events it passes
+    /// over stay queued.
+    pub fn wait_event_matching(
+        &self,
+        timeout: Duration,
+        mut pick: impl FnMut(&AsyncEvent) -> bool,
+    ) -> Option<AsyncEvent> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut q = self.shared.events.lock().ok()?;
+        loop {
+            if let Some(i) = q.iter().position(&mut pick) {
+                return q.remove(i);
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            q = self
+                .shared
+                .events_cv
+                .wait_timeout(q, deadline - now)
+                .ok()?
+                .0;
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        for e in &self.engines {
+            e.stop();
+        }
+    }
+}

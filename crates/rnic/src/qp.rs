@@ -1,0 +1,658 @@
+//! Queue pairs: the verbs (`post_send`, `post_recv`, disconnect) and the socket I/O that
+//! moves a QP's FPDUs. The protocol decisions are `softrnic_proto::qp::Qp`'s; this module
+//! only resolves memory and talks to the kernel.
+//!
+//! Receive path: the core says what the next octets of the stream are. Headers and
+//! trailers are read into its small buffer; payload is read with `read(2)` straight into
+//! the registered memory the core named (after its TPT check), so payload is never
+//! copied in user space. Transmit path: each FPDU goes out with one `sendmsg(2)` that
+//! gathers header, registered memory and trailer.
+//!
+//! Whoever holds a QP's lock drives it until the socket would block: the engine thread
+//! on readiness events, the posting thread for transmission, and, in hybrid progress
+//! mode, a thread polling the QP's CQ.
+
+use crate::cq::{Cq, CqShared};
+use crate::device::{AsyncEvent, Shared};
+use crate::error::{Error, Result};
+use crate::region::Region;
+use softrnic_proto::qp::{CqSide, QpConfig, QpEvent, QpParams, RxNeed, TxFpdu};
+use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
+use softrnic_wire::crc::{crc32c, crc32c_append};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, Weak};
+
+/// QP creation attributes.
+pub struct QpInit<'a> {
+    /// CQ for send-queue completions.
+    pub send_cq: &'a Cq,
+    /// CQ for receive completions.
+    pub recv_cq: &'a Cq,
+    /// Send queue depth.
+    pub sq_depth: usize,
+    /// Receive queue depth.
+    pub rq_depth: usize,
+}
+
+/// Statistics of one QP's I/O.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpStats {
+    /// Payload octets read from the socket straight into registered memory.
+    pub rx_direct_bytes: u64,
+    /// Payload octets that had to be copied in user space (only those that arrived
+    /// together with the MPA reply during connection setup).
+    pub rx_copied_bytes: u64,
+    /// `read` calls on the socket.
+    pub rx_syscalls: u64,
+    /// `sendmsg` calls on the socket.
+    pub tx_syscalls: u64,
+    /// FPDUs sent.
+    pub tx_fpdus: u64,
+}
+
+struct PendingTx {
+    fpdu: TxFpdu,
+    regions: Vec<Arc<Region>>,
+    trailer: [u8; 7],
+    trailer_len: usize,
+    written: usize,
+    total: usize,
+}
+
+pub(crate) struct Conn {
+    pub(crate) sock: mio::net::TcpStream,
+    pending: Option<PendingTx>,
+    scratch: TxFpdu,
+    fin_sent: bool,
+    eof: bool,
+    closed: bool,
+}
+
+pub(crate) struct QpInner {
+    pub(crate) core: softrnic_proto::qp::Qp,
+    pub(crate) conn: Option<Conn>,
+    stats: QpStats,
+    disconnected: bool,
+}
+
+pub(crate) struct QpShared {
+    pub(crate) id: QpId,
+    pub(crate) pd: PdId,
+    dev: Weak<Shared>,
+    send_cq: Arc<CqShared>,
+    recv_cq: Arc<CqShared>,
+    pub(crate) inner: Mutex<QpInner>,
+    pub(crate) engine: usize,
+}
+
+impl QpShared {
+    pub(crate) fn new(id: QpId, pd: PdId, dev: &Arc<Shared>, init: QpInit<'_>) -> Result<QpShared> {
+        if init.sq_depth == 0
+            || init.rq_depth == 0
+            || init.sq_depth > 16384
+            || init.rq_depth > 16384
+        {
+            return Err(Error::InvalidArgument("queue depth must be 1..=16384"));
+        }
+        for cq in [init.send_cq, init.recv_cq] {
+            if !cq.shared.belongs_to(dev) {
+                return Err(Error::InvalidArgument("CQ of another device"));
+            }
+        }
+        let core = softrnic_proto::qp::Qp::new(QpConfig {
+            id,
+            pd,
+            sq_depth: init.sq_depth,
+            rq_depth: init.rq_depth,
+        });
+        Ok(QpShared {
+            id,
+            pd,
+            dev: Arc::downgrade(dev),
+            send_cq: init.send_cq.shared.clone(),
+            recv_cq: init.recv_cq.shared.clone(),
+            inner: Mutex::new(QpInner {
+                core,
+                conn: None,
+                stats: QpStats::default(),
+                disconnected: false,
+            }),
+            engine: id.0 as usize % dev.engines.len().max(1),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> Result<std::sync::MutexGuard<'_, QpInner>> {
+        self.inner
+            .lock()
+            .map_err(|_| Error::BadState("QP lock poisoned"))
+    }
+
+    /// Progress if nobody else is; true if anything moved.
+    pub(crate) fn try_progress(&self, dev: &Shared) -> bool {
+        match self.inner.try_lock() {
+            Ok(mut g) => self.progress_locked(&mut g, dev),
+            Err(_) => false,
+        }
+    }
+
+    /// Progress, waiting for the lock.
+    pub(crate) fn progress(&self, dev: &Shared) {
+        if let Ok(mut g) = self.inner.lock() {
+            self.progress_locked(&mut g, dev);
+        }
+    }
+
+    /// Drives receive and transmit until the socket would block, then delivers
+    /// completions and events. Returns whether anything moved.
+    pub(crate) fn progress_locked(&self, g: &mut QpInner, dev: &Shared) -> bool {
+        let mut moved = false;
+        if g.conn.is_some() {
+            moved |= self.receive(g, dev);
+            moved |= self.transmit(g, dev);
+            self.close_if_done(g, dev);
+        }
+        self.deliver(g, dev);
+        moved
+    }
+
+    fn receive(&self, g: &mut QpInner, dev: &Shared) -> bool {
+        let QpInner {
+            core, conn, stats, ..
+        } = g;
+        let Some(conn) = conn.as_mut() else {
+            return false;
+        };
+        if conn.eof || conn.closed {
+            return false;
+        }
+        let fd = conn.sock.as_raw_fd();
+        let mut moved = false;
+        loop {
+            let r = match core.rx_need() {
+                RxNeed::Stopped => break,
+                RxNeed::Internal(_) => {
+                    let buf = core.rx_buffer();
+                    stats.rx_syscalls += 1;
+                    match (&conn.sock).read(buf) {
+                        Ok(0) => Ok(0),
+                        Ok(n) => {
+                            if let Ok(mut t) = dev.tpt.lock() {
+                                core.rx_filled(n, &mut t);
+                            }
+                            Ok(n)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                RxNeed::Place(chunk) => {
+                    let Some(region) = dev.region(chunk.region) else {
+                        // The region was deregistered after the TPT check: the STag
+                        // is gone, so this is an invalid STag now.
+                        break;
+                    };
+                    match region.io_slice(chunk.offset as usize, chunk.len) {
+                        Ok(slice) => {
+                            stats.rx_syscalls += 1;
+                            // SAFETY: `slice` is a bounds-checked view of live region
+                            // memory (the Arc keeps it alive); `read(2)` writes at most
+                            // `slice.len()` octets through the raw pointer and no Rust
+                            // reference to that memory exists during the call.
+                            let n = unsafe { libc::read(fd, slice.as_ptr().cast(), slice.len()) };
+                            if n < 0 {
+                                Err(io::Error::last_os_error())
+                            } else {
+                                let n = n as usize;
+                                if n > 0 {
+                                    core.rx_placed_with(n, |crc| {
+                                        // SAFETY: the first `n` octets were just
+                                        // written by `read`; the shared view lives
+                                        // only for this CRC computation.
+                                        crc32c_append(crc, unsafe { &slice.as_slice()[..n] })
+                                    });
+                                    stats.rx_direct_bytes += n as u64;
+                                }
+                                Ok(n)
+                            }
+                        }
+                        Err(_) => break,
+                    }
+                }
+            };
+            match r {
+                Ok(0) => {
+                    conn.eof = true;
+                    moved = true;
+                    break;
+                }
+                Ok(_) => moved = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    conn.closed = true;
+                    dev.post_event(AsyncEvent::ConnectionLost {
+                        qp: self.id,
+                        error: e.kind(),
+                    });
+                    core.transport_closed();
+                    moved = true;
+                    break;
+                }
+            }
+        }
+        moved
+    }
+
+    fn transmit(&self, g: &mut QpInner, dev: &Shared) -> bool {
+        let QpInner {
+            core, conn, stats, ..
+        } = g;
+        let Some(conn) = conn.as_mut() else {
+            return false;
+        };
+        if conn.closed {
+            return false;
+        }
+        let fd = conn.sock.as_raw_fd();
+        let mut moved = false;
+        loop {
+            if conn.pending.is_none() {
+                let mut f = std::mem::take(&mut conn.scratch);
+                let mut has = core.poll_transmit(&mut f);
+                if !has {
+                    if let Ok(mut t) = dev.tpt.lock() {
+                        core.run_local_ops(&mut t);
+                    }
+                    has = core.poll_transmit(&mut f);
+                }
+                if !has {
+                    conn.scratch = f;
+                    break;
+                }
+                match prepare(f, dev) {
+                    Some(p) => conn.pending = Some(p),
+                    None => {
+                        // A region vanished under a queued request: the QP cannot
+                        // continue sending correct data.
+                        core.to_error();
+                        break;
+                    }
+                }
+            }
+            let Some(p) = conn.pending.as_mut() else {
+                break;
+            };
+            stats.tx_syscalls += 1;
+            match send_pending(fd, p) {
+                Ok(n) => {
+                    p.written += n;
+                    moved = true;
+                    if p.written == p.total {
+                        if let Some(p) = conn.pending.take() {
+                            conn.scratch = p.fpdu;
+                        }
+                        stats.tx_fpdus += 1;
+                        core.transmit_done();
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    conn.closed = true;
+                    dev.post_event(AsyncEvent::ConnectionLost {
+                        qp: self.id,
+                        error: e.kind(),
+                    });
+                    core.transport_closed();
+                    moved = true;
+                    break;
+                }
+            }
+        }
+        moved
+    }
+
+    /// Graceful close, Terminate and peer FIN handling.
+    fn close_if_done(&self, g: &mut QpInner, dev: &Shared) {
+        let QpInner {
+            core,
+            conn,
+            disconnected,
+            ..
+        } = g;
+        let Some(c) = conn.as_mut() else { return };
+        if core.terminate_sent() && !c.closed {
+            // Terminate is out: close the connection and finish going to error.
+            let _ = c.sock.shutdown(std::net::Shutdown::Both);
+            c.closed = true;
+            core.transport_closed();
+        }
+        if c.eof && core.state() == QpState::Rts {
+            // The peer closed first: finish what is queued, then close our side too.
+            core.close();
+        }
+        if core.ready_to_fin() && !c.fin_sent && c.pending.is_none() {
+            let _ = c.sock.shutdown(std::net::Shutdown::Write);
+            c.fin_sent = true;
+        }
+        let done = c.closed || (c.eof && (c.fin_sent || core.state() != QpState::Closing));
+        if done && core.state() != QpState::Error {
+            core.transport_closed();
+        }
+        if (c.closed || (c.eof && c.fin_sent) || core.state() == QpState::Error) && !*disconnected {
+            *disconnected = true;
+            if let Some(e) = dev.engines.get(self.engine) {
+                e.deregister(&mut c.sock);
+            }
+            c.closed = true;
+            dev.post_event(AsyncEvent::Disconnected { qp: self.id });
+        }
+    }
+
+    fn deliver(&self, g: &mut QpInner, dev: &Shared) {
+        while let Some(e) = g.core.poll_event() {
+            if let QpEvent::Fatal { cause, remote } = e {
+                dev.post_event(AsyncEvent::QpFatal {
+                    qp: self.id,
+                    cause,
+                    remote,
+                });
+            }
+        }
+        while let Some((side, c)) = g.core.poll_completion() {
+            match side {
+                CqSide::Send => self.send_cq.push(c, false),
+                CqSide::Recv => self.recv_cq.push(c, c.solicited),
+            }
+        }
+    }
+
+    /// Connects the QP to an established MPA stream: parameters, leftover octets that
+    /// arrived with the MPA frame, and the socket, handed to the engine.
+    pub(crate) fn attach(
+        &self,
+        dev: &Shared,
+        sock: std::net::TcpStream,
+        params: QpParams,
+        leftover: &[u8],
+    ) -> Result<()> {
+        sock.set_nonblocking(true)?;
+        sock.set_nodelay(true)?;
+        let mut g = self.lock()?;
+        g.core.connect(params)?;
+        if !leftover.is_empty() {
+            // These octets were read together with the MPA frame: the only payload
+            // that is ever copied in user space.
+            let QpInner { core, stats, .. } = &mut *g;
+            if let Ok(mut t) = dev.tpt.lock() {
+                core.handle_input(leftover, &mut t, &mut |chunk, data| {
+                    if let Some(r) = dev.region(chunk.region) {
+                        let _ = r.write(chunk.offset as usize, data);
+                    }
+                    stats.rx_copied_bytes += data.len() as u64;
+                });
+            }
+        }
+        let mut sock = mio::net::TcpStream::from_std(sock);
+        let engine = dev
+            .engines
+            .get(self.engine)
+            .ok_or(Error::BadState("no engine"))?;
+        engine.register(&mut sock, self.id)?;
+        g.conn = Some(Conn {
+            sock,
+            pending: None,
+            scratch: TxFpdu::default(),
+            fin_sent: false,
+            eof: false,
+            closed: false,
+        });
+        dev.post_event(AsyncEvent::Established { qp: self.id });
+        self.progress_locked(&mut g, dev);
+        Ok(())
+    }
+}
+
+/// Resolves an FPDU's memory and computes its CRC.
+fn prepare(fpdu: TxFpdu, dev: &Shared) -> Option<PendingTx> {
+    let mut regions = Vec::with_capacity(fpdu.chunks.len());
+    for c in &fpdu.chunks {
+        let r = dev.region(c.region)?;
+        r.check(c.offset as usize, c.len).ok()?;
+        regions.push(r);
+    }
+    let mut crc = 0;
+    if fpdu.crc {
+        crc = crc32c(fpdu.header_bytes());
+        for (c, r) in fpdu.chunks.iter().zip(&regions) {
+            let s = r.io_slice(c.offset as usize, c.len).ok()?;
+            // SAFETY: a bounds-checked view of live region memory, read only for the
+            // CRC; the program may change these octets concurrently only by breaking
+            // the rule not to touch a buffer while its send is outstanding, which can
+            // at worst produce a wrong CRC (the peer then terminates), never UB here
+            // beyond that documented race.
+            crc = crc32c_append(crc, unsafe { s.as_slice() });
+        }
+        crc = crc32c_append(crc, &[0u8; 3][..fpdu.pad_len()]);
+    }
+    let (trailer, trailer_len) = fpdu.trailer(crc);
+    let total = fpdu.wire_len();
+    Some(PendingTx {
+        fpdu,
+        regions,
+        trailer,
+        trailer_len,
+        written: 0,
+        total,
+    })
+}
+
+/// Writes as much of a pending FPDU as the socket takes.
+fn send_pending(fd: i32, p: &PendingTx) -> io::Result<usize> {
+    let mut iov: [libc::iovec; softrnic_proto::MAX_SGE + 3] = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; softrnic_proto::MAX_SGE + 3];
+    let mut n = 0;
+    let mut skip = p.written;
+    let mut push = |ptr: *const u8, len: usize, n: &mut usize| {
+        if skip >= len {
+            skip -= len;
+            return;
+        }
+        iov[*n] = libc::iovec {
+            // SAFETY: `skip < len`, so the pointer stays inside the same buffer.
+            iov_base: unsafe { ptr.add(skip) } as *mut libc::c_void,
+            iov_len: len - skip,
+        };
+        skip = 0;
+        *n += 1;
+    };
+    let header = p.fpdu.header_bytes();
+    push(header.as_ptr(), header.len(), &mut n);
+    for (c, r) in p.fpdu.chunks.iter().zip(&p.regions) {
+        if let Ok(s) = r.io_slice(c.offset as usize, c.len) {
+            push(s.as_ptr(), s.len(), &mut n);
+        }
+    }
+    let pad = p.fpdu.pad_len();
+    push(p.trailer.as_ptr(), p.trailer_len.min(pad + 4), &mut n);
+    // SAFETY: a zeroed msghdr is a valid empty header; we then point it at `iov`.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = n as _;
+    // SAFETY: every iovec points into memory that stays alive and unmoved for the call
+    // (the FPDU header and trailer are owned by `p`; region memory is kept alive by the
+    // Arcs in `p.regions`); the kernel only reads from them. MSG_NOSIGNAL: a closed
+    // peer is an EPIPE error, not a signal.
+    let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// A queue pair.
+pub struct Qp {
+    pub(crate) shared: Arc<QpShared>,
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Qp({})", self.shared.id.0)
+    }
+}
+
+impl Qp {
+    /// Its number.
+    pub fn id(&self) -> QpId {
+        self.shared.id
+    }
+
+    /// Its protection domain.
+    pub fn pd(&self) -> PdId {
+        self.shared.pd
+    }
+
+    pub(crate) fn shared_dev_is(&self, dev: &Arc<Shared>) -> bool {
+        std::ptr::eq(self.shared.dev.as_ptr(), Arc::as_ptr(dev))
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.shared
+            .lock()
+            .map(|g| g.core.state())
+            .unwrap_or(QpState::Error)
+    }
+
+    /// I/O statistics.
+    pub fn stats(&self) -> QpStats {
+        self.shared.lock().map(|g| g.stats).unwrap_or_default()
+    }
+
+    /// The negotiated parameters.
+    pub fn params(&self) -> QpParams {
+        self.shared
+            .lock()
+            .map(|g| *g.core.params())
+            .unwrap_or_default()
+    }
+
+    /// The Terminate cause and whether the peer sent it, once the QP failed.
+    pub fn fatal_cause(&self) -> Option<(softrnic_wire::TerminateCause, bool)> {
+        self.shared.lock().ok()?.core.fatal_cause()
+    }
+
+    fn dev(&self) -> Result<Arc<Shared>> {
+        self.shared
+            .dev
+            .upgrade()
+            .ok_or(Error::BadState("device closed"))
+    }
+
+    /// Posts a receive work request.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        let dev = self.dev()?;
+        let mut g = self.shared.lock()?;
+        {
+            let t = dev
+                .tpt
+                .lock()
+                .map_err(|_| Error::BadState("TPT poisoned"))?;
+            g.core.post_recv(wr, &t)?;
+        }
+        self.shared.deliver(&mut g, &dev);
+        Ok(())
+    }
+
+    /// Posts a send-queue work request and starts transmitting it on this thread.
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        self.post_send_batch(std::iter::once(wr))
+    }
+
+    /// Posts a chain of send-queue work requests, transmitting once after all are queued
+    /// (one doorbell for the batch).
+    pub fn post_send_batch(&self, wrs: impl IntoIterator<Item = SendWr>) -> Result<()> {
+        let dev = self.dev()?;
+        let mut g = self.shared.lock()?;
+        {
+            let mut t = dev
+                .tpt
+                .lock()
+                .map_err(|_| Error::BadState("TPT poisoned"))?;
+            for wr in wrs {
+                g.core.post_send(wr, &mut t)?;
+            }
+        }
+        self.shared.progress_locked(&mut g, &dev);
+        Ok(())
+    }
+
+    /// Graceful close: queued sends finish, then FIN; the QP goes to error (flushing what
+    /// is left) once the peer closes too. [`crate::AsyncEvent::Disconnected`] follows.
+    pub fn disconnect(&self) -> Result<()> {
+        let dev = self.dev()?;
+        let mut g = self.shared.lock()?;
+        g.core.close();
+        self.shared.progress_locked(&mut g, &dev);
+        Ok(())
+    }
+
+    /// Abortive close: the connection is reset (RST) and all outstanding work flushes.
+    pub fn abort(&self) -> Result<()> {
+        let dev = self.dev()?;
+        let mut g = self.shared.lock()?;
+        if let Some(c) = g.conn.as_mut()
+            && !c.closed
+        {
+            set_linger_zero(&c.sock);
+            let _ = c.sock.shutdown(std::net::Shutdown::Both);
+            c.closed = true;
+        }
+        g.core.to_error();
+        self.shared.progress_locked(&mut g, &dev);
+        Ok(())
+    }
+}
+
+/// Makes close send RST instead of FIN.
+fn set_linger_zero(s: &mio::net::TcpStream) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket fd and a correctly sized, initialised `linger` value.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        if let Some(dev) = self.shared.dev.upgrade() {
+            if let Ok(mut g) = self.shared.inner.lock()
+                && let Some(c) = g.conn.as_mut()
+            {
+                if !c.closed {
+                    set_linger_zero(&c.sock);
+                    let _ = c.sock.shutdown(std::net::Shutdown::Both);
+                    c.closed = true;
+                }
+                if let Some(e) = dev.engines.get(self.shared.engine) {
+                    e.deregister(&mut c.sock);
+                }
+            }
+            if let Ok(mut q) = dev.qps.lock() {
+                q.remove(&self.shared.id.0);
+            }
+        }
+    }
+}
