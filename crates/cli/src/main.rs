@@ -25,12 +25,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    #[command(flatten)]
+    Bench(softrnic_cli::bench::BenchCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Decode { file, json } => decode_cmd::run(&file, json),
+        Command::Bench(b) => softrnic_cli::bench::main(&b),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -55,15 +55,23 @@ impl CqShared {
     /// Adds a completion; `solicited` marks a received Send with the SE flag.
     pub(crate) fn push(&self, c: Completion, solicited: bool) {
         let mut over = false;
-        if self.overflowed.load(Ordering::Acquire) {
-            if let Ok(mut o) = self.overflow.lock() {
-                o.push_back(c);
-            }
-        } else if let Err(Full(c)) = self.ring.push(c) {
-            // Once overflowed, everything goes to the overflow list so order is kept.
-            if let Ok(mut o) = self.overflow.lock() {
-                o.push_back(c);
-            }
+        let mut pending = Some(c);
+        if self.overflowed.load(Ordering::Acquire)
+            && let Ok(mut o) = self.overflow.lock()
+            // Re-checked under the lock: the consumer clears the flag while holding it,
+            // so a completion is never left in a list nobody will read.
+            && self.overflowed.load(Ordering::Acquire)
+            && let Some(c) = pending.take()
+        {
+            o.push_back(c);
+        }
+        if let Some(c) = pending
+            && let Err(Full(c)) = self.ring.push(c)
+            && let Ok(mut o) = self.overflow.lock()
+        {
+            // Once overflowed, everything goes to the overflow list so order is kept;
+            // the flag is set while holding the lock.
+            o.push_back(c);
             over = !self.overflowed.swap(true, Ordering::AcqRel);
         }
         if over && let Some(d) = self.dev.upgrade() {

@@ -145,14 +145,22 @@ impl QpShared {
 
     /// Drives receive and transmit until the socket would block, then delivers
     /// completions and events. Returns whether anything moved.
+    ///
+    /// [`AsyncEvent::Disconnected`] is posted only after every completion the QP has
+    /// produced (the flushes included) is in its CQ, so a consumer that sees it can
+    /// poll the CQ once and find everything.
     pub(crate) fn progress_locked(&self, g: &mut QpInner, dev: &Shared) -> bool {
         let mut moved = false;
+        let mut disconnected = false;
         if g.conn.is_some() {
             moved |= self.receive(g, dev);
             moved |= self.transmit(g, dev);
-            self.close_if_done(g, dev);
+            disconnected = self.close_if_done(g, dev);
         }
         self.deliver(g, dev);
+        if disconnected {
+            dev.post_event(AsyncEvent::Disconnected { qp: self.id });
+        }
         moved
     }
 
@@ -187,8 +195,12 @@ impl QpShared {
                 }
                 RxNeed::Place(chunk) => {
                     let Some(region) = dev.region(chunk.region) else {
-                        // The region was deregistered after the TPT check: the STag
-                        // is gone, so this is an invalid STag now.
+                        // The region was deregistered between the TPT check and the
+                        // placement: the QP cannot place this payload, and stalling
+                        // here would hang the connection. Go to error (as the transmit
+                        // path does when a region vanishes); the connection closes.
+                        core.to_error();
+                        moved = true;
                         break;
                     };
                     match region.io_slice(chunk.offset as usize, chunk.len) {
@@ -215,7 +227,12 @@ impl QpShared {
                                 Ok(n)
                             }
                         }
-                        Err(_) => break,
+                        Err(_) => {
+                            // Cannot happen for a chunk the TPT checked; never stall.
+                            core.to_error();
+                            moved = true;
+                            break;
+                        }
                     }
                 }
             };
@@ -223,6 +240,16 @@ impl QpShared {
                 Ok(0) => {
                     conn.eof = true;
                     moved = true;
+                    if core.rx_mid_fpdu() {
+                        // The stream ended inside an FPDU: it was lost (a peer that
+                        // died mid-transfer), not closed between messages.
+                        conn.closed = true;
+                        dev.post_event(AsyncEvent::ConnectionLost {
+                            qp: self.id,
+                            error: io::ErrorKind::UnexpectedEof,
+                        });
+                        core.transport_closed();
+                    }
                     break;
                 }
                 Ok(_) => moved = true,
@@ -312,15 +339,19 @@ impl QpShared {
         moved
     }
 
-    /// Graceful close, Terminate and peer FIN handling.
-    fn close_if_done(&self, g: &mut QpInner, dev: &Shared) {
+    /// Graceful close, Terminate and peer FIN handling. Returns true when the
+    /// connection has just closed for good (the caller posts Disconnected once the
+    /// completions are delivered).
+    fn close_if_done(&self, g: &mut QpInner, dev: &Shared) -> bool {
         let QpInner {
             core,
             conn,
             disconnected,
             ..
         } = g;
-        let Some(c) = conn.as_mut() else { return };
+        let Some(c) = conn.as_mut() else {
+            return false;
+        };
         if core.terminate_sent() && !c.closed {
             // Terminate is out: close the connection and finish going to error.
             let _ = c.sock.shutdown(std::net::Shutdown::Both);
@@ -341,12 +372,30 @@ impl QpShared {
         }
         if (c.closed || (c.eof && c.fin_sent) || core.state() == QpState::Error) && !*disconnected {
             *disconnected = true;
+            // Whatever ended the QP (a local error, a Terminate received, a region gone,
+            // a lost stream), the connection closes now, so the peer learns and flushes
+            // too instead of waiting on a silent connection. (After a graceful close,
+            // a reset or our own Terminate this changes nothing.)
+            let _ = c.sock.shutdown(std::net::Shutdown::Both);
             if let Some(e) = dev.engines.get(self.engine) {
                 e.deregister(&mut c.sock);
             }
             c.closed = true;
-            dev.post_event(AsyncEvent::Disconnected { qp: self.id });
+            return true;
         }
+        false
+    }
+
+    /// Closes a connection's socket for good: the engine forgets it, and if the
+    /// connection was still open, it is reset (zero linger time: close sends RST).
+    fn drop_conn(&self, mut c: Conn, dev: &Shared) {
+        if !c.closed {
+            set_linger_zero(&c.sock);
+        }
+        if let Some(e) = dev.engines.get(self.engine) {
+            e.deregister(&mut c.sock);
+        }
+        drop(c);
     }
 
     fn deliver(&self, g: &mut QpInner, dev: &Shared) {
@@ -563,7 +612,13 @@ impl Qp {
                 .map_err(|_| Error::BadState("TPT poisoned"))?;
             g.core.post_recv(wr, &t)?;
         }
-        self.shared.deliver(&mut g, &dev);
+        if g.core.state() == QpState::Error {
+            // A bad receive SGE is a local error: close the connection now (nothing
+            // else may wake this QP), so the peer learns.
+            self.shared.progress_locked(&mut g, &dev);
+        } else {
+            self.shared.deliver(&mut g, &dev);
+        }
         Ok(())
     }
 
@@ -604,15 +659,20 @@ impl Qp {
     pub fn abort(&self) -> Result<()> {
         let dev = self.dev()?;
         let mut g = self.shared.lock()?;
-        if let Some(c) = g.conn.as_mut()
-            && !c.closed
-        {
-            set_linger_zero(&c.sock);
-            let _ = c.sock.shutdown(std::net::Shutdown::Both);
-            c.closed = true;
-        }
         g.core.to_error();
+        let mut disconnected = false;
+        if let Some(c) = g.conn.take() {
+            // Closing the socket with a zero linger time sends RST, not FIN (a
+            // `shutdown` would send FIN, and the peer would take it for a graceful
+            // close). The engine forgets the socket before it is closed.
+            self.shared.drop_conn(c, &dev);
+            disconnected = !std::mem::replace(&mut g.disconnected, true);
+        }
+        // The flushes reach the CQ before Disconnected is posted.
         self.shared.progress_locked(&mut g, &dev);
+        if disconnected {
+            dev.post_event(AsyncEvent::Disconnected { qp: self.shared.id });
+        }
         Ok(())
     }
 }
@@ -639,16 +699,10 @@ impl Drop for Qp {
     fn drop(&mut self) {
         if let Some(dev) = self.shared.dev.upgrade() {
             if let Ok(mut g) = self.shared.inner.lock()
-                && let Some(c) = g.conn.as_mut()
+                && let Some(c) = g.conn.take()
             {
-                if !c.closed {
-                    set_linger_zero(&c.sock);
-                    let _ = c.sock.shutdown(std::net::Shutdown::Both);
-                    c.closed = true;
-                }
-                if let Some(e) = dev.engines.get(self.shared.engine) {
-                    e.deregister(&mut c.sock);
-                }
+                // Destroying a connected QP is an abortive close: RST.
+                self.shared.drop_conn(c, &dev);
             }
             if let Ok(mut q) = dev.qps.lock() {
                 q.remove(&self.shared.id.0);

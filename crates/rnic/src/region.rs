@@ -43,12 +43,14 @@
 //! and as the kernel does with user memory: region memory is treated as externally
 //! mutated memory (a remote peer really does write it at arbitrary times), the safe API
 //! never forms references to it so no aliasing guarantee the compiler relies on is
-//! violated, the element type has no validity invariant, and the copies are opaque
-//! calls the compiler cannot reason across. Making every byte an `AtomicU8` would
+//! violated, the element type has no validity invariant, and no safe method reads a
+//! byte twice expecting it unchanged. Making every byte an `AtomicU8` would
 //! satisfy the abstract machine but would rule out `memcpy` and `readv` speeds, which is
-//! the whole point of an RNIC. The tests exercise concurrent copies and run under
-//! valgrind (`crates/rnic/valgrind.sh`: memcheck, and helgrind/drd on request) to check
-//! that nothing worse than tearing happens.
+//! the whole point of an RNIC. The tests exercise concurrent, overlapping copies and
+//! check that nothing worse than tearing happens, and `crates/rnic/valgrind.sh` runs
+//! them under memcheck (every access inside live, initialised memory, every owned
+//! region freed once). helgrind/drd can be run the same way but flag these
+//! deliberate races and std's futex-based locks alike, so they are informative only.
 
 use std::alloc::{self, Layout};
 use std::fmt;

@@ -3,11 +3,12 @@
 //! Run with:
 //! `RUSTFLAGS="--cfg loom" cargo test -p softrnic-rnic --test loom_cq_ring --release`
 //!
-//! Retry loops call `loom::thread::yield_now`, which tells loom the thread cannot make
-//! progress until another runs, so spinning does not blow up the search. Tests with
-//! retry loops use a preemption bound of 3 (bugs in structures like this one show up
-//! within two or three preemptions; unbounded search of three threads with retries
-//! takes far longer than is reasonable for CI).
+//! Waiting loops call `loom::thread::yield_now`, which tells loom the thread cannot
+//! make progress until another runs, so spinning does not blow up the search; at most
+//! one thread per test waits on the others (see `two_producers_one_consumer`). Tests
+//! with waiting loops use a preemption bound of 3 (bugs in structures like this one
+//! show up within two or three preemptions; the unbounded search takes far longer than
+//! is reasonable for CI).
 #![cfg(loom)]
 
 use loom::sync::Arc;
@@ -29,9 +30,13 @@ fn comp(producer: u32, seq: u64) -> Completion {
     }
 }
 
+/// A model builder with a preemption bound of `preemptions`, unless
+/// `LOOM_MAX_PREEMPTIONS` asks for another one (e.g. a deeper search before a release).
 fn bounded(preemptions: usize) -> loom::model::Builder {
     let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(preemptions);
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(preemptions);
+    }
     b
 }
 
@@ -41,38 +46,44 @@ struct Counters {
     claimed: AtomicUsize,
     /// Completions the consumer has popped (incremented after `pop` returns).
     popped: AtomicUsize,
+    /// Producers that have finished.
+    done: AtomicUsize,
 }
 
-/// Pushes `c`, retrying on `Full`, and checks each `Full` is real: at the moment the
-/// producer decided, at least `capacity` other pushes had claimed a slot and not been
-/// popped. `claimed` read after the decision over-counts claims and `popped` read
-/// before the push under-counts pops, so the inequality below is implied by "really
-/// full" and a spurious `Full` would break it (when the ring is not full the counts
-/// allow it to be violated in some interleaving, which loom will find).
-fn push_checked(ring: &CqRing, ctr: &Counters, mut c: Completion) {
-    loop {
-        let popped_before = ctr.popped.load(SeqCst);
-        ctr.claimed.fetch_add(1, SeqCst);
-        match ring.push(c) {
-            Ok(()) => return,
-            Err(Full(back)) => {
-                let claimed_now = ctr.claimed.load(SeqCst);
-                let others = claimed_now - 1; // minus this attempt
-                assert!(
-                    others - popped_before >= ring.capacity(),
-                    "spurious Full: {others} claimed, {popped_before} popped"
-                );
-                ctr.claimed.fetch_sub(1, SeqCst);
-                c = back;
-                thread::yield_now();
-            }
+/// Pushes `c` once and checks that a `Full` is real: at the moment the producer
+/// decided, at least `capacity` pushes had claimed a slot and not been popped.
+/// `claimed` read after the decision over-counts claims and `popped` read before the
+/// push under-counts pops (a pop counted there happened-before the push through the
+/// SeqCst counters, so its slot release is visible to the push), so the inequality
+/// below follows from "really full", and a spurious `Full` in some interleaving would
+/// break it.
+fn push_checked(ring: &CqRing, ctr: &Counters, c: Completion) -> bool {
+    let popped_before = ctr.popped.load(SeqCst);
+    ctr.claimed.fetch_add(1, SeqCst);
+    match ring.push(c) {
+        Ok(()) => true,
+        Err(Full(back)) => {
+            assert_eq!(back, c, "Full hands the completion back");
+            let others = ctr.claimed.load(SeqCst) - 1; // minus this attempt
+            assert!(
+                others - popped_before >= ring.capacity(),
+                "spurious Full: {others} claimed, {popped_before} popped"
+            );
+            ctr.claimed.fetch_sub(1, SeqCst);
+            false
         }
     }
 }
 
 /// Two producers push two completions each into a capacity-2 ring while one consumer
-/// pops all four: each completion is popped exactly once, each producer's in order,
-/// and `Full` is only ever reported when the ring is full.
+/// pops concurrently: every completion that was pushed is popped exactly once, each
+/// producer's in push order, nothing that failed with `Full` appears, and `Full` is
+/// only ever reported when the ring is really full.
+///
+/// Producers do not retry on `Full`: with two spinning producers waiting on a third
+/// thread, loom's exhaustive scheduler would also explore the schedules in which the
+/// two spinners take turns forever. Only the consumer waits (for the producers to
+/// finish), which keeps every explored execution finite.
 #[test]
 fn two_producers_one_consumer() {
     bounded(3).check(|| {
@@ -80,39 +91,44 @@ fn two_producers_one_consumer() {
         let ctr = Arc::new(Counters {
             claimed: AtomicUsize::new(0),
             popped: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
         });
         let producers: Vec<_> = (0..2u32)
             .map(|p| {
                 let (ring, ctr) = (ring.clone(), ctr.clone());
                 thread::spawn(move || {
-                    for i in 0..2 {
-                        push_checked(&ring, &ctr, comp(p, i));
-                    }
+                    let pushed: Vec<u64> = (0..2)
+                        .filter(|&i| push_checked(&ring, &ctr, comp(p, i)))
+                        .collect();
+                    ctr.done.fetch_add(1, SeqCst);
+                    pushed
                 })
             })
             .collect();
 
         let mut rx = ring.consumer().unwrap();
-        let mut next = [0u64; 2];
-        let mut got = 0;
-        while got < 4 {
+        let mut popped = [Vec::new(), Vec::new()];
+        loop {
+            // Read `done` before popping: if both producers had finished, the pop
+            // below sees everything they pushed.
+            let finished = ctr.done.load(SeqCst) == 2;
             match rx.pop() {
                 Some(c) => {
+                    popped[c.qp.0 as usize].push(c.wr_id);
                     ctr.popped.fetch_add(1, SeqCst);
-                    let p = c.qp.0 as usize;
-                    assert_eq!(c.wr_id, next[p], "producer {p}: wrong order or duplicate");
-                    next[p] += 1;
-                    got += 1;
                 }
+                None if finished => break,
                 None => thread::yield_now(),
             }
         }
-        assert_eq!(rx.pop(), None);
         drop(rx);
-        for h in producers {
-            h.join().unwrap();
-        }
-        assert_eq!(next, [2, 2]);
+        let pushed: Vec<Vec<u64>> = producers.into_iter().map(|h| h.join().unwrap()).collect();
+        // Exactly once and in per-producer order: the popped sequence of each producer
+        // is exactly what it successfully pushed, in push order.
+        assert_eq!(popped[0], pushed[0]);
+        assert_eq!(popped[1], pushed[1]);
+        // Two completions always fit in a capacity-2 ring: at least two succeed.
+        assert!(pushed[0].len() + pushed[1].len() >= 2, "{pushed:?}");
         assert!(ring.is_empty());
     });
 }

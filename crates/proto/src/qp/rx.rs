@@ -282,6 +282,16 @@ impl Qp {
         at
     }
 
+    /// Whether the stream is inside an FPDU: some of its octets have arrived, not all.
+    /// A stream that ends here was truncated (lost), not closed between messages.
+    pub fn rx_mid_fpdu(&self) -> bool {
+        match self.rx.phase {
+            Phase::Stopped => false,
+            Phase::Prefix => self.rx.have > 0,
+            _ => true,
+        }
+    }
+
     /// Total payload octets placed so far.
     pub fn rx_placed_bytes(&self) -> u64 {
         self.rx.placed_bytes

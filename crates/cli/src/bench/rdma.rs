@@ -1,0 +1,932 @@
+//! The softrnic side of the benchmarks: the client's measuring loops and the server's
+//! part, on the public verbs API.
+//!
+//! - write_bw / read_bw: the client keeps `tx-depth` RDMA Writes (Reads) of the size
+//!   outstanding per QP into (from) the server's buffer, signaling one in `cq-mod`; the
+//!   server's program does nothing (its engine threads serve the peer), unless
+//!   `--server-poll` has its thread busy-poll the CQ.
+//! - send_bw: the server keeps its receive queue full (a repost per completion) and
+//!   returns credits: every eighth of its receive depth it RDMA-Writes the count of
+//!   receives reposted into a small buffer the client exposes, and the client never has
+//!   more Sends beyond that count than the receive depth. On iWARP a Send that finds no
+//!   receive is fatal, and TCP lets a sender run arbitrarily far ahead of the receiving
+//!   program, so a benchmark without credits would fail at random.
+//! - write_bw and send_bw end with a 1-octet RDMA Read: its response comes only after
+//!   the server has taken in everything before it, so the clock stops when the data is
+//!   there, not when the last Write was handed to TCP.
+//! - write_lat: ping-pong of RDMA Writes: each side polls the last octet of its own
+//!   buffer (`Mr::read`) until the peer's Write has changed it to the iteration's tag,
+//!   polling its CQ in between (in hybrid progress mode that is what drives the socket).
+//! - send_lat: ping-pong of Sends. read_lat: one Read at a time, full round trip.
+
+use super::meta::{FLAG_LAST, Meta};
+use super::stats::{BwMeter, BwResult, LatResult, LatStats, Progress};
+use super::{BenchConfig, MAX_SIZE, Measured, Test};
+use softrnic_rnic::{
+    Access, AsyncEvent, Completion, Cq, Device, Listener, Mr, Qp, QpId, QpInit, QpStats, RecvWr,
+    SendOp, SendWr, WcOpcode, WcStatus,
+};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// A client loop that sees nothing happen for this long gives up.
+const STALL: Duration = Duration::from_secs(10);
+/// Credit buffer: the count of reposted receives, and the count XOR [`CREDIT_CHECK`], so
+/// a torn read is recognised.
+const CREDIT_LEN: usize = 16;
+const CREDIT_CHECK: u64 = 0xa5a5_5a5a_c3c3_3c3c;
+/// Credit Writes the server may have outstanding per QP (one source slot each).
+const CREDIT_SLOTS: usize = 32;
+/// wr_id of the closing Read.
+const BARRIER_ID: u64 = u64::MAX;
+
+fn blank() -> Completion {
+    Completion {
+        wr_id: 0,
+        status: WcStatus::GeneralError,
+        opcode: WcOpcode::Recv,
+        byte_len: 0,
+        qp: QpId(0),
+        solicited: false,
+        invalidated: None,
+    }
+}
+
+fn e2s(what: &str) -> impl Fn(softrnic_rnic::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+/// Tracks the disconnection of a set of QPs from the device's asynchronous events.
+struct Watch {
+    ids: Vec<QpId>,
+    gone: Vec<bool>,
+    problems: Vec<String>,
+}
+
+impl Watch {
+    fn new(ids: Vec<QpId>) -> Watch {
+        let gone = vec![false; ids.len()];
+        Watch {
+            ids,
+            gone,
+            problems: Vec::new(),
+        }
+    }
+
+    fn note(&mut self, e: AsyncEvent) {
+        let qp = match &e {
+            AsyncEvent::Disconnected { qp } => *qp,
+            AsyncEvent::ConnectionLost { qp, error } => {
+                self.problems
+                    .push(format!("QP {}: connection lost ({error:?})", qp.0));
+                *qp
+            }
+            AsyncEvent::QpFatal { qp, cause, remote } => {
+                self.problems.push(format!(
+                    "QP {}: Terminate {} ({cause:?})",
+                    qp.0,
+                    if *remote { "received" } else { "sent" }
+                ));
+                *qp
+            }
+            _ => return,
+        };
+        if let Some(i) = self.ids.iter().position(|&x| x == qp) {
+            self.gone[i] = true;
+        }
+    }
+
+    fn all_gone(&self) -> bool {
+        self.gone.iter().all(|&g| g)
+    }
+
+    /// Takes the queued events; true once every QP is gone.
+    fn check(&mut self, dev: &Device) -> bool {
+        while let Some(e) = dev.poll_event() {
+            self.note(e);
+        }
+        self.all_gone()
+    }
+
+    /// Blocks until every QP is gone, or `timeout` (None: forever) passes.
+    fn wait(&mut self, dev: &Device, timeout: Option<Duration>) -> bool {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        while !self.check(dev) {
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(l) if !l.is_zero() => l,
+                    _ => return false,
+                },
+                None => Duration::from_secs(1),
+            };
+            if let Some(e) = dev.wait_event(left.min(Duration::from_secs(1))) {
+                self.note(e);
+            }
+        }
+        true
+    }
+}
+
+fn check_wc(c: &Completion, side: &str) -> Result<(), String> {
+    if c.status == WcStatus::Success {
+        Ok(())
+    } else {
+        Err(format!(
+            "{side}: {:?} work request {} on QP {} completed with {:?}",
+            c.opcode, c.wr_id, c.qp.0, c.status
+        ))
+    }
+}
+
+fn recv_wr(buf: &Mr, size: usize) -> RecvWr {
+    RecvWr {
+        wr_id: 0,
+        sgl: vec![buf.sge(0, size)],
+    }
+}
+
+/// One of the client's connections.
+struct Ep {
+    qp: Qp,
+    id: QpId,
+    /// Source (Write, Send) or sink (Read, and the closing Read) of the size.
+    local: Mr,
+    /// What the client exposes: the landing buffer of write_lat, the credit word of send_bw.
+    exposed: Option<Mr>,
+    /// send_lat's receive buffer.
+    recv: Option<Mr>,
+    /// The server's buffer.
+    remote: Meta,
+    posted: u64,
+    completed: u64,
+    credit: u64,
+}
+
+impl Ep {
+    /// Reads the server's latest credit (send_bw).
+    fn refresh_credit(&mut self) {
+        let Some(m) = &self.exposed else { return };
+        let mut b = [0u8; CREDIT_LEN];
+        if m.read(0, &mut b).is_err() {
+            return;
+        }
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[..8]);
+        let v = u64::from_be_bytes(a);
+        a.copy_from_slice(&b[8..]);
+        if v ^ CREDIT_CHECK == u64::from_be_bytes(a) && v > self.credit {
+            self.credit = v;
+        }
+    }
+
+    fn diag(&self) -> String {
+        format!(
+            "QP {} state {:?}, posted {}, completed {}, credit {}, {:?}",
+            self.id.0,
+            self.qp.state(),
+            self.posted,
+            self.completed,
+            self.credit,
+            self.qp.stats()
+        )
+    }
+}
+
+/// Runs one size as the client: connects `-q` QPs (the metadata goes in the private data),
+/// measures, disconnects.
+pub fn client_round(
+    cfg: &BenchConfig,
+    dev: &Device,
+    addr: SocketAddr,
+    size: usize,
+    last: bool,
+) -> Result<Measured, String> {
+    let test = cfg.test;
+    let q = usize::from(cfg.qps);
+    let pd = dev.alloc_pd();
+    let bw = test.is_bw();
+    let cq_depth = if bw {
+        q * (cfg.tx_depth as usize + 2) + 16
+    } else {
+        64
+    };
+    let cq = dev.create_cq(cq_depth).map_err(e2s("create CQ"))?;
+    let sq_depth = if bw { cfg.tx_depth as usize + 2 } else { 16 };
+    let rq_depth = if test == Test::SendLat { 16 } else { 1 };
+    let mut eps = Vec::with_capacity(q);
+    for i in 0..q {
+        let qp = dev
+            .create_qp(
+                &pd,
+                QpInit {
+                    send_cq: &cq,
+                    recv_cq: &cq,
+                    sq_depth,
+                    rq_depth,
+                },
+            )
+            .map_err(e2s("create QP"))?;
+        let local = pd
+            .alloc_mr(size, Access::LOCAL_WRITE)
+            .map_err(e2s("register buffer"))?;
+        local.fill(0, size, 0x5a).map_err(e2s("fill"))?;
+        let exposed = match test {
+            Test::WriteLat => Some(size),
+            Test::SendBw => Some(CREDIT_LEN),
+            _ => None,
+        }
+        .map(|len| pd.alloc_mr(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE))
+        .transpose()
+        .map_err(e2s("register buffer"))?;
+        let recv = if test == Test::SendLat {
+            let m = pd
+                .alloc_mr(size, Access::LOCAL_WRITE)
+                .map_err(e2s("register buffer"))?;
+            for _ in 0..rq_depth {
+                qp.post_recv(recv_wr(&m, size)).map_err(e2s("post_recv"))?;
+            }
+            Some(m)
+        } else {
+            None
+        };
+        let meta = Meta {
+            test,
+            flags: if last { FLAG_LAST } else { 0 },
+            qp_index: i as u16,
+            num_qps: cfg.qps,
+            size: size as u64,
+            iters: if cfg.duration.is_some() {
+                0
+            } else if bw {
+                cfg.iters
+            } else {
+                cfg.iters + cfg.warmup
+            },
+            duration_ms: cfg.duration.map_or(0, |d| d.as_millis() as u32),
+            depth: cfg.rx_depth,
+            addr: exposed.as_ref().map_or(0, Mr::addr),
+            rkey: exposed.as_ref().map_or(0, Mr::rkey),
+            len: exposed.as_ref().map_or(0, |m| m.len() as u64),
+        };
+        let conn = dev
+            .connect(addr, &qp, &meta.encode())
+            .map_err(e2s("connect"))?;
+        let remote = Meta::decode(conn.peer_private_data()).map_err(|e| e.to_string())?;
+        if remote.len < size as u64 {
+            return Err(format!(
+                "server exposes {} octets, the size is {size}",
+                remote.len
+            ));
+        }
+        let id = qp.id();
+        eps.push(Ep {
+            qp,
+            id,
+            local,
+            exposed,
+            recv,
+            remote,
+            posted: 0,
+            completed: 0,
+            credit: 0,
+        });
+    }
+    let label = format!("{} {} B softrnic", test.name(), size);
+    let mut progress = Progress::new(label, size, bw, cfg.show_progress);
+    let result = match test {
+        Test::WriteBw | Test::ReadBw | Test::SendBw => {
+            bw_client(cfg, size, &cq, &mut eps, &mut progress).map(Measured::Bw)
+        }
+        _ => lat_client(cfg, size, &cq, &mut eps[0], &mut progress).map(Measured::Lat),
+    };
+    progress.finish();
+    if cfg.verbose {
+        let msgs = match &result {
+            Ok(m) => m.iterations() + if bw { 0 } else { cfg.warmup },
+            Err(_) => 0,
+        };
+        eprintln!(
+            "[{} {} B client] {}",
+            test.name(),
+            size,
+            stats_line(eps.iter().map(|e| e.qp.stats()), msgs)
+        );
+    }
+    // Graceful close, then wait for both directions to finish before the buffers go.
+    let mut watch = Watch::new(eps.iter().map(|e| e.id).collect());
+    for ep in &eps {
+        let _ = ep.qp.disconnect();
+    }
+    watch.wait(dev, Some(Duration::from_secs(5)));
+    drop(eps);
+    result
+}
+
+fn bw_client(
+    cfg: &BenchConfig,
+    size: usize,
+    cq: &Cq,
+    eps: &mut [Ep],
+    progress: &mut Progress,
+) -> Result<BwResult, String> {
+    let test = cfg.test;
+    let depth = u64::from(cfg.tx_depth);
+    let cq_mod = u64::from(cfg.cq_mod);
+    let rx_depth = u64::from(cfg.rx_depth);
+    let iters = cfg.iters;
+    let mut wcs = vec![blank(); 64];
+    let mut batch: Vec<SendWr> = Vec::with_capacity(depth as usize);
+    let start = Instant::now();
+    let deadline = cfg.duration.map(|d| start + d);
+    let mut meter = BwMeter::start(start);
+    let mut stop = false;
+    let mut total: u64 = 0;
+    let mut last_activity = start;
+    loop {
+        for ep in eps.iter_mut() {
+            let mut room = depth - (ep.posted - ep.completed);
+            if test == Test::SendBw {
+                ep.refresh_credit();
+                room = room.min(rx_depth.saturating_sub(ep.posted - ep.credit));
+            }
+            if deadline.is_none() {
+                room = room.min(iters - ep.posted);
+            } else if stop {
+                // Finish the current signaling group, so the last request is signaled.
+                let r = ep.posted % cq_mod;
+                room = if r == 0 { 0 } else { room.min(cq_mod - r) };
+            }
+            if room == 0 {
+                continue;
+            }
+            let op = match test {
+                Test::WriteBw => SendOp::Write {
+                    remote_addr: ep.remote.addr,
+                    rkey: ep.remote.rkey,
+                },
+                Test::ReadBw => SendOp::Read {
+                    remote_addr: ep.remote.addr,
+                    rkey: ep.remote.rkey,
+                },
+                _ => SendOp::Send {
+                    solicited: false,
+                    invalidate: None,
+                },
+            };
+            for k in 0..room {
+                let idx = ep.posted + k;
+                batch.push(SendWr {
+                    wr_id: idx,
+                    op,
+                    sgl: vec![ep.local.sge(0, size)],
+                    signaled: (idx + 1) % cq_mod == 0 || (deadline.is_none() && idx + 1 == iters),
+                    fence: false,
+                });
+            }
+            ep.qp
+                .post_send_batch(batch.drain(..))
+                .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
+            ep.posted += room;
+        }
+        let n = cq.poll(&mut wcs);
+        let now = Instant::now();
+        for c in &wcs[..n] {
+            check_wc(c, "client")?;
+            if let Some(ep) = eps.iter_mut().find(|e| e.id == c.qp) {
+                let done = c.wr_id + 1;
+                total += done - ep.completed;
+                ep.completed = done;
+            }
+        }
+        if n > 0 {
+            meter.record(now, total);
+            progress.tick(now, total);
+            last_activity = now;
+        } else if now.duration_since(last_activity) > STALL {
+            let d: Vec<String> = eps.iter().map(Ep::diag).collect();
+            return Err(format!("client stalled: {}", d.join("; ")));
+        }
+        if let Some(d) = deadline
+            && now >= d
+        {
+            stop = true;
+        }
+        let done = eps.iter().all(|e| {
+            e.completed == e.posted
+                && match deadline {
+                    Some(_) => stop && e.posted % cq_mod == 0,
+                    None => e.posted == iters,
+                }
+        });
+        if done {
+            break;
+        }
+    }
+    if test != Test::ReadBw {
+        barrier(cq, eps, &mut wcs)?;
+    }
+    let end = Instant::now();
+    Ok(meter.finish(end, total, size))
+}
+
+/// A 1-octet Read per QP: answered only after the server has taken in all before it.
+fn barrier(cq: &Cq, eps: &[Ep], wcs: &mut [Completion]) -> Result<(), String> {
+    for ep in eps {
+        ep.qp
+            .post_send(SendWr {
+                wr_id: BARRIER_ID,
+                op: SendOp::Read {
+                    remote_addr: ep.remote.addr,
+                    rkey: ep.remote.rkey,
+                },
+                sgl: vec![ep.local.sge(0, 1)],
+                signaled: true,
+                fence: false,
+            })
+            .map_err(|e| format!("post closing Read: {e} ({})", ep.diag()))?;
+    }
+    let mut got = 0;
+    let mut last = Instant::now();
+    while got < eps.len() {
+        let n = cq.poll(wcs);
+        for c in &wcs[..n] {
+            check_wc(c, "client")?;
+            if c.wr_id == BARRIER_ID {
+                got += 1;
+            }
+        }
+        if n > 0 {
+            last = Instant::now();
+        } else if last.elapsed() > STALL {
+            let d: Vec<String> = eps.iter().map(Ep::diag).collect();
+            return Err(format!("closing Read stalled: {}", d.join("; ")));
+        }
+    }
+    Ok(())
+}
+
+fn next_tag(t: u8) -> u8 {
+    if t == 255 { 1 } else { t + 1 }
+}
+
+fn lat_client(
+    cfg: &BenchConfig,
+    size: usize,
+    cq: &Cq,
+    ep: &mut Ep,
+    progress: &mut Progress,
+) -> Result<LatResult, String> {
+    let test = cfg.test;
+    let mut wcs = vec![blank(); 16];
+    let mut samples = Vec::with_capacity(cfg.iters as usize);
+    let last_octet = size - 1;
+    let mut tag = 1u8;
+    let mut i = 0u64;
+    let mut deadline = None;
+    let half = test != Test::ReadLat;
+    loop {
+        if i == cfg.warmup {
+            deadline = cfg.duration.map(|d| Instant::now() + d);
+        }
+        let wr = match test {
+            Test::WriteLat => {
+                ep.local
+                    .write(last_octet, &[tag])
+                    .map_err(e2s("write tag"))?;
+                SendOp::Write {
+                    remote_addr: ep.remote.addr,
+                    rkey: ep.remote.rkey,
+                }
+            }
+            Test::ReadLat => SendOp::Read {
+                remote_addr: ep.remote.addr,
+                rkey: ep.remote.rkey,
+            },
+            _ => SendOp::Send {
+                solicited: false,
+                invalidate: None,
+            },
+        };
+        let t0 = Instant::now();
+        ep.qp
+            .post_send(SendWr {
+                wr_id: i,
+                op: wr,
+                sgl: vec![ep.local.sge(0, size)],
+                signaled: true,
+                fence: false,
+            })
+            .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
+        let mut spins = 0u32;
+        let t1 = loop {
+            let n = cq.poll(&mut wcs);
+            let mut arrived = false;
+            for c in &wcs[..n] {
+                check_wc(c, "client")?;
+                match c.opcode {
+                    WcOpcode::Read => arrived = true,
+                    WcOpcode::Recv => {
+                        arrived = true;
+                        if let Some(r) = &ep.recv {
+                            ep.qp
+                                .post_recv(recv_wr(r, size))
+                                .map_err(e2s("post_recv"))?;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if test == Test::WriteLat
+                && let Some(land) = &ep.exposed
+            {
+                let mut b = [0u8];
+                land.read(last_octet, &mut b).map_err(e2s("read"))?;
+                arrived = b[0] == tag;
+            }
+            if arrived {
+                break Instant::now();
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(4096) && t0.elapsed() > STALL {
+                return Err(format!("no reply to iteration {i}: {}", ep.diag()));
+            }
+        };
+        if i >= cfg.warmup {
+            let us = t1.duration_since(t0).as_secs_f64() * 1e6;
+            samples.push(if half { us / 2.0 } else { us });
+            progress.tick(t1, samples.len() as u64);
+        }
+        tag = next_tag(tag);
+        i += 1;
+        match deadline {
+            Some(d) if t1 >= d => break,
+            None if i >= cfg.warmup + cfg.iters => break,
+            _ => {}
+        }
+    }
+    let stats = LatStats::from_samples(&samples).ok_or("no samples")?;
+    Ok(LatResult {
+        bytes: size,
+        iterations: samples.len() as u64,
+        stats,
+    })
+}
+
+/// One of the server's connections.
+struct SEp {
+    qp: Qp,
+    id: QpId,
+    /// The exposed buffer: Write target, Read source, receive buffer.
+    buf: Mr,
+    /// Source of the echo (write_lat, send_lat) or of the credit Writes (send_bw).
+    src: Option<Mr>,
+    /// The client's metadata (its exposed buffer).
+    peer: Meta,
+    received: u64,
+    reported: u64,
+    credit_outstanding: usize,
+    next_slot: usize,
+}
+
+/// The server's own options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ServerOpts {
+    /// Busy-poll the CQ in the one-sided tests.
+    pub poll: bool,
+    /// Print QP counters per round.
+    pub verbose: bool,
+}
+
+/// The I/O counters of some QPs, summed, as one line; per message too when `msgs` is
+/// known (non-zero).
+fn stats_line(stats: impl Iterator<Item = QpStats>, msgs: u64) -> String {
+    let mut t = QpStats::default();
+    for s in stats {
+        t.rx_direct_bytes += s.rx_direct_bytes;
+        t.rx_copied_bytes += s.rx_copied_bytes;
+        t.rx_syscalls += s.rx_syscalls;
+        t.tx_syscalls += s.tx_syscalls;
+        t.tx_fpdus += s.tx_fpdus;
+    }
+    let c = |name: &str, x: u64| {
+        if msgs > 0 {
+            format!("{name} {x} ({:.2}/msg)", x as f64 / msgs as f64)
+        } else {
+            format!("{name} {x}")
+        }
+    };
+    format!(
+        "{msgs} msgs: {}, {}, {}, rx_direct_bytes {}, rx_copied_bytes {}",
+        c("tx_fpdus", t.tx_fpdus),
+        c("tx_syscalls", t.tx_syscalls),
+        c("rx_syscalls", t.rx_syscalls),
+        t.rx_direct_bytes,
+        t.rx_copied_bytes
+    )
+}
+
+/// Serves rounds until the client's last one.
+pub fn serve(dev: &Device, listener: &Listener, opts: ServerOpts) -> Result<(), String> {
+    loop {
+        if serve_round(dev, listener, opts)? {
+            return Ok(());
+        }
+    }
+}
+
+fn accept_one(listener: &Listener) -> Result<(softrnic_rnic::ConnRequest, Meta), String> {
+    let req = listener.accept().map_err(e2s("accept"))?;
+    match Meta::decode(req.private_data()) {
+        Ok(m) if m.size >= 1 && m.size <= MAX_SIZE as u64 && m.num_qps >= 1 => Ok((req, m)),
+        Ok(_) => {
+            let _ = req.reject(b"bad benchmark parameters");
+            Err("client sent bad benchmark parameters".into())
+        }
+        Err(e) => {
+            let peer = req.peer_addr();
+            let _ = req.reject(b"not a softrnic benchmark");
+            Err(format!("{peer}: {e}"))
+        }
+    }
+}
+
+/// One round: accept the client's QPs, serve, wait for the disconnects. Returns whether
+/// it was the last round.
+fn serve_round(dev: &Device, listener: &Listener, opts: ServerOpts) -> Result<bool, String> {
+    let (first, meta) = match accept_one(listener) {
+        Ok(x) => x,
+        Err(e) => {
+            // A stray or foreign connection: say so and keep serving.
+            eprintln!("softrnic server: {e}");
+            return Ok(false);
+        }
+    };
+    let test = meta.test;
+    let size = meta.size as usize;
+    let q = usize::from(meta.num_qps);
+    let rx_depth = meta.depth.clamp(2, 16384) as usize;
+    let pd = dev.alloc_pd();
+    let cq_depth = match test {
+        Test::SendBw => q * (rx_depth + CREDIT_SLOTS) + 64,
+        _ => 64,
+    };
+    let cq = dev.create_cq(cq_depth).map_err(e2s("create CQ"))?;
+    let (sq_depth, rq_depth) = match test {
+        Test::SendBw => (CREDIT_SLOTS + 2, rx_depth),
+        Test::WriteLat | Test::SendLat => (16, 16),
+        _ => (1, 1),
+    };
+    let mut eps = Vec::with_capacity(q);
+    let mut pending = Some((first, meta));
+    for i in 0..q {
+        let (req, m) = match pending.take() {
+            Some(x) => x,
+            None => accept_one(listener)?,
+        };
+        if m.test != test || m.size != meta.size || usize::from(m.qp_index) != i {
+            let _ = req.reject(b"inconsistent round");
+            return Err("client's QPs disagree on the round".into());
+        }
+        let qp = dev
+            .create_qp(
+                &pd,
+                QpInit {
+                    send_cq: &cq,
+                    recv_cq: &cq,
+                    sq_depth,
+                    rq_depth,
+                },
+            )
+            .map_err(e2s("create QP"))?;
+        let buf = pd
+            .alloc_mr(
+                size,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+            )
+            .map_err(e2s("register buffer"))?;
+        buf.fill(0, size, 0x3c).map_err(e2s("fill"))?;
+        if test == Test::WriteLat {
+            buf.write(size - 1, &[0]).map_err(e2s("fill"))?;
+        }
+        let src = match test {
+            Test::WriteLat | Test::SendLat => Some(size),
+            Test::SendBw => Some(CREDIT_LEN * CREDIT_SLOTS),
+            _ => None,
+        }
+        .map(|len| pd.alloc_mr(len, Access::LOCAL_WRITE))
+        .transpose()
+        .map_err(e2s("register buffer"))?;
+        if matches!(test, Test::SendBw | Test::SendLat) {
+            for _ in 0..rq_depth {
+                qp.post_recv(recv_wr(&buf, size))
+                    .map_err(e2s("post_recv"))?;
+            }
+        }
+        let reply = Meta {
+            addr: buf.addr(),
+            rkey: buf.rkey(),
+            len: buf.len() as u64,
+            ..m
+        };
+        req.accept(&qp, &reply.encode()).map_err(e2s("accept"))?;
+        let id = qp.id();
+        eps.push(SEp {
+            qp,
+            id,
+            buf,
+            src,
+            peer: m,
+            received: 0,
+            reported: 0,
+            credit_outstanding: 0,
+            next_slot: 0,
+        });
+    }
+    let mut watch = Watch::new(eps.iter().map(|e| e.id).collect());
+    let r = match test {
+        Test::WriteBw | Test::ReadBw | Test::ReadLat => {
+            passive(dev, &cq, &mut watch, opts.poll);
+            Ok(())
+        }
+        Test::SendBw => send_bw_server(dev, &cq, &mut eps, &mut watch, rx_depth, size),
+        Test::WriteLat | Test::SendLat => {
+            echo_server(dev, &cq, &mut eps[0], &mut watch, test, size)
+        }
+    };
+    // The client disconnects when it is done; the QPs are gone once our side closed too.
+    watch.wait(dev, Some(Duration::from_secs(5)));
+    if opts.verbose {
+        let msgs = if meta.iters > 0 {
+            meta.iters * q as u64
+        } else if matches!(test, Test::ReadBw | Test::ReadLat) {
+            0 // Duration mode: the server cannot tell how many Reads it served.
+        } else {
+            // Duration mode: count what arrived.
+            let placed: u64 = eps.iter().map(|e| e.qp.stats().rx_direct_bytes).sum();
+            placed / size as u64
+        };
+        eprintln!(
+            "[{} {} B server] {}",
+            test.name(),
+            size,
+            stats_line(eps.iter().map(|e| e.qp.stats()), msgs)
+        );
+    }
+    for p in &watch.problems {
+        eprintln!("softrnic server: {p}");
+    }
+    drop(eps);
+    r.map(|()| meta.is_last())
+}
+
+/// The passive side of one-sided tests: the engine threads serve the peer; with
+/// `server_poll`, this thread busy-polls the CQ as well (which drives the sockets).
+fn passive(dev: &Device, cq: &Cq, watch: &mut Watch, server_poll: bool) {
+    if !server_poll {
+        watch.wait(dev, None);
+        return;
+    }
+    let mut wcs = vec![blank(); 16];
+    let mut spins = 0u32;
+    loop {
+        cq.poll(&mut wcs);
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(1024) && watch.check(dev) {
+            return;
+        }
+    }
+}
+
+fn send_bw_server(
+    dev: &Device,
+    cq: &Cq,
+    eps: &mut [SEp],
+    watch: &mut Watch,
+    rx_depth: usize,
+    size: usize,
+) -> Result<(), String> {
+    let every = (rx_depth as u64 / 8).max(1);
+    let mut wcs = vec![blank(); 64];
+    let mut idle = 0u32;
+    let mut error = None;
+    loop {
+        let n = cq.poll(&mut wcs);
+        for c in &wcs[..n] {
+            let Some(ep) = eps.iter_mut().find(|e| e.id == c.qp) else {
+                continue;
+            };
+            match (c.opcode, c.status) {
+                (WcOpcode::Recv, WcStatus::Success) => {
+                    ep.received += 1;
+                    // Fails only once the QP is closing; the client is done then.
+                    let _ = ep.qp.post_recv(recv_wr(&ep.buf, size));
+                }
+                (WcOpcode::Write, _) => ep.credit_outstanding -= 1,
+                (_, WcStatus::WrFlushError) => {}
+                (op, st) => {
+                    error.get_or_insert(format!("server: {op:?} completed with {st:?}"));
+                }
+            }
+        }
+        for ep in eps.iter_mut() {
+            if ep.received - ep.reported >= every && ep.credit_outstanding < CREDIT_SLOTS {
+                let Some(src) = &ep.src else { continue };
+                let off = ep.next_slot * CREDIT_LEN;
+                let v = ep.received;
+                let mut word = [0u8; CREDIT_LEN];
+                word[..8].copy_from_slice(&v.to_be_bytes());
+                word[8..].copy_from_slice(&(v ^ CREDIT_CHECK).to_be_bytes());
+                src.write(off, &word).map_err(e2s("credit"))?;
+                let posted = ep.qp.post_send(SendWr {
+                    wr_id: v,
+                    op: SendOp::Write {
+                        remote_addr: ep.peer.addr,
+                        rkey: ep.peer.rkey,
+                    },
+                    sgl: vec![src.sge(off, CREDIT_LEN)],
+                    signaled: true,
+                    fence: false,
+                });
+                if posted.is_ok() {
+                    ep.credit_outstanding += 1;
+                    ep.next_slot = (ep.next_slot + 1) % CREDIT_SLOTS;
+                    ep.reported = v;
+                }
+            }
+        }
+        if n == 0 {
+            idle = idle.wrapping_add(1);
+            if idle.is_multiple_of(256) && watch.check(dev) {
+                break;
+            }
+        }
+    }
+    error.map_or(Ok(()), Err)
+}
+
+/// write_lat and send_lat: answer each message in kind.
+fn echo_server(
+    dev: &Device,
+    cq: &Cq,
+    ep: &mut SEp,
+    watch: &mut Watch,
+    test: Test,
+    size: usize,
+) -> Result<(), String> {
+    let mut wcs = vec![blank(); 16];
+    let last_octet = size - 1;
+    let mut expect = 1u8;
+    let mut spins = 0u32;
+    let mut error = None;
+    let Some(src) = &ep.src else {
+        return Err("no source buffer".into());
+    };
+    let write = SendOp::Write {
+        remote_addr: ep.peer.addr,
+        rkey: ep.peer.rkey,
+    };
+    let send = SendOp::Send {
+        solicited: false,
+        invalidate: None,
+    };
+    loop {
+        let n = cq.poll(&mut wcs);
+        let mut reply = false;
+        for c in &wcs[..n] {
+            match (c.opcode, c.status) {
+                (WcOpcode::Recv, WcStatus::Success) => {
+                    reply = true;
+                    let _ = ep.qp.post_recv(recv_wr(&ep.buf, size));
+                }
+                (_, WcStatus::Success | WcStatus::WrFlushError) => {}
+                (op, st) => {
+                    error.get_or_insert(format!("server: {op:?} completed with {st:?}"));
+                }
+            }
+        }
+        if test == Test::WriteLat {
+            let mut b = [0u8];
+            if ep.buf.read(last_octet, &mut b).is_ok() && b[0] == expect {
+                src.write(last_octet, &[expect]).map_err(e2s("write tag"))?;
+                expect = next_tag(expect);
+                reply = true;
+            }
+        }
+        if reply {
+            let op = if test == Test::WriteLat { write } else { send };
+            let _ = ep.qp.post_send(SendWr {
+                wr_id: 0,
+                op,
+                sgl: vec![src.sge(0, size)],
+                signaled: true,
+                fence: false,
+            });
+            continue;
+        }
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(1024) && watch.check(dev) {
+            break;
+        }
+    }
+    error.map_or(Ok(()), Err)
+}

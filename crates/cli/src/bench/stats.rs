@@ -1,0 +1,319 @@
+//! Statistics: latency summaries (perftest's columns), bandwidth meters with a peak over
+//! short windows, and the progress line shown on stderr for runs longer than a second.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+/// A summary of latency samples, in microseconds (perftest's latency columns).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatStats {
+    /// Samples.
+    pub count: usize,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+    /// The median (perftest's t_typical).
+    pub typical: f64,
+    /// Mean.
+    pub avg: f64,
+    /// Sample standard deviation (n - 1 in the denominator; 0 for fewer than 2 samples).
+    pub stdev: f64,
+    /// 99th percentile (nearest rank).
+    pub p99: f64,
+    /// 99.9th percentile (nearest rank).
+    pub p999: f64,
+}
+
+/// The nearest-rank percentile of sorted samples: the smallest sample such that at least
+/// `p` percent of the samples are at or below it. `None` for no samples.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let n = sorted.len();
+    // The epsilon keeps float noise (0.99 * 1000 = 990.0000000000001) out of the rank.
+    let rank = (p * n as f64 / 100.0 - 1e-9).ceil() as usize;
+    Some(sorted[rank.clamp(1, n) - 1])
+}
+
+/// The median of sorted samples (mean of the two middle ones for an even count).
+pub fn median(sorted: &[f64]) -> Option<f64> {
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
+impl LatStats {
+    /// Summarises samples (any order); `None` for no samples.
+    pub fn from_samples(samples: &[f64]) -> Option<LatStats> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut s = samples.to_vec();
+        s.sort_by(f64::total_cmp);
+        let n = s.len();
+        let avg = s.iter().sum::<f64>() / n as f64;
+        let stdev = if n < 2 {
+            0.0
+        } else {
+            (s.iter().map(|x| (x - avg) * (x - avg)).sum::<f64>() / (n - 1) as f64).sqrt()
+        };
+        Some(LatStats {
+            count: n,
+            min: s[0],
+            max: s[n - 1],
+            typical: median(&s)?,
+            avg,
+            stdev,
+            p99: percentile(&s, 99.0)?,
+            p999: percentile(&s, 99.9)?,
+        })
+    }
+}
+
+/// Measures a bandwidth run: the average over the whole run, and the peak over windows
+/// of [`BwMeter::WINDOW`] (the first window is left out when there are at least three,
+/// since it includes filling the socket buffers, which completes sends early).
+#[derive(Debug, Clone)]
+pub struct BwMeter {
+    start: Instant,
+    win_start: Instant,
+    win_ops: u64,
+    windows: u32,
+    first_rate: f64,
+    peak_rate: f64,
+}
+
+impl BwMeter {
+    /// Length of one peak window.
+    pub const WINDOW: Duration = Duration::from_millis(10);
+
+    /// Starts measuring now.
+    pub fn start(now: Instant) -> BwMeter {
+        BwMeter {
+            start: now,
+            win_start: now,
+            win_ops: 0,
+            windows: 0,
+            first_rate: 0.0,
+            peak_rate: 0.0,
+        }
+    }
+
+    /// When the run started.
+    pub fn started(&self) -> Instant {
+        self.start
+    }
+
+    /// Records that `ops` operations in all have completed by `now`.
+    pub fn record(&mut self, now: Instant, ops: u64) {
+        let dt = now.saturating_duration_since(self.win_start);
+        if dt >= Self::WINDOW {
+            let rate = (ops - self.win_ops) as f64 / dt.as_secs_f64();
+            if self.windows == 0 {
+                self.first_rate = rate;
+            } else {
+                self.peak_rate = self.peak_rate.max(rate);
+            }
+            self.windows += 1;
+            self.win_start = now;
+            self.win_ops = ops;
+        }
+    }
+
+    /// Finishes: `ops` operations of `size` octets completed by `end`.
+    pub fn finish(&self, end: Instant, ops: u64, size: usize) -> BwResult {
+        let elapsed = end.saturating_duration_since(self.start);
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        let msg_rate = ops as f64 / secs;
+        let mut peak = if self.windows >= 3 {
+            self.peak_rate
+        } else {
+            self.peak_rate.max(self.first_rate)
+        };
+        peak = peak.max(msg_rate);
+        BwResult {
+            bytes: size,
+            iterations: ops,
+            elapsed,
+            peak_bps: peak * size as f64,
+            avg_bps: msg_rate * size as f64,
+            msg_rate,
+        }
+    }
+}
+
+/// A bandwidth result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BwResult {
+    /// Message size.
+    pub bytes: usize,
+    /// Messages completed.
+    pub iterations: u64,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Peak bandwidth, octets per second.
+    pub peak_bps: f64,
+    /// Average bandwidth, octets per second.
+    pub avg_bps: f64,
+    /// Messages per second.
+    pub msg_rate: f64,
+}
+
+/// A latency result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatResult {
+    /// Message size.
+    pub bytes: usize,
+    /// Iterations measured (warm-up excluded).
+    pub iterations: u64,
+    /// The summary, microseconds.
+    pub stats: LatStats,
+}
+
+/// Prints a progress line to stderr once a run has lasted more than a second, then once a
+/// second; on a terminal the line is rewritten in place and cleared at the end.
+pub struct Progress {
+    label: String,
+    start: Instant,
+    next: Instant,
+    enabled: bool,
+    tty: bool,
+    printed: bool,
+    size: usize,
+    bw: bool,
+}
+
+impl Progress {
+    /// A progress reporter for one run; `bw` selects bandwidth or latency wording.
+    pub fn new(label: String, size: usize, bw: bool, enabled: bool) -> Progress {
+        let now = Instant::now();
+        Progress {
+            label,
+            start: now,
+            next: now + Duration::from_secs(1),
+            enabled,
+            tty: std::io::stderr().is_terminal(),
+            printed: false,
+            size,
+            bw,
+        }
+    }
+
+    /// Called often from the run's loop with the operations completed so far.
+    #[inline]
+    pub fn tick(&mut self, now: Instant, ops: u64) {
+        if self.enabled && now >= self.next {
+            self.print(now, ops);
+        }
+    }
+
+    #[cold]
+    fn print(&mut self, now: Instant, ops: u64) {
+        self.next = now + Duration::from_secs(1);
+        let secs = now.duration_since(self.start).as_secs_f64();
+        let rate = if self.bw {
+            format!("{:.1} MB/s", ops as f64 * self.size as f64 / secs / MB)
+        } else {
+            format!("{:.2} us/iter", secs * 1e6 / ops.max(1) as f64)
+        };
+        let line = format!("[{}] {secs:.1} s, {ops} iterations, {rate}", self.label);
+        let mut e = std::io::stderr().lock();
+        if self.tty {
+            let _ = write!(e, "\r\x1b[K{line}");
+        } else {
+            let _ = writeln!(e, "{line}");
+        }
+        let _ = e.flush();
+        self.printed = true;
+    }
+
+    /// Ends the progress display (clears the line on a terminal).
+    pub fn finish(&mut self) {
+        if self.printed && self.tty {
+            let mut e = std::io::stderr().lock();
+            let _ = write!(e, "\r\x1b[K");
+            let _ = e.flush();
+        }
+        self.printed = false;
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// perftest's MB: 2^20 octets.
+pub const MB: f64 = 1_048_576.0;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_nearest_rank() {
+        let s: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&s, 99.0), Some(99.0));
+        assert_eq!(percentile(&s, 99.9), Some(100.0));
+        assert_eq!(percentile(&s, 50.0), Some(50.0));
+        assert_eq!(percentile(&s, 100.0), Some(100.0));
+        assert_eq!(percentile(&s, 0.0), Some(1.0));
+        let s: Vec<f64> = (1..=1000).map(f64::from).collect();
+        assert_eq!(percentile(&s, 99.0), Some(990.0));
+        assert_eq!(percentile(&s, 99.9), Some(999.0));
+        assert_eq!(percentile(&[], 99.0), None);
+        assert_eq!(percentile(&[7.0], 99.9), Some(7.0));
+    }
+
+    #[test]
+    fn median_odd_and_even() {
+        assert_eq!(median(&[1.0, 2.0, 3.0]), Some(2.0));
+        assert_eq!(median(&[1.0, 2.0, 3.0, 10.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn lat_stats_known_input() {
+        // Unsorted on purpose. Mean 5, sample variance 32/7.
+        let s = [4.0, 2.0, 5.0, 4.0, 5.0, 7.0, 9.0, 4.0];
+        let st = LatStats::from_samples(&s).unwrap();
+        assert_eq!(st.count, 8);
+        assert_eq!(st.min, 2.0);
+        assert_eq!(st.max, 9.0);
+        assert_eq!(st.avg, 5.0);
+        assert_eq!(st.typical, 4.5);
+        assert!((st.stdev - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+        assert_eq!(st.p99, 9.0);
+        assert_eq!(st.p999, 9.0);
+        assert!(LatStats::from_samples(&[]).is_none());
+        let one = LatStats::from_samples(&[3.5]).unwrap();
+        assert_eq!((one.stdev, one.typical, one.p99), (0.0, 3.5, 3.5));
+    }
+
+    #[test]
+    fn bw_meter_average_and_peak() {
+        let t0 = Instant::now();
+        let mut m = BwMeter::start(t0);
+        // 100 ops per 10 ms window for 5 windows, one window at 300.
+        let mut ops = 0;
+        for (i, per) in [100u64, 100, 300, 100, 100].iter().enumerate() {
+            ops += per;
+            m.record(t0 + Duration::from_millis(10 * (i as u64 + 1)), ops);
+        }
+        let r = m.finish(t0 + Duration::from_millis(50), ops, 1000);
+        assert_eq!(r.iterations, 700);
+        assert!((r.msg_rate - 14_000.0).abs() < 1e-6);
+        assert!((r.avg_bps - 14_000_000.0).abs() < 1e-3);
+        assert!((r.peak_bps - 30_000_000.0).abs() < 1e-3);
+        // A run shorter than a window: peak is the average.
+        let m = BwMeter::start(t0);
+        let r = m.finish(t0 + Duration::from_millis(2), 10, 100);
+        assert!((r.peak_bps - r.avg_bps).abs() < 1e-6);
+    }
+}

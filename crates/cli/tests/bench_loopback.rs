@@ -1,0 +1,134 @@
+//! The benchmark subcommands end to end in loopback mode, through the library function
+//! the `softrnic` binary calls (no process spawned). Only the shape of the output and the
+//! iteration counts are checked: timings are never asserted.
+
+use serde_json::Value;
+use softrnic_cli::bench::{self, BenchCommand, Measured};
+
+fn run_json(argv: &[&str]) -> (Vec<Value>, Vec<bench::ResultRow>) {
+    let cmd = BenchCommand::parse_from(argv.iter().copied()).expect("flags parse");
+    let mut out = Vec::new();
+    let rows = bench::run(&cmd, &mut out).expect("benchmark runs");
+    let text = String::from_utf8(out).expect("UTF-8 output");
+    let lines = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .collect();
+    (lines, rows)
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v.get(key)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+#[test]
+fn write_bw_loopback_json() {
+    let (lines, rows) = run_json(&["write_bw", "--loopback", "-n", "50", "-s", "4096", "--json"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let v = &lines[0];
+    assert_eq!(v["type"], "result");
+    assert_eq!(v["test"], "write_bw");
+    assert_eq!(v["transport"], "softrnic");
+    assert_eq!(v["bytes"], 4096);
+    assert_eq!(v["iterations"], 50);
+    assert_eq!(v["bw_unit"], "MB/sec");
+    for k in ["bw_peak", "bw_average", "msg_rate_mpps", "seconds"] {
+        assert!(num(v, k) > 0.0, "{k} in {v}");
+    }
+    assert_eq!(rows.len(), 1);
+    assert!(matches!(rows[0].softrnic, Measured::Bw(b) if b.iterations == 50));
+}
+
+#[test]
+fn send_lat_loopback_json() {
+    let (lines, rows) = run_json(&["send_lat", "--loopback", "-n", "50", "-s", "8", "--json"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let v = &lines[0];
+    assert_eq!(v["test"], "send_lat");
+    assert_eq!(v["transport"], "softrnic");
+    assert_eq!(v["bytes"], 8);
+    assert_eq!(v["iterations"], 50);
+    let keys = [
+        "t_min_usec",
+        "t_max_usec",
+        "t_typical_usec",
+        "t_avg_usec",
+        "t_stdev_usec",
+        "p99_usec",
+        "p99_9_usec",
+    ];
+    for k in keys {
+        assert!(num(v, k) >= 0.0, "{k} in {v}");
+    }
+    assert!(num(v, "t_min_usec") <= num(v, "t_max_usec"));
+    assert!(matches!(rows[0].softrnic, Measured::Lat(l) if l.iterations == 50));
+}
+
+/// The other four tests, several sizes, and the TCP baseline: every size gets a TCP
+/// line and a softrnic line with its ratio.
+#[test]
+fn other_tests_with_tcp_baseline() {
+    for test in ["read_bw", "send_bw", "write_lat", "read_lat"] {
+        let (lines, rows) = run_json(&[
+            test,
+            "--loopback",
+            "-n",
+            "20",
+            "-s",
+            "1,4K,100000",
+            "--baseline",
+            "tcp",
+            "--json",
+            "--quiet",
+        ]);
+        assert_eq!(lines.len(), 6, "{test}: {lines:?}");
+        for (pair, size) in lines.chunks(2).zip([1, 4096, 100000]) {
+            assert_eq!(pair[0]["transport"], "tcp", "{test}");
+            assert_eq!(pair[1]["transport"], "softrnic", "{test}");
+            for v in pair {
+                assert_eq!(v["test"], test);
+                assert_eq!(v["bytes"], size);
+                assert_eq!(v["iterations"], 20, "{test} {v}");
+            }
+            assert!(num(&pair[1], "ratio_vs_tcp") > 0.0);
+        }
+        assert!(rows.iter().all(|r| r.tcp.is_some() && r.ratio().is_some()));
+    }
+}
+
+/// Selective signaling with more QPs, a depth that is not a multiple of the moderation,
+/// and a duration instead of an iteration count.
+#[test]
+fn write_bw_qps_and_duration() {
+    let (lines, _) = run_json(&[
+        "write_bw",
+        "--loopback",
+        "-q",
+        "3",
+        "-t",
+        "10",
+        "-Q",
+        "3",
+        "-n",
+        "101",
+        "-s",
+        "512",
+        "--json",
+    ]);
+    assert_eq!(lines[0]["iterations"], 303);
+    let (lines, _) = run_json(&[
+        "send_bw",
+        "--loopback",
+        "-D",
+        "0.2",
+        "-s",
+        "64",
+        "-r",
+        "16",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(num(&lines[0], "iterations") > 0.0);
+}
