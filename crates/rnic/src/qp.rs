@@ -243,12 +243,7 @@ impl QpShared {
                     if core.rx_mid_fpdu() {
                         // The stream ended inside an FPDU: it was lost (a peer that
                         // died mid-transfer), not closed between messages.
-                        conn.closed = true;
-                        dev.post_event(AsyncEvent::ConnectionLost {
-                            qp: self.id,
-                            error: io::ErrorKind::UnexpectedEof,
-                        });
-                        core.transport_closed();
+                        self.connection_lost(conn, core, dev, io::ErrorKind::UnexpectedEof);
                     }
                     break;
                 }
@@ -256,18 +251,26 @@ impl QpShared {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    conn.closed = true;
-                    dev.post_event(AsyncEvent::ConnectionLost {
-                        qp: self.id,
-                        error: e.kind(),
-                    });
-                    core.transport_closed();
+                    self.connection_lost(conn, core, dev, e.kind());
                     moved = true;
                     break;
                 }
             }
         }
         moved
+    }
+
+    /// The transport failed under the QP: no more I/O, tell the program, flush.
+    fn connection_lost(
+        &self,
+        conn: &mut Conn,
+        core: &mut softrnic_proto::qp::Qp,
+        dev: &Shared,
+        error: io::ErrorKind,
+    ) {
+        conn.closed = true;
+        dev.post_event(AsyncEvent::ConnectionLost { qp: self.id, error });
+        core.transport_closed();
     }
 
     fn transmit(&self, g: &mut QpInner, dev: &Shared) -> bool {
@@ -325,12 +328,7 @@ impl QpShared {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    conn.closed = true;
-                    dev.post_event(AsyncEvent::ConnectionLost {
-                        qp: self.id,
-                        error: e.kind(),
-                    });
-                    core.transport_closed();
+                    self.connection_lost(conn, core, dev, e.kind());
                     moved = true;
                     break;
                 }
