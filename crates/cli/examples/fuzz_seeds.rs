@@ -5,7 +5,9 @@
 
 use softrnic_cli::decode::{Event, decode_all, stream};
 use softrnic_wire::mpa;
-use softrnic_wire::terminate::{Layer, TerminateCause, TerminateRepr, TerminatedDdp};
+use softrnic_wire::terminate::{
+    Layer, TerminateCause, TerminateLayout, TerminateRepr, TerminatedDdp,
+};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -101,6 +103,7 @@ fn main() {
                 ddp: None,
                 rdmap: None,
                 reserved: 0,
+                layout: TerminateLayout::Rfc5040,
             },
         ),
         (
@@ -114,6 +117,7 @@ fn main() {
                 }),
                 rdmap: None,
                 reserved: 0,
+                layout: TerminateLayout::Rfc5040,
             },
         ),
         (
@@ -124,6 +128,7 @@ fn main() {
                 ddp: None,
                 rdmap: Some(&rr),
                 reserved: 0,
+                layout: TerminateLayout::Rfc5040,
             },
         ),
     ] {

@@ -86,6 +86,8 @@ pub enum BodyInfo {
         ddp_header: bool,
         /// Whether the offending Read Request header was copied.
         rdmap_header: bool,
+        /// The control word's layout (siw's differs from RFC 5040 on x86).
+        layout: softrnic_wire::TerminateLayout,
     },
     /// An uninterpreted body.
     Opaque(usize),
@@ -287,6 +289,7 @@ fn decode_fpdus(
                 cause: t.cause,
                 ddp_header: t.ddp.is_some(),
                 rdmap_header: t.rdmap.is_some(),
+                layout: t.layout,
             },
             Body::Opaque(p) => BodyInfo::Opaque(p.len()),
         };

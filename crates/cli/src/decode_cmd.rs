@@ -99,7 +99,12 @@ fn fpdu_text(f: &FpduInfo) -> String {
                 rr.sink_stag, rr.sink_to, rr.size, rr.source_stag, rr.source_to
             )
         }
-        BodyInfo::Terminate { cause, .. } => s += &format!(" {cause}"),
+        BodyInfo::Terminate { cause, layout, .. } => {
+            s += &format!(" {cause}");
+            if layout == softrnic_wire::TerminateLayout::SiwLittleEndian {
+                s += " [siw's bit-field layout]";
+            }
+        }
     }
     if let Placement::Untagged { rsvd_ulp, .. } = f.header.placement
         && op.invalidates()
@@ -248,11 +253,13 @@ fn event_json(conn: usize, e: &Event) -> Value {
                     cause,
                     ddp_header,
                     rdmap_header,
+                    layout,
                 } => {
                     v["terminate"] = json!({
                         "layer": cause.layer.to_bits(), "etype": cause.etype, "code": cause.code,
                         "description": cause.describe(), "ddp_header": ddp_header,
                         "rdmap_header": rdmap_header,
+                        "siw_layout": layout == softrnic_wire::TerminateLayout::SiwLittleEndian,
                     })
                 }
             }

@@ -25,6 +25,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// rdma-core's rping exchange (Send advert, RDMA Read, RDMA Write back), either
+    /// role, compatible with Linux `rping`.
+    Rping(softrnic_cli::rping::RpingArgs),
     #[command(flatten)]
     Bench(softrnic_cli::bench::BenchCommand),
 }
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Decode { file, json } => decode_cmd::run(&file, json),
+        Command::Rping(r) => softrnic_cli::rping::main(&r),
         Command::Bench(b) => softrnic_cli::bench::main(&b),
     };
     match result {

@@ -7,9 +7,257 @@
 //! client advertises its sink buffer; the server RDMA-Writes what it read into it and
 //! Sends again. With verify, the client checks that the sink holds the source's bytes.
 
+use clap::{Args, ValueEnum};
 use softrnic_rnic::*;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
+
+/// `softrnic rping`'s command line: rping's flags with their meaning, plus the MPA
+/// knobs interop testing needs.
+#[derive(Debug, Clone, Args)]
+pub struct RpingArgs {
+    /// Server: listen for one client (on `-a`, default every address).
+    #[arg(
+        short = 's',
+        conflicts_with = "client",
+        required_unless_present = "client"
+    )]
+    pub server: bool,
+    /// Client: connect to the server at `-a`.
+    #[arg(short = 'c')]
+    pub client: bool,
+    /// Address: the server's (client) or the one to listen on (server).
+    #[arg(short = 'a')]
+    pub addr: Option<String>,
+    /// TCP port.
+    #[arg(short = 'p', default_value_t = 7174)]
+    pub port: u16,
+    /// Iterations (0: until interrupted, like rping).
+    #[arg(short = 'C', default_value_t = 0)]
+    pub count: u64,
+    /// Ping buffer size in octets (at least 16).
+    #[arg(short = 'S', default_value_t = 64)]
+    pub size: usize,
+    /// Print each ping's data.
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// Verify the data the server wrote back (client).
+    #[arg(short = 'V')]
+    pub verify: bool,
+    /// Server: serve clients one after another, until killed.
+    #[arg(short = 'P', requires = "server")]
+    pub persistent: bool,
+    /// Server: make this bad remote access into the client's memory, to check the
+    /// client's Terminate (its layer/type/code is printed).
+    #[arg(long, value_enum, requires = "server")]
+    pub inject: Option<Fault>,
+    /// Print nothing but errors.
+    #[arg(short = 'q')]
+    pub quiet: bool,
+    /// MPA CRC32c: off (use it only if the peer asks), required (ask for it), strict
+    /// (and refuse a peer that does not).
+    #[arg(long, value_enum, default_value_t = CrcArg::Off)]
+    pub crc: CrcArg,
+    /// Our inbound RDMA Read depth, announced in the MPA frame (RFC 6581).
+    #[arg(long, default_value_t = 1)]
+    pub ird: u16,
+    /// Our outbound RDMA Read depth, announced in the MPA frame (RFC 6581).
+    #[arg(long, default_value_t = 1)]
+    pub ord: u16,
+    /// RFC 6581 peer-to-peer mode: an RTR message opens the connection.
+    #[arg(long)]
+    pub p2p: bool,
+    /// The RTR message types we offer (client) or accept (server) in peer-to-peer mode.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [RtrArg::Write, RtrArg::Read])]
+    pub rtr: Vec<RtrArg>,
+    /// MPA revision (1: plain RFC 5044, no IRD/ORD exchange).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub mpa_rev: u8,
+    /// Seconds to wait for each step before giving up.
+    #[arg(long, default_value_t = 10)]
+    pub timeout: u64,
+}
+
+/// `--crc` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CrcArg {
+    /// C=0; CRC only if the peer sets C.
+    Off,
+    /// C=1.
+    Required,
+    /// C=1 and the peer must set C too.
+    Strict,
+}
+
+/// `--rtr` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RtrArg {
+    /// Zero-length Send.
+    Send,
+    /// Zero-length RDMA Write.
+    Write,
+    /// Zero-length RDMA Read.
+    Read,
+}
+
+impl RpingArgs {
+    /// The options these flags mean.
+    pub fn opts(&self) -> std::result::Result<RpingOpts, String> {
+        if self.size < MIN_SIZE {
+            return Err(format!(
+                "-S {}: the buffer must hold at least {MIN_SIZE} octets",
+                self.size
+            ));
+        }
+        if self.size > u32::MAX as usize {
+            return Err(format!(
+                "-S {}: larger than rping's 32-bit size field",
+                self.size
+            ));
+        }
+        if self.p2p && self.mpa_rev != 2 {
+            return Err("--p2p needs MPA revision 2".into());
+        }
+        let mut rtr = RtrTypes::empty();
+        for t in &self.rtr {
+            rtr |= match t {
+                RtrArg::Send => RtrTypes::SEND,
+                RtrArg::Write => RtrTypes::WRITE,
+                RtrArg::Read => RtrTypes::READ,
+            };
+        }
+        let mpa = MpaConfig {
+            revision: self.mpa_rev,
+            crc: match self.crc {
+                CrcArg::Off => CrcPolicy::Off,
+                CrcArg::Required => CrcPolicy::Required,
+                CrcArg::Strict => CrcPolicy::Strict,
+            },
+            ird: self.ird,
+            ord: self.ord,
+            peer_to_peer: self.p2p,
+            rtr_types: rtr,
+            ..MpaConfig::default()
+        };
+        Ok(RpingOpts {
+            count: self.count,
+            size: self.size,
+            verbose: self.verbose && !self.quiet,
+            verify: self.verify,
+            timeout: Duration::from_secs(self.timeout),
+            mpa,
+            persistent: self.persistent,
+            inject: self.inject,
+        })
+    }
+
+    /// The socket address `-a`/`-p` name.
+    pub fn socket_addr(&self) -> std::result::Result<SocketAddr, String> {
+        let host = match (&self.addr, self.server) {
+            (Some(a), _) => a.as_str(),
+            (None, true) => "0.0.0.0",
+            (None, false) => return Err("-c needs the server's address (-a)".into()),
+        };
+        (host, self.port)
+            .to_socket_addrs()
+            .map_err(|e| format!("-a {host}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("-a {host}: no address"))
+    }
+}
+
+/// Why an rping run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RpingError {
+    /// A verbs call failed (connection refused, MPA rejected, ...).
+    #[error(transparent)]
+    Verbs(#[from] Error),
+    /// No completion came within the step's time limit.
+    #[error("no {0:?} completion within the time limit")]
+    Timeout(WcOpcode),
+    /// The server never answered the client's first advert (no Read Request, no
+    /// Send): the connection is up, but the peer does not process what we sent.
+    #[error("the server never answered our first Send")]
+    NoFirstAnswer,
+    /// A work request completed with an error status.
+    #[error("{opcode:?} completed with {status:?}")]
+    Failed {
+        /// The work request's kind.
+        opcode: WcOpcode,
+        /// Its status.
+        status: WcStatus,
+    },
+    /// The peer's advert was not 16 octets.
+    #[error("the peer's buffer advert has {0} octets, not 16")]
+    ShortAdvert(u32),
+    /// The client's buffer does not fit ours (`-S` differs between the two sides).
+    #[error(
+        "the client's buffer ({theirs} octets) is larger than ours ({ours}): use the same -S on both sides"
+    )]
+    AdvertTooLarge {
+        /// The client's advertised size.
+        theirs: u32,
+        /// Our buffer size.
+        ours: usize,
+    },
+    /// A work request failed and the QP went to error with a Terminate.
+    #[error("{opcode:?} completed with {status:?}; {} Terminate: {cause}", if *remote { "the peer sent" } else { "we sent" })]
+    Terminated {
+        /// The work request's kind.
+        opcode: WcOpcode,
+        /// Its status.
+        status: WcStatus,
+        /// The Terminate's layer/type/code.
+        cause: TerminateCause,
+        /// Whether the peer sent it.
+        remote: bool,
+    },
+    /// Verify mode: the data written back differs from what was sent.
+    #[error(
+        "iteration {iteration}: data differs at octet {offset} (sent {sent:#04x}, got {got:#04x})"
+    )]
+    Mismatch {
+        /// Iteration number (from 0).
+        iteration: u64,
+        /// First differing octet.
+        offset: usize,
+        /// What we sent there.
+        sent: u8,
+        /// What came back.
+        got: u8,
+    },
+}
+
+type Result<T> = std::result::Result<T, RpingError>;
+
+/// The smallest ping buffer, as rping has it (room for "rdma-ping-N: " and more).
+pub const MIN_SIZE: usize = 23;
+
+/// Runs `softrnic rping` as the flags say.
+pub fn main(args: &RpingArgs) -> std::result::Result<(), String> {
+    let opts = args.opts()?;
+    let addr = args.socket_addr()?;
+    let n = if args.server {
+        server(addr, &opts, |a| {
+            if !args.quiet {
+                eprintln!("rping: server listening on {a}");
+            }
+        })
+    } else {
+        client(addr, &opts)
+    }
+    .map_err(|e| format!("rping: {e}"))?;
+    if !args.quiet {
+        let role = if args.server { "server" } else { "client" };
+        let verified = if args.verify && args.client {
+            ", data verified"
+        } else {
+            ""
+        };
+        eprintln!("rping: {role} done, {n} iterations{verified}");
+    }
+    Ok(())
+}
 
 /// rping options (the meaning of rping's flags).
 #[derive(Debug, Clone)]
@@ -26,6 +274,45 @@ pub struct RpingOpts {
     pub timeout: Duration,
     /// MPA settings (CRC policy etc.).
     pub mpa: MpaConfig,
+    /// `-P`: the server serves clients one after another until killed.
+    pub persistent: bool,
+    /// Server: make a bad remote access into the client's memory on purpose, to see
+    /// the peer's Terminate.
+    pub inject: Option<Fault>,
+}
+
+/// A bad remote access the server can make on purpose (`--inject`): checks that the
+/// peer answers with the right Terminate and that both QPs flush.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Fault {
+    /// RDMA Read with an STag the client never advertised.
+    ReadBadStag,
+    /// RDMA Read one octet beyond the client's advertised buffer.
+    ReadBeyondBounds,
+    /// RDMA Write with an STag the client never advertised.
+    WriteBadStag,
+    /// RDMA Write one octet beyond the client's advertised buffer.
+    WriteBeyondBounds,
+}
+
+impl Fault {
+    /// Where the Read step goes with this fault (the advert's own target otherwise).
+    fn read(self, a: &Advert) -> (u64, u32) {
+        match self {
+            Fault::ReadBadStag => (a.addr, a.rkey ^ 0x5a5a_5a00),
+            Fault::ReadBeyondBounds => (a.addr + 1, a.rkey),
+            _ => (a.addr, a.rkey),
+        }
+    }
+
+    /// Where the Write step goes with this fault.
+    fn write(self, a: &Advert) -> (u64, u32) {
+        match self {
+            Fault::WriteBadStag => (a.addr, a.rkey ^ 0x5a5a_5a00),
+            Fault::WriteBeyondBounds => (a.addr + 1, a.rkey),
+            _ => (a.addr, a.rkey),
+        }
+    }
 }
 
 impl Default for RpingOpts {
@@ -42,6 +329,8 @@ impl Default for RpingOpts {
             verify: false,
             timeout: Duration::from_secs(10),
             mpa,
+            persistent: false,
+            inject: None,
         }
     }
 }
@@ -92,6 +381,8 @@ pub fn ping_data(iter: u64, size: usize) -> Vec<u8> {
     v
 }
 
+/// One connection's verbs objects (the device lives outside, so a persistent server
+/// keeps one device and listener for all its clients).
 struct Ends {
     dev: Device,
     cq: Cq,
@@ -99,12 +390,14 @@ struct Ends {
     pd: Pd,
 }
 
-fn open(opts: &RpingOpts) -> Result<Ends> {
-    let cfg = DeviceConfig {
+fn open_device(opts: &RpingOpts) -> Result<Device> {
+    Ok(Device::open(DeviceConfig {
         mpa: opts.mpa.clone(),
         ..DeviceConfig::default()
-    };
-    let dev = Device::open(cfg)?;
+    })?)
+}
+
+fn open(dev: &Device) -> Result<Ends> {
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(16)?;
     let qp = dev.create_qp(
@@ -116,23 +409,44 @@ fn open(opts: &RpingOpts) -> Result<Ends> {
             rq_depth: 16,
         },
     )?;
-    Ok(Ends { dev, cq, qp, pd })
+    Ok(Ends {
+        dev: dev.clone(),
+        cq,
+        qp,
+        pd,
+    })
 }
 
+/// Waits for the next completion of kind `op` (earlier ones of other kinds are
+/// skipped). A failed work request is reported with the Terminate that put the QP into
+/// error, when there was one: the QP posts that event before its completions, so it is
+/// already queued.
 fn wait(e: &Ends, opts: &RpingOpts, op: WcOpcode) -> Result<Completion> {
     let deadline = std::time::Instant::now() + opts.timeout;
     loop {
         let now = std::time::Instant::now();
         let wc = e.cq.wait_for(1, deadline.saturating_duration_since(now));
         let Some(c) = wc.first() else {
-            return Err(Error::Timeout);
+            return Err(RpingError::Timeout(op));
         };
         if c.status != WcStatus::Success {
-            return Err(Error::BadState(match c.status {
-                WcStatus::WrFlushError => "work request flushed (connection closed or in error)",
-                WcStatus::RemoteAccessError => "remote access error",
-                _ => "work request failed",
-            }));
+            let id = e.qp.id();
+            let fatal = e.dev.wait_event_matching(
+                Duration::ZERO,
+                |ev| matches!(ev, AsyncEvent::QpFatal { qp, .. } if *qp == id),
+            );
+            return Err(match fatal {
+                Some(AsyncEvent::QpFatal { cause, remote, .. }) => RpingError::Terminated {
+                    opcode: c.opcode,
+                    status: c.status,
+                    cause,
+                    remote,
+                },
+                _ => RpingError::Failed {
+                    opcode: c.opcode,
+                    status: c.status,
+                },
+            });
         }
         if c.opcode == op {
             return Ok(*c);
@@ -152,7 +466,15 @@ fn signaled(wr_id: u64, op: SendOp, sgl: Vec<Sge>) -> SendWr {
 
 /// Runs the client side against an rping server; returns the iterations done.
 pub fn client(addr: SocketAddr, opts: &RpingOpts) -> Result<u64> {
-    let e = open(opts)?;
+    client_with(addr, opts, || {})
+}
+
+/// [`client`], calling `connected` once the connection is up and before the first
+/// Send. Interop tests use it to wait until a peer that is slow to take its own
+/// connection into RDMA mode (Linux siw, see docs/INTEROP.md) is ready.
+pub fn client_with(addr: SocketAddr, opts: &RpingOpts, connected: impl FnOnce()) -> Result<u64> {
+    let dev = open_device(opts)?;
+    let e = open(&dev)?;
     let start =
         e.pd.alloc_mr(opts.size, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
     let sink =
@@ -165,7 +487,8 @@ pub fn client(addr: SocketAddr, opts: &RpingOpts) -> Result<u64> {
     })?;
     let mut cfg = opts.mpa.clone();
     cfg.private_data.clear();
-    e.dev.connect_with(addr, &e.qp, cfg)?;
+    dev.connect_with(addr, &e.qp, cfg)?;
+    connected();
     let mut i = 0;
     while opts.count == 0 || i < opts.count {
         let data = ping_data(i, opts.size);
@@ -190,7 +513,10 @@ pub fn client(addr: SocketAddr, opts: &RpingOpts) -> Result<u64> {
         ))?;
         wait(&e, opts, WcOpcode::Send)?;
         // The server has read our buffer when it answers.
-        wait(&e, opts, WcOpcode::Recv)?;
+        match wait(&e, opts, WcOpcode::Recv) {
+            Err(RpingError::Timeout(_)) if i == 0 => return Err(RpingError::NoFirstAnswer),
+            other => other?,
+        };
         e.qp.post_recv(RecvWr {
             wr_id: 1,
             sgl: vec![rx.sge(0, 16)],
@@ -220,8 +546,15 @@ pub fn client(addr: SocketAddr, opts: &RpingOpts) -> Result<u64> {
             sgl: vec![rx.sge(0, 16)],
         })?;
         let got = sink.to_vec();
-        if opts.verify && got != data {
-            return Err(Error::BadState("rping data mismatch"));
+        if opts.verify
+            && let Some(offset) = got.iter().zip(&data).position(|(g, d)| g != d)
+        {
+            return Err(RpingError::Mismatch {
+                iteration: i,
+                offset,
+                sent: data[offset],
+                got: got[offset],
+            });
         }
         if opts.verbose {
             let end = got.iter().position(|&b| b == 0).unwrap_or(got.len());
@@ -230,15 +563,50 @@ pub fn client(addr: SocketAddr, opts: &RpingOpts) -> Result<u64> {
         i += 1;
     }
     e.qp.disconnect()?;
-    let _ = e.dev.wait_event_matching(opts.timeout, |ev| {
+    let _ = dev.wait_event_matching(opts.timeout, |ev| {
         matches!(ev, AsyncEvent::Disconnected { .. })
     });
     Ok(i)
 }
 
-/// Serves one rping client on `listen`; returns the iterations done.
+/// Reads the advert a receive completion brought and re-posts the receive.
+fn take_advert(e: &Ends, rx: &Mr, c: Completion) -> Result<Advert> {
+    if c.byte_len != 16 {
+        return Err(RpingError::ShortAdvert(c.byte_len));
+    }
+    let mut b = [0u8; 16];
+    rx.read(0, &mut b)?;
+    e.qp.post_recv(RecvWr {
+        wr_id: 1,
+        sgl: vec![rx.sge(0, 16)],
+    })?;
+    Ok(Advert::parse(&b).expect("16 octets"))
+}
+
+/// Serves rping clients on `listen`: one, or one after another with
+/// [`RpingOpts::persistent`] (a failed client is then reported and the next one
+/// served). Returns the iterations done.
 pub fn server(listen: SocketAddr, opts: &RpingOpts, ready: impl FnOnce(SocketAddr)) -> Result<u64> {
-    let e = open(opts)?;
+    let dev = open_device(opts)?;
+    let l = dev.listen(listen)?;
+    ready(l.local_addr()?);
+    let mut total = 0;
+    loop {
+        match serve_one(&dev, &l, opts) {
+            Ok(n) => total += n,
+            Err(e) if opts.persistent => eprintln!("rping: client failed: {e}"),
+            Err(e) => return Err(e),
+        }
+        if !opts.persistent {
+            return Ok(total);
+        }
+    }
+}
+
+/// Accepts the next client on `l` and serves it until it disconnects or `-C`
+/// iterations are done; returns the iterations done.
+pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
+    let e = open(dev)?;
     let buf = e.pd.alloc_mr(opts.size.max(16), Access::LOCAL_WRITE)?;
     let adv = e.pd.alloc_mr(16, Access::LOCAL_WRITE)?;
     let rx = e.pd.alloc_mr(16, Access::LOCAL_WRITE)?;
@@ -246,8 +614,6 @@ pub fn server(listen: SocketAddr, opts: &RpingOpts, ready: impl FnOnce(SocketAdd
         wr_id: 1,
         sgl: vec![rx.sge(0, 16)],
     })?;
-    let l = e.dev.listen(listen)?;
-    ready(l.local_addr()?);
     let req = l.accept()?;
     let mut cfg = opts.mpa.clone();
     cfg.private_data.clear();
@@ -264,25 +630,25 @@ pub fn server(listen: SocketAddr, opts: &RpingOpts, ready: impl FnOnce(SocketAdd
     let mut i = 0;
     loop {
         // The client's source buffer, or the end.
-        match wait(&e, opts, WcOpcode::Recv) {
-            Ok(_) => {}
-            Err(_) if i > 0 || opts.count > 0 => break,
+        let first = match wait(&e, opts, WcOpcode::Recv) {
+            Ok(c) => c,
+            Err(RpingError::Failed { .. } | RpingError::Timeout(_)) if i > 0 || opts.count > 0 => {
+                break;
+            }
             Err(err) => return Err(err),
+        };
+        let src = take_advert(&e, &rx, first)?;
+        let len = src.size as usize;
+        if len > buf.len() {
+            return Err(RpingError::AdvertTooLarge {
+                theirs: src.size,
+                ours: buf.len(),
+            });
         }
-        let mut b = [0u8; 16];
-        rx.read(0, &mut b)?;
-        let src = Advert::parse(&b).ok_or(Error::BadState("short advert"))?;
-        e.qp.post_recv(RecvWr {
-            wr_id: 1,
-            sgl: vec![rx.sge(0, 16)],
-        })?;
-        let len = (src.size as usize).min(buf.len());
+        let (remote_addr, rkey) = opts.inject.map_or((src.addr, src.rkey), |f| f.read(&src));
         e.qp.post_send(signaled(
             20,
-            SendOp::Read {
-                remote_addr: src.addr,
-                rkey: src.rkey,
-            },
+            SendOp::Read { remote_addr, rkey },
             vec![buf.sge(0, len)],
         ))?;
         wait(&e, opts, WcOpcode::Read)?;
@@ -300,22 +666,17 @@ pub fn server(listen: SocketAddr, opts: &RpingOpts, ready: impl FnOnce(SocketAdd
             vec![adv.sge(0, 16)],
         ))?;
         wait(&e, opts, WcOpcode::Send)?;
-        wait(&e, opts, WcOpcode::Recv)?;
-        rx.read(0, &mut b)?;
-        let dst = Advert::parse(&b).ok_or(Error::BadState("short advert"))?;
-        e.qp.post_recv(RecvWr {
-            wr_id: 1,
-            sgl: vec![rx.sge(0, 16)],
-        })?;
+        let c = wait(&e, opts, WcOpcode::Recv)?;
+        let dst = take_advert(&e, &rx, c)?;
         let len = (dst.size as usize).min(len);
+        let (remote_addr, rkey) = opts.inject.map_or((dst.addr, dst.rkey), |f| f.write(&dst));
         e.qp.post_send(signaled(
             22,
-            SendOp::Write {
-                remote_addr: dst.addr,
-                rkey: dst.rkey,
-            },
+            SendOp::Write { remote_addr, rkey },
             vec![buf.sge(0, len)],
         ))?;
+        // A Write completes locally once sent; the Send behind it tells whether the
+        // peer took it (a Terminate would flush the Send).
         wait(&e, opts, WcOpcode::Write)?;
         e.qp.post_send(signaled(
             23,
@@ -331,9 +692,10 @@ pub fn server(listen: SocketAddr, opts: &RpingOpts, ready: impl FnOnce(SocketAdd
             break;
         }
     }
-    let _ = e.dev.wait_event_matching(opts.timeout, |ev| {
-        matches!(ev, AsyncEvent::Disconnected { .. })
-    });
+    let _ = dev.wait_event_matching(
+        opts.timeout,
+        |ev| matches!(ev, AsyncEvent::Disconnected { qp } if *qp == e.qp.id()),
+    );
     Ok(i)
 }
 

@@ -290,3 +290,52 @@ fn wire_facts_of_siw() {
     assert!(rej[0].mpa(MpaFrameKind::Reply).unwrap().reject);
     assert_eq!(rej[0].fpdus().count(), 0);
 }
+
+/// A capture made by `tests/siw_interop.rs` (siw's rping client, softrnic's server
+/// making an RDMA Read with a wrong STag, then one beyond the buffer): siw's
+/// Terminates use siw's own bit-field layout, and decode to the RFC cause regardless.
+#[test]
+fn siw_terminate_in_siw_layout_decodes() {
+    use softrnic_cli::decode::{BodyInfo, decode_all};
+    use softrnic_wire::TerminateLayout;
+    use softrnic_wire::terminate::{Layer, TerminateCause, rdmap_code, rdmap_etype};
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/siw-terminate-read.pcap");
+    let conns = decode_all(&softrnic_capture::read_capture(&path).expect("capture"));
+    let terms: Vec<_> = conns
+        .iter()
+        .flat_map(|c| c.fpdus())
+        .filter_map(|p| match p.body {
+            BodyInfo::Terminate {
+                cause,
+                layout,
+                rdmap_header,
+                ddp_header,
+            } => Some((cause, layout, ddp_header, rdmap_header)),
+            _ => None,
+        })
+        .filter(|t| t.1 == TerminateLayout::SiwLittleEndian)
+        .collect();
+    let cause = |code| TerminateCause::new(Layer::Rdmap, rdmap_etype::REMOTE_PROTECTION, code);
+    assert_eq!(
+        terms,
+        vec![
+            (
+                cause(rdmap_code::INVALID_STAG),
+                TerminateLayout::SiwLittleEndian,
+                true,
+                true
+            ),
+            (
+                cause(rdmap_code::BASE_BOUNDS),
+                TerminateLayout::SiwLittleEndian,
+                true,
+                true
+            ),
+        ]
+    );
+    for c in &conns {
+        assert_eq!(c.to_server.error, None);
+        assert_eq!(c.to_client.error, None);
+    }
+}

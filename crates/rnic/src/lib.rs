@@ -56,7 +56,7 @@ pub use device::{AsyncEvent, Device, DeviceAttr, DeviceConfig, ProgressMode};
 pub use error::{Error, Result};
 pub use mr::{Mr, Pd};
 pub use qp::{Qp, QpInit, QpStats};
-pub use softrnic_proto::cm::{CrcPolicy, MpaConfig};
+pub use softrnic_proto::cm::{CrcPolicy, MpaConfig, RtrTypes};
 pub use softrnic_proto::{
     Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };

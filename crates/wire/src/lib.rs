@@ -29,7 +29,7 @@ pub use ddp::{DdpHeader, DdpRepr, Placement};
 pub use error::{Result, WireError};
 pub use mpa::{MpaFrame, MpaFrameKind, MpaFrameRepr, Rfc6581};
 pub use rdmap::{Opcode, ReadRequest};
-pub use terminate::{Layer, TerminateCause, TerminateRepr};
+pub use terminate::{Layer, TerminateCause, TerminateLayout, TerminateRepr};
 pub use ulpdu::{Body, Ulpdu};
 
 /// Reads a big-endian u16 at `at`; callers check the length first.

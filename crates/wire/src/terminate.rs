@@ -235,6 +235,30 @@ const FLAG_M: u8 = 0x80;
 const FLAG_D: u8 = 0x40;
 const FLAG_R: u8 = 0x20;
 
+/// How the Terminate Control word was laid out by its sender.
+///
+/// RFC 5040 puts Layer in the high nibble of the first octet, EType in the low one, and
+/// the M, D, R flags in the top three bits of the third octet. Linux siw (checked with
+/// 6.1, x86) declares the word as C bit-fields in the order of the RFC's figure also
+/// for little-endian hosts, so on x86 the two nibbles trade places and M, D, R land in
+/// the three *lowest* bits of the third octet. The error code octet is right either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TerminateLayout {
+    /// RFC 5040's layout (what softrnic emits).
+    Rfc5040,
+    /// siw's little-endian bit-field layout. Recognised only when the flags prove it:
+    /// none of the RFC flag bits set, one of siw's flag bits set (they sit in bits the
+    /// RFC reserves, which a conforming sender zeroes), and the copied headers exactly
+    /// as long as siw's flags say. A siw Terminate without copied headers cannot be
+    /// told apart and is read as RFC 5040.
+    SiwLittleEndian,
+}
+
+/// siw's M, D, R positions in the third octet (see [`TerminateLayout::SiwLittleEndian`]).
+const SIW_FLAG_M: u8 = 0x01;
+const SIW_FLAG_D: u8 = 0x02;
+const SIW_FLAG_R: u8 = 0x04;
+
 /// The DDP part of a Terminate: the offending segment's length and its DDP header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TerminatedDdp<'a> {
@@ -257,19 +281,55 @@ pub struct TerminateRepr<'a> {
     pub rdmap: Option<&'a [u8]>,
     /// The 13 reserved bits of the control word (zero on emit by a conforming sender).
     pub reserved: u16,
+    /// The layout the sender used (always [`TerminateLayout::Rfc5040`] on emit).
+    pub layout: TerminateLayout,
 }
 
 impl<'a> TerminateRepr<'a> {
-    /// Parses a Terminate body (the ULPDU after the untagged DDP header).
+    /// Parses a Terminate body (the ULPDU after the untagged DDP header), in RFC 5040's
+    /// layout or, where its flags prove it, in siw's (see [`TerminateLayout`]).
     pub fn parse(body: &'a [u8]) -> Result<Self> {
         need(body, CONTROL_LEN)
             .map_err(|_| WireError::BadTerminate("shorter than its control word"))?;
+        let third = body[2];
+        let siw_flags = third & (SIW_FLAG_M | SIW_FLAG_D | SIW_FLAG_R);
+        if third & (FLAG_M | FLAG_D | FLAG_R) == 0
+            && siw_flags != 0
+            && let Ok(t) = Self::parse_as(body, TerminateLayout::SiwLittleEndian)
+        {
+            return Ok(t);
+        }
+        Self::parse_as(body, TerminateLayout::Rfc5040)
+    }
+
+    fn parse_as(body: &'a [u8], layout: TerminateLayout) -> Result<Self> {
         let ctrl = be32(body, 0);
-        let layer = Layer::from_bits((ctrl >> 28) as u8);
-        let etype = ((ctrl >> 24) & 0x0f) as u8;
-        let code = ((ctrl >> 16) & 0xff) as u8;
-        let flags = ((ctrl >> 8) & 0xff) as u8;
-        let reserved = (ctrl & 0x1fff) as u16;
+        let (layer, etype, flags, reserved) = match layout {
+            TerminateLayout::Rfc5040 => (
+                (ctrl >> 28) as u8,
+                ((ctrl >> 24) & 0x0f) as u8,
+                ((ctrl >> 8) & 0xff) as u8,
+                (ctrl & 0x1fff) as u16,
+            ),
+            TerminateLayout::SiwLittleEndian => {
+                let third = body[2];
+                let mut flags = 0;
+                for (siw, rfc) in [
+                    (SIW_FLAG_M, FLAG_M),
+                    (SIW_FLAG_D, FLAG_D),
+                    (SIW_FLAG_R, FLAG_R),
+                ] {
+                    if third & siw != 0 {
+                        flags |= rfc;
+                    }
+                }
+                // siw's 13 reserved bits: the rest of the third octet and the fourth.
+                let reserved = (u16::from(third >> 3) << 8) | u16::from(body[3]);
+                (body[0] & 0x0f, body[0] >> 4, flags, reserved)
+            }
+        };
+        let layer = Layer::from_bits(layer);
+        let code = body[1];
         let mut at = CONTROL_LEN;
         let ddp = if flags & FLAG_D != 0 {
             if body.len() < at + SEGMENT_LEN_LEN + 1 {
@@ -318,6 +378,7 @@ impl<'a> TerminateRepr<'a> {
             ddp,
             rdmap,
             reserved,
+            layout,
         })
     }
 

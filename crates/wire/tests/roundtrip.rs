@@ -5,7 +5,9 @@ use proptest::prelude::*;
 use softrnic_wire::ddp::{DdpRepr, Placement};
 use softrnic_wire::mpa::{self, Deframer, MAX_FPDU_LEN, MpaFrameKind, MpaFrameRepr, Rfc6581};
 use softrnic_wire::rdmap::{Opcode, ReadRequest};
-use softrnic_wire::terminate::{Layer, TerminateCause, TerminateRepr, TerminatedDdp};
+use softrnic_wire::terminate::{
+    Layer, TerminateCause, TerminateLayout, TerminateRepr, TerminatedDdp,
+};
 use softrnic_wire::{Body, Ulpdu, WireError};
 
 fn arb_rfc6581() -> impl Strategy<Value = Rfc6581> {
@@ -120,6 +122,7 @@ proptest! {
                 }),
                 rdmap: term.3[2].then_some(&rr_bytes[..]),
                 reserved: 0,
+                layout: TerminateLayout::Rfc5040,
             }),
             Opcode::AtomicRequest | Opcode::AtomicResponse => Body::Opaque(&payload),
             _ => Body::Payload(&payload),

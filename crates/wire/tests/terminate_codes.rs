@@ -203,3 +203,55 @@ fn buffer_too_small_is_an_error_not_a_panic() {
         Err(WireError::BufferTooSmall { .. })
     ));
 }
+
+/// A Terminate exactly as Linux siw 6.1 (x86) sent it when softrnic made an RDMA Read
+/// with an STag siw never handed out (captured by crates/cli/tests/siw_interop.rs):
+/// siw's bit-field layout swaps Layer and EType and puts M, D, R into the low bits
+/// of the third octet. The cause is RDMAP / remote protection / invalid STag, with the
+/// offending Read Request's DDP header and RDMAP header copied.
+#[test]
+fn siw_little_endian_terminate_layout() {
+    use softrnic_wire::terminate::{TerminateLayout, TerminateRepr};
+    let body = hex(concat!(
+        "10000700",                                                 // control word
+        "0000",                                                     // DDP segment length
+        "414100000000000000010000000100000000",                     // copied DDP header
+        "0000011700007f1a20ae6000000000641cb4fe00000056046f789700", // Read Request
+    ));
+    let t = TerminateRepr::parse(&body).expect("siw's Terminate parses");
+    assert_eq!(t.layout, TerminateLayout::SiwLittleEndian);
+    assert_eq!(
+        t.cause,
+        TerminateCause::new(
+            Layer::Rdmap,
+            1,
+            softrnic_wire::terminate::rdmap_code::INVALID_STAG
+        )
+    );
+    assert!(t.segment_len_valid);
+    assert_eq!(t.ddp.expect("DDP header copied").header.len(), 18);
+    assert_eq!(t.rdmap.expect("Read Request copied").len(), 28);
+    assert_eq!(t.reserved, 0);
+
+    // The same cause in RFC 5040's layout, as softrnic emits it, reads as RFC 5040.
+    let mut rfc = body.clone();
+    rfc[0] = 0x01;
+    rfc[2] = 0xe0;
+    let t = TerminateRepr::parse(&rfc).expect("RFC layout parses");
+    assert_eq!(t.layout, TerminateLayout::Rfc5040);
+    assert_eq!(t.cause.layer, Layer::Rdmap);
+    assert_eq!(t.cause.etype, 1);
+
+    // siw's flag bits with copied headers that do not fit them: not siw's layout, and
+    // not a valid RFC one either (reserved bits set, headers unaccounted for).
+    let mut bad = body.clone();
+    bad[2] = 0x01; // siw's M only, yet headers follow
+    assert!(TerminateRepr::parse(&bad).is_err());
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}

@@ -13,7 +13,7 @@ use crate::verbs::*;
 use softrnic_wire::ddp::{DdpRepr, Placement};
 use softrnic_wire::mpa;
 use softrnic_wire::rdmap::{Opcode, QN_READ_REQUEST, QN_SEND, QN_TERMINATE, ReadRequest};
-use softrnic_wire::terminate::{TerminateCause, TerminateRepr, TerminatedDdp};
+use softrnic_wire::terminate::{TerminateCause, TerminateLayout, TerminateRepr, TerminatedDdp};
 use std::collections::VecDeque;
 
 /// A piece of registered memory to gather into an FPDU.
@@ -365,6 +365,7 @@ impl Qp {
                 }),
                 rdmap: copied.read_request.as_ref().map(|r| &r[..]),
                 reserved: 0,
+                layout: TerminateLayout::Rfc5040,
             };
             let mut body = [0u8; 4 + 2 + 18 + 28];
             let n = t.emit(&mut body).unwrap_or(0);

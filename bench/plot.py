@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Table and plot of one bench/run.sh run.
+
+    plot.py DIR [--no-png]
+
+Reads DIR/results.jsonl (written by collect.py), DIR/meta.json and DIR/skipped.txt;
+writes DIR/results.md (also printed on stdout) and DIR/results.png: bandwidth and
+latency against message size, one line per system and test.
+"""
+
+import argparse
+import json
+import os
+import sys
+from collections import OrderedDict
+
+SIZES = [64, 4096, 65536, 1 << 20]
+
+# Order of the rows and lines; labels not listed come after, in file order.
+ORDER = [
+    "softrnic write_bw", "softrnic read_bw", "softrnic send_bw",
+    "TCP stream (baseline)",
+    "UCX tcp tag_bw", "UCX tcp ucp_put_bw", "UCX tcp ucp_get (128 outstanding)",
+    "libfabric tcp fi_pingpong (ping-pong: 1 message in flight)",
+    "softrnic write_lat", "softrnic send_lat", "softrnic read_lat",
+    "TCP ping-pong (baseline)", "TCP request/response (baseline)",
+    "UCX tcp tag_lat", "UCX tcp ucp_put_lat", "UCX tcp ucp_get (1 outstanding)",
+    "libfabric tcp fi_pingpong",
+]
+
+# softrnic test -> the TCP baseline it is compared with, when its own run had none.
+BASELINE_OF = {
+    "write_bw": "TCP stream (baseline)", "read_bw": "TCP stream (baseline)",
+    "send_bw": "TCP stream (baseline)", "write_lat": "TCP ping-pong (baseline)",
+    "send_lat": "TCP ping-pong (baseline)", "read_lat": "TCP request/response (baseline)",
+}
+
+
+def human(s):
+    if s >= 1 << 20 and s % (1 << 20) == 0:
+        return f"{s >> 20} MiB"
+    if s >= 1 << 10 and s % (1 << 10) == 0:
+        return f"{s >> 10} KiB"
+    return f"{s} B"
+
+
+def fmt_bw(v):
+    return "-" if v is None else (f"{v:,.0f}" if v >= 100 else f"{v:.1f}")
+
+
+def fmt_lat(v):
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if v < 10 else (f"{v:.1f}" if v < 1000 else f"{v:,.0f}")
+
+
+def load(d):
+    rows = []
+    with open(os.path.join(d, "results.jsonl")) as f:
+        for line in f:
+            if line.strip():
+                rows.append(json.loads(line))
+    meta = {}
+    p = os.path.join(d, "meta.json")
+    if os.path.exists(p):
+        with open(p) as f:
+            meta = json.load(f)
+    skipped = []
+    p = os.path.join(d, "skipped.txt")
+    if os.path.exists(p):
+        with open(p) as f:
+            skipped = [l.strip() for l in f if l.strip()]
+    return rows, meta, skipped
+
+
+def series(rows, metric):
+    """label -> {"rows": {bytes: row}, ...} in ORDER."""
+    out = {}
+    for r in rows:
+        if r["metric"] != metric:
+            continue
+        s = out.setdefault(r["label"], {"system": r["system"], "test": r["test"], "rows": {}})
+        s["rows"][r["bytes"]] = r
+    rank = {l: i for i, l in enumerate(ORDER)}
+    return OrderedDict(sorted(out.items(), key=lambda kv: rank.get(kv[0], len(ORDER))))
+
+
+def table(rows, meta, skipped):
+    bw, lat = series(rows, "bw"), series(rows, "lat")
+    heads = " | ".join(human(s) for s in SIZES)
+    rule = "|".join(["---"] * len(SIZES))
+    L = []
+    date = meta.get("start_utc", "?")
+    L.append(f"# softrnic side by side: {date[:10]}")
+    L.append("")
+    L.append(
+        f"One machine, one run ({date}, {meta.get('wall_seconds', '?')} s): "
+        f"{meta.get('cpus', '?')} x {meta.get('cpu_model', '?')}, kernel {meta.get('kernel', '?')}; "
+        f"{meta.get('pinning', '?')}; {meta.get('duration_per_size_s', '?')} s per size and test. "
+        f"softrnic {meta.get('softrnic_rev', '?')}, libfabric {meta.get('libfabric', '?')}, "
+        f"UCX {meta.get('ucx', '?')}; everything over loopback TCP (127.0.0.1)."
+    )
+    busy = meta.get("busy_before_pct", 0)
+    comp = meta.get("compiler_seconds", 0)
+    other = meta.get("other_cpu_pct", 0)
+    if comp or busy > 20 or other > 5:
+        L.append("")
+        L.append(
+            f"**Disturbed run**: other processes took {other}% of the machine's CPU time "
+            f"during the run (it was {busy}% busy just before; a compiler or linker ran for "
+            f"{comp} of {meta.get('sampled_seconds', '?')} s). With 2 CPUs, both taken by the two "
+            f"pinned sides, every such process steals time from one side: read the numbers as "
+            f"rough."
+        )
+    L.append("")
+    L.append("## Bandwidth, MiB/s (MiB = 2^20 octets), higher is better")
+    L.append("")
+    L.append(f"| system, test | {heads} |")
+    L.append(f"|---|{rule}|")
+    for label, s in bw.items():
+        vals = " | ".join(fmt_bw(s["rows"].get(b, {}).get("bw_mib_s")) for b in SIZES)
+        L.append(f"| {label} | {vals} |")
+    L.append("")
+    L.append("## Latency, microseconds, lower is better")
+    L.append("")
+    L.append(f"| system, test | what | {heads} |")
+    L.append(f"|---|---|{rule}|")
+    for label, s in lat.items():
+        r0 = next(iter(s["rows"].values()))
+        what = f"{r0['lat_kind']}, {r0['lat_stat']}"
+        vals = " | ".join(fmt_lat(s["rows"].get(b, {}).get("lat_us")) for b in SIZES)
+        L.append(f"| {label} | {what} | {vals} |")
+
+    # softrnic against TCP
+    ratio_lines = []
+    for metric, ser in (("bw", bw), ("lat", lat)):
+        key = "bw_mib_s" if metric == "bw" else "lat_us"
+        for label, s in ser.items():
+            if s["system"] != "softrnic":
+                continue
+            base = ser.get(BASELINE_OF.get(s["test"], ""), {"rows": {}})
+            cells, same = [], True
+            for b in SIZES:
+                r = s["rows"].get(b)
+                t = base["rows"].get(b)
+                if r is None:
+                    cells.append("-")
+                elif "ratio_vs_tcp" in r:
+                    cells.append(f"{r['ratio_vs_tcp']:.2f}")
+                elif t is not None and t.get(key):
+                    same = False
+                    cells.append(f"{r[key] / t[key]:.2f}")
+                else:
+                    cells.append("-")
+            against = BASELINE_OF.get(s["test"], "?").replace(" (baseline)", "")
+            if not same:
+                against += " (run with " + ("write_bw" if metric == "bw" else "write_lat") + ")"
+            ratio_lines.append(f"| {label} | {against} | {' | '.join(cells)} |")
+    if ratio_lines:
+        L.append("")
+        L.append("## softrnic / TCP baseline")
+        L.append("")
+        L.append("Bandwidth: above 1, softrnic moves more. Latency: below 1, softrnic is faster.")
+        L.append("")
+        L.append(f"| softrnic test | against | {heads} |")
+        L.append(f"|---|---|{rule}|")
+        L.extend(ratio_lines)
+
+    L.append("")
+    L.append("Notes: softrnic's latency is perftest's t_typical (the median); UCX's is its "
+             "50th percentile (tag_lat and ucp_put_lat are ping-pongs whose round trip "
+             "ucx_perftest halves); fi_pingpong only reports an average (usec/xfer, half a round "
+             "trip). read_lat, its TCP request/response baseline and ucp_get with one operation "
+             "outstanding are whole operations (a round trip). fi_pingpong's bandwidth is that "
+             "of a ping-pong (size / half round trip), not of a stream.")
+    if skipped:
+        L.append("")
+        L.append("## Skipped")
+        L.append("")
+        L.extend(f"- SKIPPED: {s}" for s in skipped)
+    cmds = list(OrderedDict.fromkeys(r["cmd"] for r in rows))
+    L.append("")
+    L.append("<details><summary>Exact commands</summary>")
+    L.append("")
+    L.append("```sh")
+    L.extend(cmds)
+    L.append("```")
+    L.append("")
+    L.append("</details>")
+    return "\n".join(L) + "\n"
+
+
+STYLE = {  # system -> colours of its lines, in order
+    "softrnic": ["#08306b", "#2171b5", "#6baed6"],
+    "tcp": ["#000000", "#737373", "#bdbdbd"],
+    "ucx-tcp": ["#a63603", "#e6550d", "#fd8d3c"],
+    "libfabric-tcp": ["#238b45", "#74c476"],
+}
+
+
+def marker(test):
+    if "get" in test or "read" in test:
+        return "s"
+    if "put" in test or "write" in test:
+        return "o"
+    if "pingpong" in test:
+        return "D"
+    return "^"
+
+
+def plot(rows, meta, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FixedFormatter, FuncFormatter
+
+    fig, axes = plt.subplots(1, 2, figsize=(15, 6.8))
+    for ax, metric in zip(axes, ("bw", "lat")):
+        used = {}
+        for label, s in series(rows, metric).items():
+            pts = sorted(s["rows"].items())
+            xs = [b for b, _ in pts]
+            key = "bw_mib_s" if metric == "bw" else "lat_us"
+            ys = [r[key] for _, r in pts]
+            i = used.get(s["system"], 0)
+            used[s["system"]] = i + 1
+            colours = STYLE.get(s["system"], ["#7a0177"])
+            rt = metric == "lat" and pts[0][1].get("lat_kind") == "round trip"
+            pingpong_bw = metric == "bw" and s["system"] == "libfabric-tcp"
+            name = label + (" [round trip]" if rt else "")
+            ax.plot(xs, ys, marker=marker(s["test"]), color=colours[i % len(colours)],
+                    linestyle="--" if rt or pingpong_bw else "-",
+                    linewidth=2.4 if s["system"] == "softrnic" else 1.6, markersize=6,
+                    label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_locator(FixedLocator(SIZES))
+        ax.xaxis.set_major_formatter(FixedFormatter([human(s) for s in SIZES]))
+        ax.xaxis.set_minor_locator(FixedLocator([]))
+        ax.set_xlabel("message size")
+        ax.grid(True, which="major", alpha=0.35)
+        ax.grid(True, which="minor", axis="y", alpha=0.12)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        if metric == "bw":
+            ax.set_ylabel("bandwidth, MiB/s (log)")
+            ax.set_title("Bandwidth (higher is better)")
+        else:
+            ax.set_ylabel("latency, µs (log): one-way; dashed = round trip")
+            ax.set_title("Latency (lower is better)")
+        ax.legend(fontsize=8, loc="upper left" if metric == "lat" else "lower right",
+                  framealpha=0.9)
+    date = meta.get("start_utc", "?")
+    sub = (f"one machine, one run ({date}): {meta.get('cpus', '?')} x {meta.get('cpu_model', '?')}, "
+           f"{meta.get('pinning', '?')}, loopback TCP, {meta.get('duration_per_size_s', '?')} s per size")
+    if meta.get("compiler_seconds") or meta.get("busy_before_pct", 0) > 20 or meta.get("other_cpu_pct", 0) > 5:
+        sub += f"; disturbed: other processes took {meta.get('other_cpu_pct', '?')}% of the CPUs"
+    fig.suptitle("softrnic vs plain TCP, libfabric tcp and UCX over TCP\n" + sub, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dir", nargs="?", default="target/bench")
+    p.add_argument("--no-png", action="store_true", help="the table only (no matplotlib)")
+    a = p.parse_args()
+    rows, meta, skipped = load(a.dir)
+    if not rows:
+        sys.exit(f"plot.py: no results in {a.dir}/results.jsonl")
+    md = table(rows, meta, skipped)
+    with open(os.path.join(a.dir, "results.md"), "w") as f:
+        f.write(md)
+    sys.stdout.write(md)
+    if not a.no_png:
+        png = os.path.join(a.dir, "results.png")
+        plot(rows, meta, png)
+        print(f"\nplot: {png}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,371 @@
+//! Drives `../shared/rig` (a QEMU guest running Linux's siw) from tests: builds it once,
+//! boots one guest at a time, and reads back what the guest printed and captured.
+//!
+//! A test that needs the rig calls [`rig()`]; when the rig cannot be built here (no
+//! qemu, no Debian mirror...) it gets `None` after one loud message on stderr and
+//! returns. Setting `SOFTRNIC_RIG=require` turns that skip into a failure, and
+//! `SOFTRNIC_RIG=skip` skips on purpose (also loudly).
+
+#![allow(dead_code)]
+
+use softrnic_capture::read_capture;
+use softrnic_cli::decode::{ConnectionDecode, decode_all};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// The built rig, ready to boot guests.
+pub struct Rig {
+    dir: PathBuf,
+    scratch: PathBuf,
+}
+
+/// A guest that was booted by [`Rig::serve`]; stopped when dropped.
+pub struct Served<'a> {
+    rig: &'a Rig,
+    name: String,
+    pcap: Option<PathBuf>,
+    capture: Option<HostCapture>,
+    done: bool,
+}
+
+/// What a finished guest left: the command's output and its capture.
+pub struct Finished {
+    /// The guest command's exit status (as the rig reports it).
+    pub success: bool,
+    /// What the rig and the guest command printed.
+    pub output: String,
+    /// The capture, decoded, when one was asked for.
+    pub conns: Vec<ConnectionDecode>,
+}
+
+/// How long [`Served::wait`] waits for a guest's server command to end.
+const WAIT_LIMIT_SECS: u64 = 180;
+
+static BUILT: OnceLock<Option<Rig>> = OnceLock::new();
+static ONE_GUEST: Mutex<()> = Mutex::new(());
+
+fn skip(why: &str) -> Option<&'static Rig> {
+    let mode = std::env::var("SOFTRNIC_RIG").unwrap_or_default();
+    assert!(
+        mode != "require",
+        "SOFTRNIC_RIG=require, but the siw rig is unusable: {why}"
+    );
+    eprintln!();
+    eprintln!("======================================================================");
+    eprintln!("SKIPPED siw interop test: {why}");
+    eprintln!("======================================================================");
+    None
+}
+
+/// The rig, built on first use; `None` (after a loud message) when it cannot be built.
+pub fn rig() -> Option<&'static Rig> {
+    let built = BUILT.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/rig");
+        if std::env::var("SOFTRNIC_RIG").as_deref() == Ok("skip") {
+            eprintln!("SOFTRNIC_RIG=skip");
+            return None;
+        }
+        if Command::new("dumpcap").arg("-v").output().is_err() {
+            eprintln!(
+                "dumpcap is not installed (Debian package tshark; .ci/run installs it): \
+                 the guest's own capture loses packets under emulation"
+            );
+            return None;
+        }
+        if !dir.join("siw-vm.sh").exists() {
+            eprintln!("no rig at {}", dir.display());
+            return None;
+        }
+        let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("siw-interop");
+        std::fs::create_dir_all(&scratch).expect("scratch directory");
+        let out = Command::new(dir.join("build-artifacts.sh")).output();
+        match out {
+            Ok(o) if o.status.success() => Some(Rig { dir, scratch }),
+            Ok(o) => {
+                eprintln!(
+                    "build-artifacts.sh failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("build-artifacts.sh did not run: {e}");
+                None
+            }
+        }
+    });
+    match built {
+        Some(r) => Some(r),
+        None => skip("the rig could not be built (see the message above)"),
+    }
+}
+
+/// Holds the one-guest-at-a-time lock (guests under software emulation on two CPUs
+/// are slow enough alone).
+pub fn one_guest() -> MutexGuard<'static, ()> {
+    ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Decodes a capture into its iWARP connections (empty when the file is missing).
+pub fn decode(pcap: &Path) -> Vec<ConnectionDecode> {
+    match read_capture(pcap) {
+        Ok(conns) => decode_all(&conns),
+        Err(e) => panic!("capture {}: {e}", pcap.display()),
+    }
+}
+
+/// A host-side capture (dumpcap on loopback, where the guest's traffic enters the host
+/// through QEMU's user network). Lossless, unlike a capture inside the emulated guest,
+/// which drops packets of large transfers.
+pub struct HostCapture {
+    child: Child,
+    path: PathBuf,
+}
+
+impl HostCapture {
+    /// Starts capturing TCP port `port` on `lo`; returns once dumpcap says it captures.
+    /// `None` when dumpcap cannot start (the guest's own capture is used then).
+    pub fn start(rig: &Rig, name: &str, port: u16) -> Option<HostCapture> {
+        let path = rig.scratch.join(format!("{name}-host.pcap"));
+        let _ = std::fs::remove_file(&path);
+        let mut child = Command::new("dumpcap")
+            .args(["-i", "lo", "-q", "-f", &format!("tcp port {port}"), "-w"])
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .ok()?;
+        let err = child.stderr.take().expect("piped stderr");
+        let mut lines = BufReader::new(err).lines();
+        // dumpcap prints "Capturing on 'Loopback: lo'" once the filter is installed.
+        for line in lines.by_ref() {
+            match line {
+                Ok(l) if l.starts_with("Capturing on") => break,
+                Ok(_) => continue,
+                Err(_) => return None,
+            }
+        }
+        std::thread::spawn(move || lines.for_each(drop));
+        Some(HostCapture { child, path })
+    }
+
+    /// Stops the capture (SIGINT, so dumpcap writes out what it has) and decodes it.
+    pub fn finish(mut self) -> Vec<ConnectionDecode> {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        decode(&self.path)
+    }
+}
+
+impl Rig {
+    fn script(&self) -> PathBuf {
+        self.dir.join("siw-vm.sh")
+    }
+
+    /// A file for this test's capture.
+    pub fn pcap_path(&self, name: &str) -> PathBuf {
+        self.scratch.join(format!("{name}.pcap"))
+    }
+
+    /// Boots a guest running the siw server `cmd` (restarted after each client when
+    /// `repeat`), its port forwarded to host `127.0.0.1:host_port`. Panics if the guest
+    /// does not come up: the rig was built, so a boot failure is a failure.
+    pub fn serve(
+        &self,
+        name: &str,
+        cmd: &str,
+        host_port: u16,
+        guest_port: u16,
+        repeat: bool,
+        siw_params: &[&str],
+    ) -> Served<'_> {
+        let pcap = self.pcap_path(name);
+        let _ = std::fs::remove_file(&pcap);
+        let capture = HostCapture::start(self, name, host_port);
+        let mut c = Command::new(self.script());
+        c.args(["serve", cmd, "--name", name])
+            .args(["--fwd", &format!("{host_port}:{guest_port}")])
+            .args(["--port", &guest_port.to_string()]);
+        if capture.is_none() {
+            c.arg("--pcap").arg(&pcap);
+        }
+        if repeat {
+            c.arg("--loop");
+        }
+        for p in siw_params {
+            c.args(["--siw", p]);
+        }
+        let o = c.output().expect("siw-vm.sh serve runs");
+        let out = text(&o);
+        assert!(
+            o.status.success() && out.contains("READY"),
+            "siw guest did not come up:\n{out}"
+        );
+        Served {
+            rig: self,
+            name: name.to_string(),
+            pcap: Some(pcap),
+            capture,
+            done: false,
+        }
+    }
+
+    /// [`Rig::serve`] with siw's debug messages on and streamed to the host, so that
+    /// [`Served::wait_established`] can tell when siw has taken a connection into RDMA
+    /// mode.
+    pub fn serve_traced(
+        &self,
+        name: &str,
+        cmd: &str,
+        host_port: u16,
+        guest_port: u16,
+        repeat: bool,
+        siw_params: &[&str],
+    ) -> Served<'_> {
+        let traced = format!(
+            "[ -e /tmp/traced ] || {{ touch /tmp/traced; \
+             mount -t debugfs none /sys/kernel/debug 2>/dev/null; \
+             echo 'module siw +p' > /sys/kernel/debug/dynamic_debug/control; \
+             (cat /proc/kmsg > /host/kmsg &); }}; {cmd}"
+        );
+        self.serve(name, &traced, host_port, guest_port, repeat, siw_params)
+    }
+
+    /// Boots a guest that runs the siw client `cmd` (it reaches the host as
+    /// `$HOST_IP`), waits for it, and returns what it did; the traffic to host port
+    /// `port` is captured.
+    pub fn client(&self, name: &str, cmd: &str, port: u16, siw_params: &[&str]) -> Finished {
+        let pcap = self.pcap_path(name);
+        let _ = std::fs::remove_file(&pcap);
+        let capture = HostCapture::start(self, name, port);
+        let mut c = Command::new(self.script());
+        c.args(["client", cmd, "--name", name, "--timeout", "300"]);
+        if capture.is_none() {
+            c.arg("--pcap").arg(&pcap);
+        }
+        for p in siw_params {
+            c.args(["--siw", p]);
+        }
+        let o = c.output().expect("siw-vm.sh client runs");
+        let output = text(&o);
+        assert!(
+            !output.contains("kernel BUG"),
+            "the siw guest's kernel crashed:\n{output}"
+        );
+        let conns = match capture {
+            Some(c) => c.finish(),
+            None if pcap.exists() => decode(&pcap),
+            None => Vec::new(),
+        };
+        Finished {
+            success: o.status.success(),
+            conns,
+            output,
+        }
+    }
+
+    /// The guest's console log (kernel messages), for diagnosis.
+    pub fn console(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir_of(name).join("console.log")).unwrap_or_default()
+    }
+
+    fn dir_of(&self, name: &str) -> PathBuf {
+        std::env::var_os("RIG_DIR")
+            .map_or_else(|| PathBuf::from("/tmp/rig"), PathBuf::from)
+            .join("run")
+            .join(name)
+    }
+}
+
+impl Served<'_> {
+    fn finish(&mut self, verb: &str) -> Finished {
+        self.done = true;
+        // `siw-vm.sh wait` has no limit of its own: a hung guest command must not hang
+        // the test, so it is stopped after WAIT_LIMIT_SECS.
+        let o = Command::new("timeout")
+            .arg(WAIT_LIMIT_SECS.to_string())
+            .arg(self.rig.script())
+            .args([verb, "--name", &self.name])
+            .output()
+            .expect("siw-vm.sh runs");
+        let mut output = text(&o);
+        if o.status.code() == Some(124) {
+            output.push_str("\n(the guest command did not end in time: stopped)\n");
+            let s = Command::new(self.rig.script())
+                .args(["stop", "--name", &self.name])
+                .output()
+                .expect("siw-vm.sh stop runs");
+            output.push_str(&text(&s));
+        }
+        let console = self.rig.console(&self.name);
+        if console.contains("kernel BUG") {
+            output.push_str("\n--- guest console ---\n");
+            output.push_str(&console);
+        }
+        let conns = match (self.capture.take(), &self.pcap) {
+            (Some(c), _) => c.finish(),
+            (None, Some(p)) if p.exists() => decode(p),
+            _ => Vec::new(),
+        };
+        Finished {
+            success: o.status.success(),
+            output,
+            conns,
+        }
+    }
+
+    /// Waits until siw has delivered its `n`-th ESTABLISHED event (only with
+    /// [`Rig::serve_traced`]): siw moves the socket to its QP just before, so from then
+    /// on what we send is processed. `false` after a minute without it.
+    pub fn wait_established(&self, n: usize) -> bool {
+        let kmsg = self.rig.dir_of(&self.name).join("share/kmsg");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let log = std::fs::read_to_string(&kmsg).unwrap_or_default();
+            // siw_cm_upcall's reason 3 is IW_CM_EVENT_ESTABLISHED.
+            let established = log
+                .lines()
+                .filter(|l| l.contains("siw_cm_upcall") && l.contains("reason=3"))
+                .count();
+            if established >= n {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Waits for the server command to end by itself.
+    pub fn wait(mut self) -> Finished {
+        self.finish("wait")
+    }
+
+    /// Stops the guest now (the capture is flushed first).
+    pub fn stop(mut self) -> Finished {
+        self.finish("stop")
+    }
+}
+
+impl Drop for Served<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = Command::new(self.rig.script())
+                .args(["stop", "--name", &self.name])
+                .output();
+        }
+    }
+}
