@@ -251,7 +251,7 @@ fn rping_siw_client_to_softrnic_server() {
         })
         .collect::<Vec<_>>()
         .join(" && ");
-    let f = rig.client("rping-cli", &cmd, port, &[]);
+    let f = rig.client("rping-cli", &cmd, &[port], &[]);
     assert!(f.success, "siw rping clients failed:\n{}", f.output);
     assert_eq!(lines(&f.output, "rping-ok"), sizes.len(), "{}", f.output);
     for (i, r) in server
@@ -287,7 +287,7 @@ fn crc_required_by_siw_client_in_peer_to_peer_mode() {
     let f = rig.client(
         "crc-cli",
         &format!("timeout 120 rping -c -a $HOST_IP -p {port} -C 2 -v -V -S 4096"),
-        port,
+        &[port],
         &["mpa_crc_required=1", "peer_to_peer=1"],
     );
     assert!(f.success, "{}", f.output);
@@ -343,7 +343,7 @@ fn siw_terminates_bad_remote_access() {
         })
         .collect::<Vec<_>>()
         .join("; ");
-    let f = rig.client("term-cli", &cmd, port, &[]);
+    let f = rig.client("term-cli", &cmd, &[port], &[]);
     let results = server.join().expect("server thread");
     let expect = |f: Fault| match f {
         Fault::ReadBadStag => (
@@ -413,4 +413,87 @@ fn siw_terminates_bad_remote_access() {
         .filter(|l| l.starts_with("rping-rc="))
         .count();
     assert_eq!(ran, 4, "{}", f.output);
+}
+
+/// A peer killed mid-transfer, each way, with 64 KiB pings running (rping -C 0):
+/// siw's rping client is killed (SIGKILL) while softrnic serves it, and a softrnic
+/// `rping -s` process is killed while it serves siw's client. The survivor notices
+/// the dead connection by itself, flushes, and ends; nothing hangs.
+#[test]
+fn peer_killed_mid_transfer_each_way() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let Some(rig) = rig() else { return };
+    let _g = one_guest();
+    // softrnic survives: a library server, counting until its QP flushes.
+    let (port_a, server) = softrnic_server(vec![opts(RPING_MAX, 0)]);
+    // siw survives: a softrnic server process, killed after it served three pings.
+    let port_b = std::net::TcpListener::bind(localhost(0))
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut victim = Command::new(env!("CARGO_BIN_EXE_softrnic"))
+        .args(["rping", "-s", "-a", "127.0.0.1", "-p", &port_b.to_string()])
+        .args(["-S", &RPING_MAX.to_string(), "-v", "--timeout", "300"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("softrnic rping -s starts");
+    let out = victim.stdout.take().expect("piped stdout");
+    let killer = std::thread::spawn(move || {
+        let pings = BufReader::new(out)
+            .lines()
+            .map_while(Result::ok)
+            .filter(|l| l.starts_with("server ping data"))
+            .take(3)
+            .count();
+        victim.kill().expect("SIGKILL");
+        let _ = victim.wait();
+        pings
+    });
+    let cmd = format!(
+        "rping -c -a $HOST_IP -p {port_a} -C 0 -S {RPING_MAX} & p=$!; sleep 5; kill -9 $p; \
+         wait $p; echo; echo killed-siw-client; \
+         timeout 120 rping -c -a $HOST_IP -p {port_b} -C 0 -S {RPING_MAX}; echo; echo survivor-rc=$?"
+    );
+    let f = rig.client("kill-cli", &cmd, &[port_a, port_b], &[]);
+    assert_eq!(
+        killer.join().expect("killer thread"),
+        3,
+        "softrnic served 3 pings before it was killed"
+    );
+    // siw's client noticed softrnic's death and exited by itself, not by `timeout`.
+    let rc = f
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("survivor-rc="))
+        .unwrap_or_else(|| panic!("siw's client did not finish:\n{}", f.output));
+    assert_ne!(
+        rc.trim(),
+        "124",
+        "siw's client hung after softrnic died:\n{}",
+        f.output
+    );
+    // softrnic noticed siw's death: the server ended with the iterations it did.
+    let served = server.join().expect("server thread").remove(0);
+    // Either between two pings (the iterations done) or in the middle of one (the
+    // step in progress flushed); never another error, never a hang.
+    let how = match served {
+        Ok(n) => format!("after {n} iterations"),
+        Err(RpingError::Failed {
+            opcode,
+            status: WcStatus::WrFlushError,
+        }) => format!("in the middle of a ping ({opcode:?} flushed)"),
+        Err(e) => panic!("softrnic server: {e}\n{}", f.output),
+    };
+    // Both connections closed at the TCP level in both directions.
+    assert_eq!(f.conns.len(), 2, "{}", f.output);
+    for c in &f.conns {
+        let up = c.to_server.fin || c.to_server.rst;
+        let down = c.to_client.fin || c.to_client.rst;
+        assert!(up && down, "connection not closed: {c:?}");
+        assert_eq!(c.to_server.error, None);
+        assert_eq!(c.to_client.error, None);
+    }
+    eprintln!("siw client killed {how}; softrnic killed after 3, siw's rping exited with {rc}");
 }

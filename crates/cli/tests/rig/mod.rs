@@ -133,13 +133,18 @@ pub struct HostCapture {
 }
 
 impl HostCapture {
-    /// Starts capturing TCP port `port` on `lo`; returns once dumpcap says it captures.
+    /// Starts capturing TCP `ports` on `lo`; returns once dumpcap says it captures.
     /// `None` when dumpcap cannot start (the guest's own capture is used then).
-    pub fn start(rig: &Rig, name: &str, port: u16) -> Option<HostCapture> {
+    pub fn start(rig: &Rig, name: &str, ports: &[u16]) -> Option<HostCapture> {
+        let filter = ports
+            .iter()
+            .map(|p| format!("tcp port {p}"))
+            .collect::<Vec<_>>()
+            .join(" or ");
         let path = rig.scratch.join(format!("{name}-host.pcap"));
         let _ = std::fs::remove_file(&path);
         let mut child = Command::new("dumpcap")
-            .args(["-i", "lo", "-q", "-f", &format!("tcp port {port}"), "-w"])
+            .args(["-i", "lo", "-q", "-f", &filter, "-w"])
             .arg(&path)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -193,7 +198,7 @@ impl Rig {
     ) -> Served<'_> {
         let pcap = self.pcap_path(name);
         let _ = std::fs::remove_file(&pcap);
-        let capture = HostCapture::start(self, name, host_port);
+        let capture = HostCapture::start(self, name, &[host_port]);
         let mut c = Command::new(self.script());
         c.args(["serve", cmd, "--name", name])
             .args(["--fwd", &format!("{host_port}:{guest_port}")])
@@ -244,12 +249,12 @@ impl Rig {
     }
 
     /// Boots a guest that runs the siw client `cmd` (it reaches the host as
-    /// `$HOST_IP`), waits for it, and returns what it did; the traffic to host port
-    /// `port` is captured.
-    pub fn client(&self, name: &str, cmd: &str, port: u16, siw_params: &[&str]) -> Finished {
+    /// `$HOST_IP`), waits for it, and returns what it did; the traffic to host
+    /// `ports` is captured.
+    pub fn client(&self, name: &str, cmd: &str, ports: &[u16], siw_params: &[&str]) -> Finished {
         let pcap = self.pcap_path(name);
         let _ = std::fs::remove_file(&pcap);
-        let capture = HostCapture::start(self, name, port);
+        let capture = HostCapture::start(self, name, ports);
         let mut c = Command::new(self.script());
         c.args(["client", cmd, "--name", name, "--timeout", "300"]);
         if capture.is_none() {
