@@ -127,21 +127,32 @@ pub fn decode(pcap: &Path) -> Vec<ConnectionDecode> {
 /// A host-side capture (dumpcap on loopback, where the guest's traffic enters the host
 /// through QEMU's user network). Lossless, unlike a capture inside the emulated guest,
 /// which drops packets of large transfers.
+///
+/// dumpcap says "Capturing on" a little before its filter really runs, and a SIGINT
+/// loses what it has not written yet. So the capture also watches a marker port of its
+/// own: [`HostCapture::start`] returns only once a connection to the marker shows up
+/// in the file, and [`HostCapture::stop`] makes one more and waits for it to show up
+/// before it stops dumpcap; everything in between is in the file.
 pub struct HostCapture {
     child: Child,
     path: PathBuf,
+    marker: std::net::TcpListener,
+    marks_seen: usize,
 }
 
 impl HostCapture {
-    /// Starts capturing TCP `ports` on `lo`; returns once dumpcap says it captures.
-    /// `None` when dumpcap cannot start (the guest's own capture is used then).
-    pub fn start(rig: &Rig, name: &str, ports: &[u16]) -> Option<HostCapture> {
+    /// Starts capturing TCP `ports` on `lo`. `None` when dumpcap cannot start or never
+    /// captures (the guest's own capture is used then).
+    pub fn start(dir: &Path, name: &str, ports: &[u16]) -> Option<HostCapture> {
+        let marker = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+        let marker_port = marker.local_addr().ok()?.port();
         let filter = ports
             .iter()
+            .chain([&marker_port])
             .map(|p| format!("tcp port {p}"))
             .collect::<Vec<_>>()
             .join(" or ");
-        let path = rig.scratch.join(format!("{name}-host.pcap"));
+        let path = dir.join(format!("{name}-host.pcap"));
         let _ = std::fs::remove_file(&path);
         let mut child = Command::new("dumpcap")
             .args(["-i", "lo", "-q", "-f", &filter, "-w"])
@@ -151,26 +162,73 @@ impl HostCapture {
             .spawn()
             .ok()?;
         let err = child.stderr.take().expect("piped stderr");
-        let mut lines = BufReader::new(err).lines();
-        // dumpcap prints "Capturing on 'Loopback: lo'" once the filter is installed.
-        for line in lines.by_ref() {
-            match line {
-                Ok(l) if l.starts_with("Capturing on") => break,
-                Ok(_) => continue,
-                Err(_) => return None,
-            }
-        }
-        std::thread::spawn(move || lines.for_each(drop));
-        Some(HostCapture { child, path })
+        std::thread::spawn(move || BufReader::new(err).lines().for_each(drop));
+        let mut c = HostCapture {
+            child,
+            path,
+            marker,
+            marks_seen: 0,
+        };
+        if c.mark() { Some(c) } else { None }
     }
 
-    /// Stops the capture (SIGINT, so dumpcap writes out what it has) and decodes it.
-    pub fn finish(mut self) -> Vec<ConnectionDecode> {
+    /// Connections to the marker port in the file so far.
+    fn marks_in_file(&self) -> usize {
+        let port = self.marker.local_addr().map(|a| a.port()).unwrap_or(0);
+        std::fs::read(&self.path)
+            .ok()
+            .and_then(|d| softrnic_capture::parse_capture(&d).ok())
+            .map_or(0, |conns| {
+                conns.iter().filter(|c| c.server.port == port).count()
+            })
+    }
+
+    /// Connects to the marker port until a new connection to it is in the file.
+    fn mark(&mut self) -> bool {
+        let addr = self.marker.local_addr().expect("marker bound");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            let _ = std::net::TcpStream::connect(addr);
+            for _ in 0..20 {
+                let seen = self.marks_in_file();
+                if seen > self.marks_seen {
+                    self.marks_seen = seen;
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+        false
+    }
+
+    /// Stops the capture and decodes it (the marker's connections left out).
+    pub fn finish(self) -> Vec<ConnectionDecode> {
+        self.finish_with_path().1
+    }
+
+    /// [`HostCapture::finish`], also giving the file's path.
+    pub fn finish_with_path(self) -> (PathBuf, Vec<ConnectionDecode>) {
+        let marker = self.marker.local_addr().map(|a| a.port()).unwrap_or(0);
+        let path = self.stop();
+        let conns = decode(&path)
+            .into_iter()
+            .filter(|c| c.server.port != marker)
+            .collect();
+        (path, conns)
+    }
+
+    /// Stops the capture once everything so far is in the file; returns its path.
+    fn stop(mut self) -> PathBuf {
+        assert!(
+            self.mark(),
+            "dumpcap stopped writing {}",
+            self.path.display()
+        );
         let _ = Command::new("kill")
             .args(["-INT", &self.child.id().to_string()])
             .status();
         let _ = self.child.wait();
-        decode(&self.path)
+        self.path.clone()
     }
 }
 
@@ -198,7 +256,7 @@ impl Rig {
     ) -> Served<'_> {
         let pcap = self.pcap_path(name);
         let _ = std::fs::remove_file(&pcap);
-        let capture = HostCapture::start(self, name, &[host_port]);
+        let capture = HostCapture::start(&self.scratch, name, &[host_port]);
         let mut c = Command::new(self.script());
         c.args(["serve", cmd, "--name", name])
             .args(["--fwd", &format!("{host_port}:{guest_port}")])
@@ -254,7 +312,7 @@ impl Rig {
     pub fn client(&self, name: &str, cmd: &str, ports: &[u16], siw_params: &[&str]) -> Finished {
         let pcap = self.pcap_path(name);
         let _ = std::fs::remove_file(&pcap);
-        let capture = HostCapture::start(self, name, ports);
+        let capture = HostCapture::start(&self.scratch, name, ports);
         let mut c = Command::new(self.script());
         c.args(["client", cmd, "--name", name, "--timeout", "300"]);
         if capture.is_none() {
