@@ -13,7 +13,9 @@
 
 pub mod affinity;
 pub mod meta;
+pub mod perftest;
 pub mod rdma;
+pub mod rdma_cm;
 pub mod report;
 pub mod stats;
 pub mod tcp;
@@ -231,6 +233,11 @@ pub struct BenchArgs {
     /// Print each round's QP I/O counters (FPDUs, syscalls) of both sides to stderr.
     #[arg(short = 'v', long)]
     pub verbose: bool,
+    /// perftest's -R: a control connection for perftest's parameter exchange, then the
+    /// test QPs, all by RDMA CM to the same port, so either side can be Linux perftest
+    /// (`ib_write_bw -R ...`). Both sides need the same flags; one size, -n only.
+    #[arg(short = 'R', long = "rdma-cm")]
+    pub rdma_cm: bool,
 }
 
 /// The benchmark subcommands.
@@ -367,6 +374,8 @@ pub struct BenchConfig {
     pub show_progress: bool,
     /// QP counters on stderr.
     pub verbose: bool,
+    /// perftest's -R exchange instead of softrnic's own.
+    pub rdma_cm: bool,
 }
 
 /// Largest message size (and the top of `-a`).
@@ -455,6 +464,13 @@ impl BenchConfig {
             warmup: a.warmup,
             show_progress: !a.quiet,
             verbose: a.verbose,
+            rdma_cm: a.rdma_cm,
+        })
+        .and_then(|c| {
+            if c.rdma_cm {
+                rdma_cm::check(&c)?;
+            }
+            Ok(c)
         })
     }
 
@@ -562,6 +578,9 @@ pub fn run(cmd: &BenchCommand, out: &mut dyn Write) -> Result<Vec<ResultRow>, St
 
 /// Runs a resolved configuration.
 pub fn run_config(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>, String> {
+    if cfg.rdma_cm {
+        return rdma_cm::run(cfg, out);
+    }
     match &cfg.mode {
         Mode::Loopback => run_loopback(cfg, out),
         Mode::Server(bind) => run_server(cfg, bind),

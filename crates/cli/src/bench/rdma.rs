@@ -40,7 +40,8 @@ const CREDIT_SLOTS: usize = 32;
 /// wr_id of the closing Read.
 const BARRIER_ID: u64 = u64::MAX;
 
-fn blank() -> Completion {
+/// An empty completion to size poll buffers with.
+pub(super) fn blank() -> Completion {
     Completion {
         wr_id: 0,
         status: WcStatus::GeneralError,
@@ -57,14 +58,14 @@ fn e2s(what: &str) -> impl Fn(softrnic_rnic::Error) -> String + '_ {
 }
 
 /// Tracks the disconnection of a set of QPs from the device's asynchronous events.
-struct Watch {
+pub(super) struct Watch {
     ids: Vec<QpId>,
     gone: Vec<bool>,
     problems: Vec<String>,
 }
 
 impl Watch {
-    fn new(ids: Vec<QpId>) -> Watch {
+    pub(super) fn new(ids: Vec<QpId>) -> Watch {
         let gone = vec![false; ids.len()];
         Watch {
             ids,
@@ -109,7 +110,7 @@ impl Watch {
     }
 
     /// Blocks until every QP is gone, or `timeout` (None: forever) passes.
-    fn wait(&mut self, dev: &Device, timeout: Option<Duration>) -> bool {
+    pub(super) fn wait(&mut self, dev: &Device, timeout: Option<Duration>) -> bool {
         let deadline = timeout.map(|t| Instant::now() + t);
         while !self.check(dev) {
             let left = match deadline {
@@ -127,7 +128,8 @@ impl Watch {
     }
 }
 
-fn check_wc(c: &Completion, side: &str) -> Result<(), String> {
+/// An error naming the work request unless the completion is a success.
+pub(super) fn check_wc(c: &Completion, side: &str) -> Result<(), String> {
     if c.status == WcStatus::Success {
         Ok(())
     } else {

@@ -242,6 +242,16 @@ impl<'a> Reporter<'a> {
         v
     }
 
+    /// A free-form line under the table (text mode only), e.g. why a side has no result.
+    pub fn note(&mut self, text: &str) -> io::Result<()> {
+        if self.cfg.json {
+            return Ok(());
+        }
+        writeln!(self.out, " {text}")?;
+        writeln!(self.out, "{RULE}")?;
+        self.out.flush()
+    }
+
     /// The closing short table: one line per size, softrnic against the baseline.
     pub fn summary(&mut self, rows: &[ResultRow]) -> io::Result<()> {
         if self.cfg.json {
