@@ -97,6 +97,10 @@ fn lines(output: &str, marker: &str) -> usize {
     output.lines().filter(|l| l.trim() == marker).count()
 }
 
+fn carried_fpdus(c: &ConnectionDecode) -> bool {
+    c.to_server.fpdus + c.to_client.fpdus > 0
+}
+
 fn localhost(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
@@ -496,4 +500,157 @@ fn peer_killed_mid_transfer_each_way() {
         assert_eq!(c.to_client.error, None);
     }
     eprintln!("siw client killed {how}; softrnic killed after 3, siw's rping exited with {rc}");
+}
+
+/// perftest's tests in RDMA CM mode (`-R`), in both roles: softrnic's client against
+/// perftest's servers in the guest, and perftest's clients against softrnic's servers
+/// (the `softrnic` binary, as a user runs it). Each pair runs to completion, both
+/// sides exit 0 and print their result line.
+#[test]
+fn perftest_rdma_cm_both_roles() {
+    use std::process::{Command, Stdio};
+    let Some(rig) = rig() else { return };
+    let _g = one_guest();
+    // (test, flags, size): bandwidth tests at 64 KiB, latency tests at 64 B.
+    let tests = [
+        ("write_bw", "65536"),
+        ("read_bw", "65536"),
+        ("send_bw", "65536"),
+        ("write_lat", "64"),
+        ("send_lat", "64"),
+    ];
+    let iters = "50";
+    let result_line = |out: &str, size: &str| {
+        out.lines()
+            .filter(|l| {
+                let mut w = l.split_whitespace();
+                w.next() == Some(size) && w.next() == Some(iters)
+            })
+            .count()
+    };
+
+    // softrnic clients -> perftest servers, all five servers at once on their own ports.
+    let ports: Vec<(u16, u16)> = (0..tests.len() as u16)
+        .map(|i| (27530 + i, 18530 + i))
+        .collect();
+    let cmd = tests
+        .iter()
+        .zip(&ports)
+        .map(|((t, size), (_, g))| format!("ib_{t} -R -F -n {iters} -s {size} -p {g} &"))
+        .collect::<Vec<_>>()
+        .join(" ")
+        + " wait";
+    let served = rig.serve_ports("pt-srv", &cmd, &ports, false, &[]);
+    for ((t, size), (h, _)) in tests.iter().zip(&ports) {
+        let o = Command::new(env!("CARGO_BIN_EXE_softrnic"))
+            .args([
+                t,
+                "-R",
+                "127.0.0.1",
+                "-p",
+                &h.to_string(),
+                "-n",
+                iters,
+                "-s",
+                size,
+            ])
+            .output()
+            .expect("softrnic runs");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "softrnic {t} -R against perftest: {out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(
+            result_line(&out, size),
+            1,
+            "softrnic {t} printed its result:\n{out}"
+        );
+    }
+    let f = served.wait();
+    assert!(f.success, "perftest servers:\n{}", f.output);
+    for (t, size) in &tests {
+        assert!(
+            result_line(&f.output, size) >= 1,
+            "perftest ib_{t} server printed no result:\n{}",
+            f.output
+        );
+    }
+    // Two connections per test carry traffic (perftest's control connection and the
+    // test QP). Any other is a first attempt at the test connection that siw accepted
+    // and reset before any FPDU, while perftest's server was still busy with the
+    // control exchange; softrnic's client connects again, as perftest's does.
+    let established: Vec<_> = f.conns.iter().filter(|c| carried_fpdus(c)).collect();
+    assert_eq!(established.len(), 2 * tests.len(), "{}", f.output);
+    for c in established {
+        assert_eq!(c.to_server.error, None);
+        assert_eq!(c.to_client.error, None);
+    }
+
+    // perftest clients -> softrnic servers (the binary), one port each.
+    let mut servers = Vec::new();
+    let mut host_ports = Vec::new();
+    for (t, size) in &tests {
+        let port = std::net::TcpListener::bind(localhost(0))
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_softrnic"))
+            .args([t, "-R", "-p", &port.to_string(), "-n", iters, "-s", size])
+            .args(["--bind", "127.0.0.1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("softrnic server starts");
+        servers.push((t, size, child));
+        host_ports.push(port);
+    }
+    let cmd = tests
+        .iter()
+        .zip(&host_ports)
+        .map(|((t, size), p)| {
+            format!(
+                "timeout 120 ib_{t} -R -F -n {iters} -s {size} -p {p} $HOST_IP; echo perftest-rc=$?"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let f = rig.client("pt-cli", &cmd, &host_ports, &[]);
+    let rcs: Vec<&str> = f
+        .output
+        .lines()
+        .filter_map(|l| l.strip_prefix("perftest-rc="))
+        .collect();
+    assert_eq!(
+        rcs,
+        vec!["0"; tests.len()],
+        "perftest clients:\n{}",
+        f.output
+    );
+    for (t, size) in &tests {
+        assert!(
+            result_line(&f.output, size) >= 1,
+            "ib_{t} client result:\n{}",
+            f.output
+        );
+    }
+    for (t, size, child) in servers {
+        let o = child.wait_with_output().expect("softrnic server ends");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "softrnic {t} -R server: {out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        if *t != "read_lat" {
+            assert_eq!(
+                result_line(&out, size),
+                1,
+                "softrnic {t} server result:\n{out}"
+            );
+        }
+    }
+    let established = f.conns.iter().filter(|c| carried_fpdus(c)).count();
+    assert_eq!(established, 2 * tests.len(), "{}", f.output);
 }

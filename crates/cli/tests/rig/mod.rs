@@ -232,6 +232,14 @@ impl HostCapture {
     }
 }
 
+impl Drop for HostCapture {
+    /// A test that fails before it stops its capture must not leave dumpcap running.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Rig {
     fn script(&self) -> PathBuf {
         self.dir.join("siw-vm.sh")
@@ -254,13 +262,29 @@ impl Rig {
         repeat: bool,
         siw_params: &[&str],
     ) -> Served<'_> {
+        self.serve_ports(name, cmd, &[(host_port, guest_port)], repeat, siw_params)
+    }
+
+    /// [`Rig::serve`] with several forwarded ports, `(host, guest)`; READY waits for the
+    /// first guest port to listen.
+    pub fn serve_ports(
+        &self,
+        name: &str,
+        cmd: &str,
+        ports: &[(u16, u16)],
+        repeat: bool,
+        siw_params: &[&str],
+    ) -> Served<'_> {
         let pcap = self.pcap_path(name);
         let _ = std::fs::remove_file(&pcap);
-        let capture = HostCapture::start(&self.scratch, name, &[host_port]);
+        let hosts: Vec<u16> = ports.iter().map(|p| p.0).collect();
+        let capture = HostCapture::start(&self.scratch, name, &hosts);
         let mut c = Command::new(self.script());
         c.args(["serve", cmd, "--name", name])
-            .args(["--fwd", &format!("{host_port}:{guest_port}")])
-            .args(["--port", &guest_port.to_string()]);
+            .args(["--port", &ports[0].1.to_string()]);
+        for (h, g) in ports {
+            c.args(["--fwd", &format!("{h}:{g}")]);
+        }
         if capture.is_none() {
             c.arg("--pcap").arg(&pcap);
         }
