@@ -36,7 +36,8 @@ pub struct DeviceConfig {
     pub engine_spin: Duration,
     /// Progress model.
     pub progress: ProgressMode,
-    /// Largest FPDU sent; `None` sizes FPDUs to the socket's TCP MSS (RFC 5044).
+    /// Largest FPDU sent; `None` sizes FPDUs to the socket's TCP MSS (RFC 5044), or to
+    /// the largest FPDU when the peer is on a loopback address.
     pub max_fpdu: Option<usize>,
     /// MPA settings for connections (CRC policy, revision, IRD/ORD...).
     pub mpa: softrnic_proto::cm::MpaConfig,
