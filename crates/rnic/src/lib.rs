@@ -55,7 +55,7 @@ pub use cq::Cq;
 pub use device::{AsyncEvent, Device, DeviceAttr, DeviceConfig, ProgressMode};
 pub use error::{Error, Result};
 pub use mr::{Mr, Pd};
-pub use qp::{Qp, QpInit, QpStats};
+pub use qp::{Qp, QpInit, QpStats, RX_DIRECT_MIN, RX_STAGING_LEN, TX_GATHER_MAX};
 pub use softrnic_proto::cm::{CrcPolicy, MpaConfig, RtrTypes};
 pub use softrnic_proto::{
     Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,

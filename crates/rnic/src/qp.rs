@@ -40,8 +40,9 @@ pub struct QpInit<'a> {
 pub struct QpStats {
     /// Payload octets read from the socket straight into registered memory.
     pub rx_direct_bytes: u64,
-    /// Payload octets that had to be copied in user space (only those that arrived
-    /// together with the MPA reply during connection setup).
+    /// Payload octets copied in user space: small payloads that arrived in the same
+    /// read as their headers (see [`RX_DIRECT_MIN`]), and those that arrived together
+    /// with the MPA frame during connection setup.
     pub rx_copied_bytes: u64,
     /// `read` calls on the socket.
     pub rx_syscalls: u64,
@@ -50,6 +51,44 @@ pub struct QpStats {
     /// FPDUs sent.
     pub tx_fpdus: u64,
 }
+
+/// Payload pieces at least this long are read from the socket straight into
+/// registered memory, in reads of their own. Anything shorter (and every header and
+/// trailer) is read ahead into the QP's staging buffer, [`RX_STAGING_LEN`] octets at a
+/// time, and copied from there: for small messages one `read` then brings many FPDUs
+/// instead of four `read`s bringing one, and copying a few KiB costs less than the
+/// system calls it saves. (Measured on loopback with write_bw: 64 B messages went from
+/// 0.3x to 2-3x the TCP stream, 4 KiB from 0.5x to ~1x, together with transmit
+/// gathering, [`TX_GATHER_MAX`].)
+pub const RX_DIRECT_MIN: usize = 8192;
+
+/// Size of a QP's receive staging buffer (allocated on the first staged read, kept
+/// while the QP lives). It also bounds what a large payload can lose to copying: at
+/// most this much of its start comes in with a staged read, the rest is read directly.
+pub const RX_STAGING_LEN: usize = 32768;
+
+/// Octets read ahead and not yet handed to the protocol core.
+#[derive(Default)]
+struct Staging {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The last payload was large: the stream carries bulk data, so headers and
+    /// trailers are read exactly (reading ahead would copy the start of every large
+    /// FPDU's payload). A small payload ends bulk mode.
+    bulk: bool,
+}
+
+/// FPDUs at most this long (all framing included) are copied into the connection's
+/// transmit buffer and go out together, many per `sendmsg`: small messages then cost a
+/// copy of a few hundred octets instead of a system call each. Their work requests
+/// complete once copied, as an inline send does on a hardware RNIC: the buffer may be
+/// reused at once, and the octets are owned by the RNIC.
+pub const TX_GATHER_MAX: usize = 16384;
+
+/// Most octets a connection's transmit buffer holds for gathered FPDUs (it grows to
+/// what is used, and is kept while the QP lives).
+const TX_BUF_LEN: usize = 64 * 1024;
 
 struct PendingTx {
     fpdu: TxFpdu,
@@ -63,6 +102,9 @@ struct PendingTx {
 pub(crate) struct Conn {
     pub(crate) sock: mio::net::TcpStream,
     pending: Option<PendingTx>,
+    /// Gathered small FPDUs (see [`TX_GATHER_MAX`]); `tx_sent` octets of it are out.
+    tx_buf: Vec<u8>,
+    tx_sent: usize,
     scratch: TxFpdu,
     fin_sent: bool,
     eof: bool,
@@ -73,6 +115,7 @@ pub(crate) struct QpInner {
     pub(crate) core: softrnic_proto::qp::Qp,
     pub(crate) conn: Option<Conn>,
     stats: QpStats,
+    staging: Staging,
     disconnected: bool,
 }
 
@@ -116,6 +159,7 @@ impl QpShared {
                 core,
                 conn: None,
                 stats: QpStats::default(),
+                staging: Staging::default(),
                 disconnected: false,
             }),
             engine: id.0 as usize % dev.engines.len().max(1),
@@ -166,34 +210,37 @@ impl QpShared {
 
     fn receive(&self, g: &mut QpInner, dev: &Shared) -> bool {
         let QpInner {
-            core, conn, stats, ..
+            core,
+            conn,
+            stats,
+            staging,
+            ..
         } = g;
         let Some(conn) = conn.as_mut() else {
             return false;
         };
-        if conn.eof || conn.closed {
+        if conn.closed {
             return false;
         }
         let fd = conn.sock.as_raw_fd();
         let mut moved = false;
         loop {
+            // Octets read ahead go first.
+            if staging.start < staging.end {
+                let used = feed(core, stats, dev, &staging.buf[staging.start..staging.end]);
+                staging.start += used;
+                moved |= used > 0;
+                if used == 0 || core.rx_need() == RxNeed::Stopped {
+                    break;
+                }
+                continue;
+            }
+            if conn.eof {
+                break;
+            }
             let r = match core.rx_need() {
                 RxNeed::Stopped => break,
-                RxNeed::Internal(_) => {
-                    let buf = core.rx_buffer();
-                    stats.rx_syscalls += 1;
-                    match (&conn.sock).read(buf) {
-                        Ok(0) => Ok(0),
-                        Ok(n) => {
-                            if let Ok(mut t) = dev.tpt.lock() {
-                                core.rx_filled(n, &mut t);
-                            }
-                            Ok(n)
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
-                RxNeed::Place(chunk) => {
+                RxNeed::Place(chunk) if chunk.len >= RX_DIRECT_MIN => {
                     let Some(region) = dev.region(chunk.region) else {
                         // The region was deregistered between the TPT check and the
                         // placement: the QP cannot place this payload, and stalling
@@ -224,6 +271,7 @@ impl QpShared {
                                     });
                                     stats.rx_direct_bytes += n as u64;
                                 }
+                                staging.bulk = true;
                                 Ok(n)
                             }
                         }
@@ -233,6 +281,30 @@ impl QpShared {
                             moved = true;
                             break;
                         }
+                    }
+                }
+                // Headers, trailers and small payloads: read ahead (in bulk mode,
+                // only what the header or trailer needs).
+                need => {
+                    let want = match need {
+                        RxNeed::Internal(n) if staging.bulk => n.clamp(1, RX_STAGING_LEN),
+                        RxNeed::Place(_) => {
+                            staging.bulk = false;
+                            RX_STAGING_LEN
+                        }
+                        _ => RX_STAGING_LEN,
+                    };
+                    if staging.buf.len() < RX_STAGING_LEN {
+                        staging.buf.resize(RX_STAGING_LEN, 0);
+                    }
+                    stats.rx_syscalls += 1;
+                    match (&conn.sock).read(&mut staging.buf[..want]) {
+                        Ok(n) => {
+                            staging.start = 0;
+                            staging.end = n;
+                            Ok(n)
+                        }
+                        Err(e) => Err(e),
                     }
                 }
             };
@@ -260,7 +332,6 @@ impl QpShared {
         moved
     }
 
-    /// The transport failed under the QP: no more I/O, tell the program, flush.
     fn connection_lost(
         &self,
         conn: &mut Conn,
@@ -286,6 +357,7 @@ impl QpShared {
         let fd = conn.sock.as_raw_fd();
         let mut moved = false;
         loop {
+            // 1. The next FPDU: small ones are gathered, a large one waits its turn.
             if conn.pending.is_none() {
                 let mut f = std::mem::take(&mut conn.scratch);
                 let mut has = core.poll_transmit(&mut f);
@@ -295,20 +367,63 @@ impl QpShared {
                     }
                     has = core.poll_transmit(&mut f);
                 }
-                if !has {
-                    conn.scratch = f;
-                    break;
-                }
-                match prepare(f, dev) {
-                    Some(p) => conn.pending = Some(p),
-                    None => {
+                if has {
+                    let Some(p) = prepare(f, dev) else {
                         // A region vanished under a queued request: the QP cannot
                         // continue sending correct data.
                         core.to_error();
                         break;
+                    };
+                    let queued = conn.tx_buf.len() - conn.tx_sent;
+                    if p.total <= TX_GATHER_MAX && queued + p.total <= TX_BUF_LEN {
+                        if conn.tx_sent == conn.tx_buf.len() {
+                            conn.tx_buf.clear();
+                            conn.tx_sent = 0;
+                        }
+                        if !gather(&p, &mut conn.tx_buf) {
+                            core.to_error();
+                            break;
+                        }
+                        conn.scratch = p.fpdu;
+                        stats.tx_fpdus += 1;
+                        core.transmit_done();
+                        moved = true;
+                        continue;
+                    }
+                    conn.pending = Some(p);
+                } else {
+                    conn.scratch = f;
+                }
+            }
+            // 2. Gathered octets go first: they were queued before the pending FPDU.
+            if conn.tx_sent < conn.tx_buf.len() {
+                stats.tx_syscalls += 1;
+                // SAFETY: the pointer and length describe initialised octets of
+                // `tx_buf`, which is not touched during the call.
+                let r = unsafe {
+                    libc::send(
+                        fd,
+                        conn.tx_buf[conn.tx_sent..].as_ptr().cast(),
+                        conn.tx_buf.len() - conn.tx_sent,
+                        libc::MSG_NOSIGNAL,
+                    )
+                };
+                if r >= 0 {
+                    conn.tx_sent += r as usize;
+                    moved = true;
+                    continue;
+                }
+                match io::Error::last_os_error() {
+                    e if e.kind() == io::ErrorKind::WouldBlock => break,
+                    e if e.kind() == io::ErrorKind::Interrupted => continue,
+                    e => {
+                        self.connection_lost(conn, core, dev, e.kind());
+                        moved = true;
+                        break;
                     }
                 }
             }
+            // 3. A large FPDU, gathered from registered memory by the kernel.
             let Some(p) = conn.pending.as_mut() else {
                 break;
             };
@@ -337,9 +452,6 @@ impl QpShared {
         moved
     }
 
-    /// Graceful close, Terminate and peer FIN handling. Returns true when the
-    /// connection has just closed for good (the caller posts Disconnected once the
-    /// completions are delivered).
     fn close_if_done(&self, g: &mut QpInner, dev: &Shared) -> bool {
         let QpInner {
             core,
@@ -350,7 +462,8 @@ impl QpShared {
         let Some(c) = conn.as_mut() else {
             return false;
         };
-        if core.terminate_sent() && !c.closed {
+        let flushed = c.pending.is_none() && c.tx_sent == c.tx_buf.len();
+        if core.terminate_sent() && !c.closed && flushed {
             // Terminate is out: close the connection and finish going to error.
             let _ = c.sock.shutdown(std::net::Shutdown::Both);
             c.closed = true;
@@ -360,7 +473,7 @@ impl QpShared {
             // The peer closed first: finish what is queued, then close our side too.
             core.close();
         }
-        if core.ready_to_fin() && !c.fin_sent && c.pending.is_none() {
+        if core.ready_to_fin() && !c.fin_sent && flushed {
             let _ = c.sock.shutdown(std::net::Shutdown::Write);
             c.fin_sent = true;
         }
@@ -368,7 +481,9 @@ impl QpShared {
         if done && core.state() != QpState::Error {
             core.transport_closed();
         }
-        if (c.closed || (c.eof && c.fin_sent) || core.state() == QpState::Error) && !*disconnected {
+        if (c.closed || (c.eof && c.fin_sent) || (core.state() == QpState::Error && flushed))
+            && !*disconnected
+        {
             *disconnected = true;
             // Whatever ended the QP (a local error, a Terminate received, a region gone,
             // a lost stream), the connection closes now, so the peer learns and flushes
@@ -428,17 +543,9 @@ impl QpShared {
         let mut g = self.lock()?;
         g.core.connect(params)?;
         if !leftover.is_empty() {
-            // These octets were read together with the MPA frame: the only payload
-            // that is ever copied in user space.
+            // These octets were read together with the MPA frame.
             let QpInner { core, stats, .. } = &mut *g;
-            if let Ok(mut t) = dev.tpt.lock() {
-                core.handle_input(leftover, &mut t, &mut |chunk, data| {
-                    if let Some(r) = dev.region(chunk.region) {
-                        let _ = r.write(chunk.offset as usize, data);
-                    }
-                    stats.rx_copied_bytes += data.len() as u64;
-                });
-            }
+            feed(core, stats, dev, leftover);
         }
         let mut sock = mio::net::TcpStream::from_std(sock);
         let engine = dev
@@ -449,6 +556,8 @@ impl QpShared {
         g.conn = Some(Conn {
             sock,
             pending: None,
+            tx_buf: Vec::new(),
+            tx_sent: 0,
             scratch: TxFpdu::default(),
             fin_sent: false,
             eof: false,
@@ -461,6 +570,26 @@ impl QpShared {
 }
 
 /// Resolves an FPDU's memory and computes its CRC.
+/// Hands octets read into user space to the protocol core, copying the payload among
+/// them into registered memory; returns how many it took (fewer when receiving has
+/// stopped).
+fn feed(
+    core: &mut softrnic_proto::qp::Qp,
+    stats: &mut QpStats,
+    dev: &Shared,
+    data: &[u8],
+) -> usize {
+    let Ok(mut t) = dev.tpt.lock() else {
+        return 0;
+    };
+    core.handle_input(data, &mut t, &mut |chunk, bytes| {
+        if let Some(r) = dev.region(chunk.region) {
+            let _ = r.write(chunk.offset as usize, bytes);
+        }
+        stats.rx_copied_bytes += bytes.len() as u64;
+    })
+}
+
 fn prepare(fpdu: TxFpdu, dev: &Shared) -> Option<PendingTx> {
     let mut regions = Vec::with_capacity(fpdu.chunks.len());
     for c in &fpdu.chunks {
@@ -492,6 +621,22 @@ fn prepare(fpdu: TxFpdu, dev: &Shared) -> Option<PendingTx> {
         written: 0,
         total,
     })
+}
+
+/// Appends a whole FPDU (header, payload copied from registered memory, pad and CRC)
+/// to `out`; false if a region no longer holds the payload's range.
+fn gather(p: &PendingTx, out: &mut Vec<u8>) -> bool {
+    out.extend_from_slice(p.fpdu.header_bytes());
+    for (c, r) in p.fpdu.chunks.iter().zip(&p.regions) {
+        let at = out.len();
+        out.resize(at + c.len, 0);
+        if r.read(c.offset as usize, &mut out[at..]).is_err() {
+            return false;
+        }
+    }
+    let pad = p.fpdu.pad_len();
+    out.extend_from_slice(&p.trailer[..p.trailer_len.min(pad + 4)]);
+    true
 }
 
 /// Writes as much of a pending FPDU as the socket takes.
