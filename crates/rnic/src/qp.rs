@@ -197,8 +197,14 @@ impl QpShared {
         let mut moved = false;
         let mut disconnected = false;
         if g.conn.is_some() {
-            moved |= self.receive(g, dev);
+            // Transmit first: a request just posted leaves before the receive path's
+            // read (often an empty one) is paid; what the receive path queues (Read
+            // Responses, Terminates) goes out in the second pass.
             moved |= self.transmit(g, dev);
+            if self.receive(g, dev) {
+                moved = true;
+                self.transmit(g, dev);
+            }
             disconnected = self.close_if_done(g, dev);
         }
         self.deliver(g, dev);
