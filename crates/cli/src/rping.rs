@@ -347,6 +347,15 @@ pub struct Advert {
 }
 
 impl Advert {
+    /// The advert for all of `size` octets of `mr`.
+    pub fn of(mr: &Mr, size: usize) -> Advert {
+        Advert {
+            addr: mr.addr(),
+            rkey: mr.rkey(),
+            size: size as u32,
+        }
+    }
+
     /// Wire form.
     pub fn to_bytes(&self) -> [u8; 16] {
         let mut b = [0u8; 16];
@@ -481,10 +490,7 @@ pub fn client_with(addr: SocketAddr, opts: &RpingOpts, connected: impl FnOnce())
         e.pd.alloc_mr(opts.size, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let adv = e.pd.alloc_mr(16, Access::LOCAL_WRITE)?;
     let rx = e.pd.alloc_mr(16, Access::LOCAL_WRITE)?;
-    e.qp.post_recv(RecvWr {
-        wr_id: 1,
-        sgl: vec![rx.sge(0, 16)],
-    })?;
+    repost(&e, &rx)?;
     let mut cfg = opts.mpa.clone();
     cfg.private_data.clear();
     dev.connect_with(addr, &e.qp, cfg)?;
@@ -494,57 +500,19 @@ pub fn client_with(addr: SocketAddr, opts: &RpingOpts, connected: impl FnOnce())
         let data = ping_data(i, opts.size);
         start.write(0, &data)?;
         sink.fill(0, opts.size, 0)?;
-        adv.write(
-            0,
-            &Advert {
-                addr: start.addr(),
-                rkey: start.rkey(),
-                size: opts.size as u32,
-            }
-            .to_bytes(),
-        )?;
-        e.qp.post_send(signaled(
-            10,
-            SendOp::Send {
-                solicited: false,
-                invalidate: None,
-            },
-            vec![adv.sge(0, 16)],
-        ))?;
-        wait(&e, opts, WcOpcode::Send)?;
+        adv.write(0, &Advert::of(&start, opts.size).to_bytes())?;
+        send_advert(&e, &adv, opts, 10)?;
         // The server has read our buffer when it answers.
         match wait(&e, opts, WcOpcode::Recv) {
             Err(RpingError::Timeout(_)) if i == 0 => return Err(RpingError::NoFirstAnswer),
             other => other?,
         };
-        e.qp.post_recv(RecvWr {
-            wr_id: 1,
-            sgl: vec![rx.sge(0, 16)],
-        })?;
-        adv.write(
-            0,
-            &Advert {
-                addr: sink.addr(),
-                rkey: sink.rkey(),
-                size: opts.size as u32,
-            }
-            .to_bytes(),
-        )?;
-        e.qp.post_send(signaled(
-            11,
-            SendOp::Send {
-                solicited: false,
-                invalidate: None,
-            },
-            vec![adv.sge(0, 16)],
-        ))?;
-        wait(&e, opts, WcOpcode::Send)?;
+        repost(&e, &rx)?;
+        adv.write(0, &Advert::of(&sink, opts.size).to_bytes())?;
+        send_advert(&e, &adv, opts, 11)?;
         // The server has written our sink when it answers again.
         wait(&e, opts, WcOpcode::Recv)?;
-        e.qp.post_recv(RecvWr {
-            wr_id: 1,
-            sgl: vec![rx.sge(0, 16)],
-        })?;
+        repost(&e, &rx)?;
         let got = sink.to_vec();
         if opts.verify
             && let Some(offset) = got.iter().zip(&data).position(|(g, d)| g != d)
@@ -569,6 +537,26 @@ pub fn client_with(addr: SocketAddr, opts: &RpingOpts, connected: impl FnOnce())
     Ok(i)
 }
 
+/// Sends the 16-octet advert held in `adv` and waits until the Send completed.
+fn send_advert(e: &Ends, adv: &Mr, opts: &RpingOpts, wr_id: u64) -> Result<()> {
+    let send = SendOp::Send {
+        solicited: false,
+        invalidate: None,
+    };
+    e.qp.post_send(signaled(wr_id, send, vec![adv.sge(0, 16)]))?;
+    wait(e, opts, WcOpcode::Send)?;
+    Ok(())
+}
+
+/// Posts the one receive an rping side keeps for the peer's next advert.
+fn repost(e: &Ends, rx: &Mr) -> Result<()> {
+    e.qp.post_recv(RecvWr {
+        wr_id: 1,
+        sgl: vec![rx.sge(0, 16)],
+    })?;
+    Ok(())
+}
+
 /// Reads the advert a receive completion brought and re-posts the receive.
 fn take_advert(e: &Ends, rx: &Mr, c: Completion) -> Result<Advert> {
     if c.byte_len != 16 {
@@ -576,10 +564,7 @@ fn take_advert(e: &Ends, rx: &Mr, c: Completion) -> Result<Advert> {
     }
     let mut b = [0u8; 16];
     rx.read(0, &mut b)?;
-    e.qp.post_recv(RecvWr {
-        wr_id: 1,
-        sgl: vec![rx.sge(0, 16)],
-    })?;
+    repost(e, rx)?;
     Ok(Advert::parse(&b).expect("16 octets"))
 }
 
@@ -610,23 +595,12 @@ pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
     let buf = e.pd.alloc_mr(opts.size.max(16), Access::LOCAL_WRITE)?;
     let adv = e.pd.alloc_mr(16, Access::LOCAL_WRITE)?;
     let rx = e.pd.alloc_mr(16, Access::LOCAL_WRITE)?;
-    e.qp.post_recv(RecvWr {
-        wr_id: 1,
-        sgl: vec![rx.sge(0, 16)],
-    })?;
+    repost(&e, &rx)?;
     let req = l.accept()?;
     let mut cfg = opts.mpa.clone();
     cfg.private_data.clear();
     req.accept_with(&e.qp, cfg)?;
-    adv.write(
-        0,
-        &Advert {
-            addr: buf.addr(),
-            rkey: buf.rkey(),
-            size: opts.size as u32,
-        }
-        .to_bytes(),
-    )?;
+    adv.write(0, &Advert::of(&buf, opts.size).to_bytes())?;
     let mut i = 0;
     loop {
         // The client's source buffer, or the end.
@@ -657,15 +631,7 @@ pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
             let end = got[..len].iter().position(|&b| b == 0).unwrap_or(len);
             println!("server ping data: {}", String::from_utf8_lossy(&got[..end]));
         }
-        e.qp.post_send(signaled(
-            21,
-            SendOp::Send {
-                solicited: false,
-                invalidate: None,
-            },
-            vec![adv.sge(0, 16)],
-        ))?;
-        wait(&e, opts, WcOpcode::Send)?;
+        send_advert(&e, &adv, opts, 21)?;
         let c = wait(&e, opts, WcOpcode::Recv)?;
         let dst = take_advert(&e, &rx, c)?;
         let len = (dst.size as usize).min(len);
@@ -678,15 +644,7 @@ pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
         // A Write completes locally once sent; the Send behind it tells whether the
         // peer took it (a Terminate would flush the Send).
         wait(&e, opts, WcOpcode::Write)?;
-        e.qp.post_send(signaled(
-            23,
-            SendOp::Send {
-                solicited: false,
-                invalidate: None,
-            },
-            vec![adv.sge(0, 16)],
-        ))?;
-        wait(&e, opts, WcOpcode::Send)?;
+        send_advert(&e, &adv, opts, 23)?;
         i += 1;
         if opts.count != 0 && i >= opts.count {
             break;
