@@ -24,7 +24,7 @@ use super::stats::{BwMeter, BwResult, LatResult, LatStats, Progress};
 use super::{BenchConfig, MAX_SIZE, Measured, Test};
 use softrnic_rnic::{
     Access, AsyncEvent, Completion, Cq, Device, Listener, Mr, Qp, QpId, QpInit, QpStats, RecvWr,
-    SendOp, SendWr, WcOpcode, WcStatus,
+    SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -129,6 +129,39 @@ impl Watch {
 }
 
 /// An error naming the work request unless the completion is a success.
+/// The verb a bandwidth test repeats against the peer's buffer.
+pub(super) fn bw_op(test: Test, remote_addr: u64, rkey: u32) -> SendOp {
+    match test {
+        Test::WriteBw => SendOp::Write { remote_addr, rkey },
+        Test::ReadBw => SendOp::Read { remote_addr, rkey },
+        _ => SendOp::Send {
+            solicited: false,
+            invalidate: None,
+        },
+    }
+}
+
+/// Posts `room` copies of `op` on `sge` in one batch, numbered from `first`;
+/// `signaled(number)` says which of them complete.
+pub(super) fn post_window(
+    qp: &Qp,
+    batch: &mut Vec<SendWr>,
+    op: SendOp,
+    sge: Sge,
+    first: u64,
+    room: u64,
+    signaled: impl Fn(u64) -> bool,
+) -> Result<(), softrnic_rnic::Error> {
+    batch.extend((first..first + room).map(|idx| SendWr {
+        wr_id: idx,
+        op,
+        sgl: vec![sge],
+        signaled: signaled(idx),
+        fence: false,
+    }));
+    qp.post_send_batch(batch.drain(..))
+}
+
 pub(super) fn check_wc(c: &Completion, side: &str) -> Result<(), String> {
     if c.status == WcStatus::Success {
         Ok(())
@@ -361,33 +394,18 @@ fn bw_client(
             if room == 0 {
                 continue;
             }
-            let op = match test {
-                Test::WriteBw => SendOp::Write {
-                    remote_addr: ep.remote.addr,
-                    rkey: ep.remote.rkey,
-                },
-                Test::ReadBw => SendOp::Read {
-                    remote_addr: ep.remote.addr,
-                    rkey: ep.remote.rkey,
-                },
-                _ => SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                },
-            };
-            for k in 0..room {
-                let idx = ep.posted + k;
-                batch.push(SendWr {
-                    wr_id: idx,
-                    op,
-                    sgl: vec![ep.local.sge(0, size)],
-                    signaled: (idx + 1) % cq_mod == 0 || (deadline.is_none() && idx + 1 == iters),
-                    fence: false,
-                });
-            }
-            ep.qp
-                .post_send_batch(batch.drain(..))
-                .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
+            let op = bw_op(test, ep.remote.addr, ep.remote.rkey);
+            let last = (deadline.is_none()).then_some(iters);
+            post_window(
+                &ep.qp,
+                &mut batch,
+                op,
+                ep.local.sge(0, size),
+                ep.posted,
+                room,
+                |idx| (idx + 1) % cq_mod == 0 || Some(idx + 1) == last,
+            )
+            .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
             ep.posted += room;
         }
         let n = cq.poll(&mut wcs);

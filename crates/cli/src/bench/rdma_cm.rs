@@ -12,7 +12,7 @@
 //! perftest. One size per run; no `-D`, `-a` or baseline.
 
 use super::perftest::{self as pt, BwReport, Dest, Step};
-use super::rdma::{Watch, blank, check_wc};
+use super::rdma::{Watch, blank, bw_op, check_wc, post_window};
 use super::report::{Reporter, bw_unit};
 use super::stats::{BwMeter, BwResult, LatResult, LatStats, MB, Progress};
 use super::{BenchConfig, Measured, Mode, ResultRow, Test, resolve_addr};
@@ -779,32 +779,17 @@ fn bw_client(
             if room == 0 {
                 continue;
             }
-            let op = match test {
-                Test::WriteBw => SendOp::Write {
-                    remote_addr: t.remote.vaddr,
-                    rkey: t.remote.rkey,
-                },
-                Test::ReadBw => SendOp::Read {
-                    remote_addr: t.remote.vaddr,
-                    rkey: t.remote.rkey,
-                },
-                _ => SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                },
-            };
-            for k in 0..room {
-                let idx = t.posted + k;
-                batch.push(SendWr {
-                    wr_id: idx,
-                    op,
-                    sgl: vec![t.local.sge(0, size)],
-                    signaled: (idx + 1) % cq_mod == 0 || idx + 1 == iters,
-                    fence: false,
-                });
-            }
-            t.qp.post_send_batch(batch.drain(..))
-                .map_err(|e| format!("post_send: {e} ({})", t.diag()))?;
+            let op = bw_op(test, t.remote.vaddr, t.remote.rkey);
+            post_window(
+                &t.qp,
+                &mut batch,
+                op,
+                t.local.sge(0, size),
+                t.posted,
+                room,
+                |idx| (idx + 1) % cq_mod == 0 || idx + 1 == iters,
+            )
+            .map_err(|e| format!("post_send: {e} ({})", t.diag()))?;
             t.posted += room;
         }
         let n = s.cq.poll(&mut wcs);
