@@ -339,6 +339,20 @@ impl TestQp {
         }
     }
 
+    /// Posts one signaled `op` on the first `size` octets of the local buffer (the
+    /// latency tests' one request at a time).
+    fn post_one(&self, wr_id: u64, op: SendOp, size: usize) -> Result<(), String> {
+        self.qp
+            .post_send(SendWr {
+                wr_id,
+                op,
+                sgl: vec![self.local.sge(0, size)],
+                signaled: true,
+                fence: false,
+            })
+            .map_err(|e| format!("post_send: {e} ({})", self.diag()))
+    }
+
     /// The QP's state and counters, for error messages.
     fn diag(&self) -> String {
         format!(
@@ -976,17 +990,14 @@ fn write_lat(
         }
         t.local.write(last, &[tag]).map_err(e2s("write tag"))?;
         posts.push(Instant::now());
-        t.qp.post_send(SendWr {
-            wr_id: k,
-            op: SendOp::Write {
+        t.post_one(
+            k,
+            SendOp::Write {
                 remote_addr: t.remote.vaddr,
                 rkey: t.remote.rkey,
             },
-            sgl: vec![t.local.sge(0, size)],
-            signaled: true,
-            fence: false,
-        })
-        .map_err(|e| format!("post_send: {e} ({})", t.diag()))?;
+            size,
+        )?;
         if first {
             wait(tag, &mut wcs)?;
         }
@@ -1042,14 +1053,7 @@ fn send_lat(
             wait_recv(&mut wcs)?;
         }
         posts.push(Instant::now());
-        t.qp.post_send(SendWr {
-            wr_id: k,
-            op: send,
-            sgl: vec![t.local.sge(0, size)],
-            signaled: true,
-            fence: false,
-        })
-        .map_err(|e| format!("post_send: {e} ({})", t.diag()))?;
+        t.post_one(k, send, size)?;
         if side == Side::Client {
             wait_recv(&mut wcs)?;
         }
@@ -1072,17 +1076,14 @@ fn read_lat(
     let t = &s.qps[0];
     for k in 1..=cfg.iters {
         let t0 = Instant::now();
-        t.qp.post_send(SendWr {
-            wr_id: k,
-            op: SendOp::Read {
+        t.post_one(
+            k,
+            SendOp::Read {
                 remote_addr: t.remote.vaddr,
                 rkey: t.remote.rkey,
             },
-            sgl: vec![t.local.sge(0, size)],
-            signaled: true,
-            fence: false,
-        })
-        .map_err(|e| format!("post_send: {e} ({})", t.diag()))?;
+            size,
+        )?;
         let mut spins = 0u32;
         let t1 = loop {
             let n = s.cq.poll(&mut wcs);
