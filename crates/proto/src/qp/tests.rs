@@ -31,14 +31,13 @@ impl Side {
         }
     }
 
-    /// Registers `len` octets filled with a pattern; returns (stag, base address).
+    /// Registers `len` octets filled with [`fill`]'s pattern, which differs for every
+    /// side, region and seed and never repeats within a region, so a lost or misplaced
+    /// payload (by any offset) shows; returns (stag, base address).
     fn reg(&mut self, len: usize, access: Access, seed: u8) -> (STag, u64) {
         let id = self.mem.len() as u32;
-        self.mem.push(
-            (0..len)
-                .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-                .collect(),
-        );
+        let tag = (u64::from(self.qp.id().0) << 24) | (u64::from(id) << 8) | u64::from(seed);
+        self.mem.push(fill(tag, len));
         let base = 0x1_0000_0000 * u64::from(id + 1);
         let stag = self
             .tpt
@@ -113,6 +112,31 @@ fn pump(a: &mut Side, b: &mut Side, one_at_a_time: bool) {
             break;
         }
     }
+}
+
+/// `len` octets of a pattern that depends on `tag` and does not repeat with any period:
+/// each octet is a mix (SplitMix64's finaliser) of the tag and the octet's index.
+fn fill(tag: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| {
+            let mut z = (tag << 32 ^ i).wrapping_add(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn fill_pattern_shows_any_shift_and_differs_per_side() {
+    let v = fill(7, 70_000);
+    for shift in [1, 256, 512, 4096, 65536] {
+        assert_ne!(&v[shift..shift + 1000], &v[..1000], "shift {shift}");
+    }
+    let (mut a, mut b) = pair(QpParams::default());
+    let (sa, _) = a.reg(64, Access::empty(), 0);
+    let (sb, _) = b.reg(64, Access::empty(), 0);
+    assert_ne!(a.region(sa), b.region(sb));
 }
 
 fn pair(params: QpParams) -> (Side, Side) {
@@ -623,12 +647,26 @@ fn send_with_invalidate_and_solicited_event() {
         &mut a.tpt,
     )
     .unwrap();
+    assert!(b.tpt.get(exposed).unwrap().valid);
     pump(&mut a, &mut b, false);
+    assert_eq!(b.region(d), a.region(s), "the Send's payload placed");
     let cb = b.completions();
+    assert_eq!(cb.len(), 1);
+    assert_eq!(
+        (cb[0].0, cb[0].1.wr_id, cb[0].1.status, cb[0].1.byte_len),
+        (CqSide::Recv, 5, WcStatus::Success, 8)
+    );
     assert_eq!(cb[0].1.invalidated, Some(exposed));
     assert!(cb[0].1.solicited);
     assert_eq!(b.qp.poll_event(), Some(QpEvent::Solicited));
+    assert_eq!(b.qp.poll_event(), None, "one event per solicited Send");
     assert!(!b.tpt.get(exposed).unwrap().valid);
+    let ca: Vec<_> = a
+        .completions()
+        .into_iter()
+        .map(|(_, c)| (c.wr_id, c.status, c.opcode))
+        .collect();
+    assert_eq!(ca, vec![(1, WcStatus::Success, WcOpcode::Send)]);
 }
 
 #[test]
@@ -668,9 +706,21 @@ fn rtr_holds_the_responder_until_it_arrives() {
     let rtr = a.next_fpdu().unwrap();
     assert_eq!(rtr.len(), 2 + 14 + 4, "a zero-length RDMA Write");
     b.feed(&rtr, false);
+    assert_ne!(a.region(d), b.region(s), "nothing placed yet");
     pump(&mut a, &mut b, false);
     assert_eq!(a.region(d), b.region(s));
-    assert_eq!(a.completions().len(), 1);
+    let ca: Vec<_> = a
+        .completions()
+        .into_iter()
+        .map(|(side, c)| (side, c.wr_id, c.status, c.byte_len))
+        .collect();
+    assert_eq!(ca, vec![(CqSide::Recv, 1, WcStatus::Success, 8)]);
+    let cb: Vec<_> = b
+        .completions()
+        .into_iter()
+        .map(|(side, c)| (side, c.wr_id, c.status, c.byte_len))
+        .collect();
+    assert_eq!(cb, vec![(CqSide::Send, 2, WcStatus::Success, 8)]);
 }
 
 #[test]
@@ -694,8 +744,19 @@ fn graceful_close_waits_for_queued_sends() {
     assert!(a.qp.ready_to_fin());
     a.qp.transport_closed();
     b.qp.transport_closed();
-    assert_eq!(a.completions().len(), 1);
-    assert_eq!(b.completions()[0].1.status, WcStatus::Success);
+    assert_eq!(b.region(d), a.region(s), "all 5000 octets arrived before the FIN");
+    let ca: Vec<_> = a
+        .completions()
+        .into_iter()
+        .map(|(_, c)| (c.wr_id, c.status, c.byte_len))
+        .collect();
+    assert_eq!(ca, vec![(1, WcStatus::Success, 5000)]);
+    let cb: Vec<_> = b
+        .completions()
+        .into_iter()
+        .map(|(_, c)| (c.wr_id, c.status, c.byte_len))
+        .collect();
+    assert_eq!(cb, vec![(5, WcStatus::Success, 5000)]);
     assert_eq!(a.qp.state(), QpState::Error);
 }
 
@@ -761,7 +822,17 @@ fn send_completions_come_in_posting_order_across_reads() {
         }
     }
     pump(&mut a, &mut b, false);
-    let ids: Vec<u64> = a.completions().into_iter().map(|(_, c)| c.wr_id).collect();
+    let done: Vec<_> = a.completions();
+    assert!(
+        done.iter().all(|(_, c)| c.status == WcStatus::Success),
+        "{done:?}"
+    );
+    // The last Write put the first 7 source octets at the target, and every Read
+    // brought the target's first octets back to offset 8 of the source.
+    assert_eq!(&b.region(t)[..7], &a.region(src)[..7]);
+    assert_eq!(&a.region(src)[8..15], &a.region(src)[..7]);
+    assert!(b.completions().is_empty());
+    let ids: Vec<u64> = done.into_iter().map(|(_, c)| c.wr_id).collect();
     let mut expected = Vec::new();
     for round in 0..3u64 {
         for i in 0..3u64 {
