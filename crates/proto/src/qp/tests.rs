@@ -744,7 +744,11 @@ fn graceful_close_waits_for_queued_sends() {
     assert!(a.qp.ready_to_fin());
     a.qp.transport_closed();
     b.qp.transport_closed();
-    assert_eq!(b.region(d), a.region(s), "all 5000 octets arrived before the FIN");
+    assert_eq!(
+        b.region(d),
+        a.region(s),
+        "all 5000 octets arrived before the FIN"
+    );
     let ca: Vec<_> = a
         .completions()
         .into_iter()
