@@ -510,24 +510,80 @@ fn private_data_limits() {
         Initiator::new(too_big.clone()),
         Err(CmError::BadConfig(_))
     ));
-    // A revision-2 responder answering a revision-1 request may use all 512 octets...
-    let req = receive_request(
-        &Initiator::new(MpaConfig {
-            revision: 1,
-            ..cfg()
-        })
-        .unwrap()
-        .request(),
+    // Private data that shows a lost, duplicated or shifted octet.
+    let pd = |n: usize| (0..n).map(|i| (i * 7 + i / 251) as u8).collect::<Vec<u8>>();
+    let big = MpaConfig {
+        private_data: pd(509),
+        ..cfg()
+    };
+    // A revision-2 responder answering a revision-1 request may send 509 octets (no
+    // RFC 6581 word), and the initiator receives every one of them...
+    let mut rev1 = Initiator::new(MpaConfig {
+        revision: 1,
+        ..cfg()
+    })
+    .unwrap();
+    let req = receive_request(&rev1.request());
+    let (reply, _) = Responder::new()
+        .accept(&req, &big)
+        .expect("509 octets fit a rev-1 reply");
+    assert_eq!(
+        MpaFrameRepr::parse(&reply).unwrap().private_data,
+        &pd(509)[..]
     );
-    assert!(Responder::new().accept(&req, &too_big).is_ok());
-    // ...but not when it must carry the RFC 6581 word.
-    let req2 = receive_request(&Initiator::new(cfg()).unwrap().request());
+    match rev1.handle_input(&reply) {
+        Ok(InitiatorProgress::Established {
+            negotiated,
+            consumed,
+        }) => {
+            assert_eq!(consumed, reply.len());
+            assert_eq!(negotiated.peer_private_data, pd(509));
+        }
+        other => panic!("expected Established, got {other:?}"),
+    }
+    // ...but not when it must carry the RFC 6581 word: 508 is the limit then.
+    let mut rev2 = Initiator::new(cfg()).unwrap();
+    let req2 = receive_request(&rev2.request());
     assert!(matches!(
-        Responder::new().accept(&req2, &too_big),
+        Responder::new().accept(&req2, &big),
         Err(CmError::BadConfig(_))
     ));
-    assert!(Responder::new().reject(&req2, &[0; 509]).is_err());
-    assert!(Responder::new().reject(&req, &[0; 512]).is_ok());
+    let (reply2, _) = Responder::new()
+        .accept(
+            &req2,
+            &MpaConfig {
+                private_data: pd(508),
+                ..cfg()
+            },
+        )
+        .expect("508 octets fit beside the RFC 6581 word");
+    match rev2.handle_input(&reply2) {
+        Ok(InitiatorProgress::Established { negotiated, .. }) => {
+            assert_eq!(negotiated.peer_private_data, pd(508))
+        }
+        other => panic!("expected Established, got {other:?}"),
+    }
+    assert!(Responder::new().reject(&req2, &pd(509)).is_err());
+    // A reject of a rev-1 request carries all 512 octets to the initiator.
+    let mut rev1b = Initiator::new(MpaConfig {
+        revision: 1,
+        ..cfg()
+    })
+    .unwrap();
+    let req3 = receive_request(&rev1b.request());
+    let reject = Responder::new()
+        .reject(&req3, &pd(512))
+        .expect("512 octets fit a reject");
+    match rev1b.handle_input(&reject) {
+        Ok(InitiatorProgress::Rejected {
+            private_data,
+            consumed,
+        }) => {
+            assert_eq!(consumed, reject.len());
+            assert_eq!(private_data, pd(512));
+        }
+        other => panic!("expected Rejected, got {other:?}"),
+    }
 }
 
 #[test]

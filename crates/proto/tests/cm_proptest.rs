@@ -95,13 +95,31 @@ proptest! {
     #[test]
     fn responder_never_panics(input in stream()) {
         let mut r = Responder::new();
-        match r.handle_input(&input) {
-            Ok(ResponderProgress::Request { consumed, .. }) => prop_assert!(consumed <= input.len()),
-            Ok(ResponderProgress::NeedMore) | Err(_) => {}
-        }
-        // Every prefix: a truncated frame is never an error unless its start already is.
+        let whole = r.handle_input(&input);
+        let frame_len = match &whole {
+            Ok(ResponderProgress::Request { consumed, .. }) => {
+                prop_assert!(*consumed <= input.len());
+                Some(*consumed)
+            }
+            Ok(ResponderProgress::NeedMore) | Err(_) => None,
+        };
+        // Every prefix: a truncated frame is never an error unless the whole input is
+        // one too (more octets never cure an error), and a prefix of a good Request
+        // asks for more.
         for n in 0..input.len().min(64) {
-            let _ = Responder::new().handle_input(&input[..n]);
+            match Responder::new().handle_input(&input[..n]) {
+                Err(e) => prop_assert!(whole.is_err(), "prefix {n} fails ({e}) but the whole input does not"),
+                Ok(ResponderProgress::NeedMore) => {}
+                Ok(ResponderProgress::Request { consumed, .. }) => {
+                    prop_assert_eq!(Some(consumed), frame_len, "prefix {} completes a different frame", n)
+                }
+            }
+            if frame_len.is_some_and(|len| n < len) {
+                prop_assert!(matches!(
+                    Responder::new().handle_input(&input[..n]),
+                    Ok(ResponderProgress::NeedMore)
+                ));
+            }
         }
     }
 
