@@ -52,7 +52,9 @@ fn field<'a>(line: &'a str, key: &str) -> &'a str {
 }
 
 fn tshark_summary() -> HashMap<String, Expected> {
-    let text = std::fs::read_to_string(testdata().join("tshark-summary.txt")).unwrap_or_default();
+    let path = testdata().join("tshark-summary.txt");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (the tshark cross-check needs it)", path.display()));
     let mut all = HashMap::new();
     let mut cur: Option<(String, Expected)> = None;
     for line in text.lines() {
@@ -206,7 +208,13 @@ fn every_siw_capture_decodes_completely_and_reemits_identically() {
             }
             assert_reemit_identical(&name, c, d);
         }
-        if let Some(exp) = expected.get(&name) {
+        // Every capture is cross-checked: one without a tshark summary fails (run
+        // ../shared/rig/summarize-pcap.py for a new one).
+        let exp = expected
+            .get(&name)
+            .unwrap_or_else(|| panic!("{name}: no entry in tshark-summary.txt"));
+        assert!(!exp.mpa.is_empty(), "{name}: tshark summary lists no MPA frame");
+        {
             assert_eq!(fpdus, exp.fpdus, "{name}: FPDU count differs from tshark");
             assert_eq!(
                 opcodes, exp.opcodes,
@@ -244,9 +252,10 @@ fn every_siw_capture_decodes_completely_and_reemits_identically() {
             decoded.len()
         ));
     }
-    assert!(
-        report.len() >= expected.len(),
-        "captures listed in tshark-summary.txt are missing from the folder"
+    assert_eq!(
+        report.len(),
+        expected.len(),
+        "captures and tshark-summary.txt entries differ"
     );
     println!("{}", report.join("\n"));
 }
