@@ -213,7 +213,10 @@ fn every_siw_capture_decodes_completely_and_reemits_identically() {
         let exp = expected
             .get(&name)
             .unwrap_or_else(|| panic!("{name}: no entry in tshark-summary.txt"));
-        assert!(!exp.mpa.is_empty(), "{name}: tshark summary lists no MPA frame");
+        assert!(
+            !exp.mpa.is_empty(),
+            "{name}: tshark summary lists no MPA frame"
+        );
         {
             assert_eq!(fpdus, exp.fpdus, "{name}: FPDU count differs from tshark");
             assert_eq!(
