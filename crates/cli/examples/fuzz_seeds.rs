@@ -137,7 +137,9 @@ fn main() {
         write("terminate", name, &b);
     }
     // The capture target is seeded with the capture files themselves (pass their folder
-    // as a second corpus directory); one small synthetic header keeps it non-empty here.
+    // as a second corpus directory); the two smallest with FPDUs (rev 1; CRC) are kept
+    // here so that the replay in `cargo test` decodes real connections, and one small
+    // synthetic header with no packet.
     write(
         "capture",
         "empty-pcap",
@@ -146,5 +148,9 @@ fn main() {
             0,
         ],
     );
+    for name in ["siw-rping-mpav1", "siw-rping-crc"] {
+        let pcap = std::fs::read(src.join(format!("{name}.pcap"))).expect("small siw capture");
+        write("capture", name, &pcap);
+    }
     println!("seeds written to {}", dst.display());
 }

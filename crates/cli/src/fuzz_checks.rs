@@ -4,7 +4,9 @@
 //! Each check parses arbitrary octets; where the parse succeeds, the value must emit back
 //! to the very same octets. Any panic, in the parser or in the check, is a finding.
 
-use softrnic_wire::mpa::{self, Deframer, MAX_FPDU_LEN, MpaFrameRepr};
+use crate::decode::{BodyInfo, ConnectionDecode, Dir, Event, decode_all, stream};
+use softrnic_capture::Connection;
+use softrnic_wire::mpa::{self, Deframer, MAX_FPDU_LEN, MpaFrameKind, MpaFrameRepr};
 use softrnic_wire::{TerminateRepr, Ulpdu};
 
 /// MPA request/reply frames.
@@ -69,10 +71,84 @@ pub fn fpdu_stream(data: &[u8]) {
     }
 }
 
-/// A whole capture file, through reassembly and the iWARP decoder.
+/// A whole capture file, through reassembly and the iWARP decoder. What decodes must
+/// account for its stream exactly (see [`check_decode`]).
 pub fn capture(data: &[u8]) {
-    if let Ok(conns) = softrnic_capture::parse_capture(data) {
-        let _ = crate::decode::decode_all(&conns);
+    let _ = capture_decoded(data);
+}
+
+/// [`capture`]'s check, returning what it decoded (`None` when the octets are not a
+/// capture) so that tests can also require that real captures decode to something.
+pub fn capture_decoded(data: &[u8]) -> Option<Vec<ConnectionDecode>> {
+    let conns = softrnic_capture::parse_capture(data).ok()?;
+    let decoded = decode_all(&conns);
+    for d in &decoded {
+        check_decode(&conns[d.index], d);
+    }
+    Some(decoded)
+}
+
+/// The decoder's accounting for one connection, per direction: the MPA frame and the
+/// FPDUs tile the stream from its first octet with no gap or overlap; decoding stops
+/// only at an error (right where the last item ended), at a truncated FPDU (the
+/// trailing octets), or at the end; the counters agree with the events.
+pub fn check_decode(c: &Connection, d: &ConnectionDecode) {
+    // FPDUs are decoded only after an accepting Reply.
+    let fpdus_decoded = d
+        .mpa(MpaFrameKind::Reply)
+        .is_some_and(|r| !r.reject && d.mpa(MpaFrameKind::Request).is_some());
+    for (dir, summary) in [(Dir::ToServer, &d.to_server), (Dir::ToClient, &d.to_client)] {
+        let len = stream(c, dir).len();
+        let mut end = 0;
+        let (mut fpdus, mut payload, mut errors) = (0, 0u64, 0);
+        for e in d.events.iter() {
+            match e {
+                Event::Mpa(m) if m.dir == dir => {
+                    assert_eq!(m.range.start, end, "{dir:?}: MPA frame not where expected");
+                    end = m.range.end;
+                }
+                Event::Fpdu(f) if f.dir == dir => {
+                    assert_eq!(f.range.start, end, "{dir:?}: FPDUs do not tile the stream");
+                    assert!(
+                        f.range.len() >= mpa::ULPDU_LEN_LEN + f.ulpdu_len + mpa::CRC_LEN,
+                        "{dir:?}: FPDU shorter than its ULPDU"
+                    );
+                    end = f.range.end;
+                    fpdus += 1;
+                    if let BodyInfo::Payload(n) = f.body {
+                        payload += n as u64;
+                    }
+                }
+                Event::Error {
+                    dir: ed, offset, ..
+                } if *ed == dir => {
+                    assert_eq!(*offset, end, "{dir:?}: error not where decoding stopped");
+                    errors += 1;
+                }
+                _ => {}
+            }
+        }
+        assert!(end <= len, "{dir:?}: decoded past the stream's end");
+        assert_eq!(
+            errors,
+            usize::from(summary.error.is_some()),
+            "{dir:?}: errors"
+        );
+        assert_eq!(summary.fpdus, fpdus, "{dir:?}: FPDU count");
+        assert_eq!(summary.opcodes.values().sum::<usize>(), fpdus);
+        assert_eq!(
+            summary.crc_good + summary.crc_bad + summary.crc_not_used,
+            fpdus,
+            "{dir:?}: CRC counts"
+        );
+        assert_eq!(summary.payload_bytes, payload, "{dir:?}: payload octets");
+        if fpdus_decoded && summary.error.is_none() {
+            assert_eq!(
+                end + summary.trailing_bytes,
+                len,
+                "{dir:?}: octets neither decoded nor trailing"
+            );
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! reproducers (`fuzz/regressions/<target>/`) through the same checks the cargo-fuzz
 //! targets run, so the plain test run guards what fuzzing found.
 
-use softrnic_cli::fuzz_checks::{TARGETS, by_name};
+use softrnic_cli::fuzz_checks::{TARGETS, by_name, capture_decoded};
 use std::path::Path;
 
 fn files(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -20,6 +20,15 @@ fn files(dir: &Path) -> Vec<std::path::PathBuf> {
 #[test]
 fn replay_seed_corpus_and_regressions() {
     let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+    // The capture seeds hold real connections, so the replay exercises the decoder.
+    let with_conns = files(&fuzz.join("seeds/capture"))
+        .iter()
+        .filter(|p| {
+            let data = std::fs::read(p).expect("read seed");
+            capture_decoded(&data).is_some_and(|d| d.iter().any(|c| c.fpdus().count() > 0))
+        })
+        .count();
+    assert!(with_conns >= 2, "capture seeds with FPDUs: {with_conns}");
     for target in TARGETS {
         let check = by_name(target).expect("known target");
         let seeds = files(&fuzz.join("seeds").join(target));
@@ -48,6 +57,15 @@ fn capture_check_accepts_the_real_captures() {
         .collect();
     assert!(!pcaps.is_empty());
     for p in pcaps {
-        check(&std::fs::read(p).expect("read capture"));
+        let data = std::fs::read(&p).expect("read capture");
+        check(&data);
+        // The check must have seen the capture's connections, not failed to read it.
+        let decoded = capture_decoded(&data)
+            .unwrap_or_else(|| panic!("{}: not read as a capture", p.display()));
+        assert!(!decoded.is_empty(), "{}: no iWARP connection", p.display());
+        for d in &decoded {
+            assert_eq!(d.to_server.error, None, "{}", p.display());
+            assert_eq!(d.to_client.error, None, "{}", p.display());
+        }
     }
 }
