@@ -349,6 +349,14 @@ fn siw_terminates_bad_remote_access() {
         .join("; ");
     let f = rig.client("term-cli", &cmd, &[port], &[]);
     let results = server.join().expect("server thread");
+    // One result and one captured connection per fault: the checks below zip them.
+    assert_eq!(results.len(), faults.len(), "{}", f.output);
+    assert_eq!(
+        f.conns.len(),
+        faults.len(),
+        "connections captured\n{}",
+        f.output
+    );
     let expect = |f: Fault| match f {
         Fault::ReadBadStag => (
             Layer::Rdmap,
@@ -409,14 +417,20 @@ fn siw_terminates_bad_remote_access() {
             .unwrap_or_else(|| panic!("{fault:?}: no Terminate on the wire"));
         assert_eq!(term, want, "{fault:?}: Terminate on the wire");
     }
-    // Each of siw's four rping clients ran (rping's own exit status does not tell a
-    // flushed QP from success, so the Terminates above are the evidence).
-    let ran = f
+    // Each of siw's four rping clients ended by itself, not by `timeout` (124): rping's
+    // own exit status does not tell a flushed QP from success, so the Terminates above
+    // are the evidence of what happened; this shows that nothing hung.
+    let rcs: Vec<&str> = f
         .output
         .lines()
-        .filter(|l| l.starts_with("rping-rc="))
-        .count();
-    assert_eq!(ran, 4, "{}", f.output);
+        .filter_map(|l| l.trim().strip_prefix("rping-rc="))
+        .collect();
+    assert_eq!(rcs.len(), faults.len(), "{}", f.output);
+    assert!(
+        rcs.iter().all(|rc| *rc != "124"),
+        "an rping hung: {rcs:?}\n{}",
+        f.output
+    );
 }
 
 /// A peer killed mid-transfer, each way, with 64 KiB pings running (rping -C 0):
@@ -455,8 +469,11 @@ fn peer_killed_mid_transfer_each_way() {
         let _ = victim.wait();
         pings
     });
+    // siw's client is killed once it printed its third ping (rping -v prints a ping
+    // after the server's Write landed), so the kill is mid-transfer by construction.
     let cmd = format!(
-        "rping -c -a $HOST_IP -p {port_a} -C 0 -S {RPING_MAX} & p=$!; sleep 5; kill -9 $p; \
+        "mkfifo /tmp/pings; rping -c -v -a $HOST_IP -p {port_a} -C 0 -S {RPING_MAX} >/tmp/pings & \
+         p=$!; {{ head -n 3 >/dev/null; kill -9 $p; cat >/dev/null; }} </tmp/pings; \
          wait $p; echo; echo killed-siw-client; \
          timeout 120 rping -c -a $HOST_IP -p {port_b} -C 0 -S {RPING_MAX}; echo; echo survivor-rc=$?"
     );
@@ -483,7 +500,13 @@ fn peer_killed_mid_transfer_each_way() {
     // Either between two pings (the iterations done) or in the middle of one (the
     // step in progress flushed); never another error, never a hang.
     let how = match served {
-        Ok(n) => format!("after {n} iterations"),
+        Ok(n) => {
+            assert!(
+                n >= 3,
+                "siw's client was killed after its third ping, served {n}"
+            );
+            format!("after {n} iterations")
+        }
         Err(RpingError::Failed {
             opcode,
             status: WcStatus::WrFlushError,
@@ -493,6 +516,14 @@ fn peer_killed_mid_transfer_each_way() {
     // Both connections ended at the TCP level: FIN both ways, or a reset from either
     // side (after a reset the other side has nothing left to send).
     assert_eq!(f.conns.len(), 2, "{}", f.output);
+    // Mid-transfer: at least the three pings siw's client printed are on the wire.
+    let to_a = f
+        .conns
+        .iter()
+        .find(|c| c.server.port == port_a)
+        .expect("the killed client's connection was captured");
+    let reads = messages(to_a, Dir::ToServer, Opcode::ReadResponse);
+    assert!(reads >= 3, "{reads} Read Responses before the kill");
     for c in &f.conns {
         let fins = c.to_server.fin && c.to_client.fin;
         let reset = c.to_server.rst || c.to_client.rst;

@@ -43,19 +43,47 @@ pub struct Finished {
 /// How long [`Served::wait`] waits for a guest's server command to end.
 const WAIT_LIMIT_SECS: u64 = 180;
 
-static BUILT: OnceLock<Option<Rig>> = OnceLock::new();
+static BUILT: OnceLock<Result<Rig, String>> = OnceLock::new();
 static ONE_GUEST: Mutex<()> = Mutex::new(());
 
-fn skip(why: &str) -> Option<&'static Rig> {
+/// Records that the calling test ran (`ran`) or skipped (`skipped: why`) in the file
+/// `SOFTRNIC_INTEROP_LOG` names, one line each, so that a run can count its skips:
+/// `cargo test` hides a passing test's stderr, so a skip banner alone goes unseen.
+/// `.ci/run` sets the variable and prints "interop: N ran, N skipped".
+pub fn record(outcome: &str) {
+    let Ok(path) = std::env::var("SOFTRNIC_INTEROP_LOG") else {
+        return;
+    };
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("(unnamed test)")
+        .to_string();
+    let line = format!("{outcome} {test}\n");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("SOFTRNIC_INTEROP_LOG={path}: {e}"));
+    std::io::Write::write_all(&mut f, line.as_bytes()).expect("interop log written");
+}
+
+/// A test's skip: a failure under `SOFTRNIC_RIG=require`, else a loud banner and a
+/// `skipped` line in the interop log.
+pub fn skip_test(what: &str, why: &str) {
     let mode = std::env::var("SOFTRNIC_RIG").unwrap_or_default();
     assert!(
         mode != "require",
-        "SOFTRNIC_RIG=require, but the siw rig is unusable: {why}"
+        "SOFTRNIC_RIG=require, but the {what} cannot run: {why}"
     );
     eprintln!();
     eprintln!("======================================================================");
-    eprintln!("SKIPPED siw interop test: {why}");
+    eprintln!("SKIPPED {what}: {why}");
     eprintln!("======================================================================");
+    record(&format!("skipped({why})"));
+}
+
+fn skip(why: &str) -> Option<&'static Rig> {
+    skip_test("siw interop test", why);
     None
 }
 
@@ -64,41 +92,35 @@ pub fn rig() -> Option<&'static Rig> {
     let built = BUILT.get_or_init(|| {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/rig");
         if std::env::var("SOFTRNIC_RIG").as_deref() == Ok("skip") {
-            eprintln!("SOFTRNIC_RIG=skip");
-            return None;
+            return Err("SOFTRNIC_RIG=skip".into());
         }
         if Command::new("dumpcap").arg("-v").output().is_err() {
-            eprintln!(
-                "dumpcap is not installed (Debian package tshark; .ci/run installs it): \
-                 the guest's own capture loses packets under emulation"
+            return Err(
+                "dumpcap is not installed (Debian package tshark; .ci/run installs \
+                        it): the guest's own capture loses packets under emulation"
+                    .into(),
             );
-            return None;
         }
         if !dir.join("siw-vm.sh").exists() {
-            eprintln!("no rig at {}", dir.display());
-            return None;
+            return Err(format!("no rig at {}", dir.display()));
         }
         let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("siw-interop");
         std::fs::create_dir_all(&scratch).expect("scratch directory");
-        let out = Command::new(dir.join("build-artifacts.sh")).output();
-        match out {
-            Ok(o) if o.status.success() => Some(Rig { dir, scratch }),
-            Ok(o) => {
-                eprintln!(
-                    "build-artifacts.sh failed: {}",
-                    String::from_utf8_lossy(&o.stderr)
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("build-artifacts.sh did not run: {e}");
-                None
-            }
+        match Command::new(dir.join("build-artifacts.sh")).output() {
+            Ok(o) if o.status.success() => Ok(Rig { dir, scratch }),
+            Ok(o) => Err(format!(
+                "build-artifacts.sh failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            )),
+            Err(e) => Err(format!("build-artifacts.sh did not run: {e}")),
         }
     });
     match built {
-        Some(r) => Some(r),
-        None => skip("the rig could not be built (see the message above)"),
+        Ok(r) => {
+            record("ran");
+            Some(r)
+        }
+        Err(why) => skip(why),
     }
 }
 
