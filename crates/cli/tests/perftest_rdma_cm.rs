@@ -2,10 +2,10 @@
 //! peers (every control message has the length and, where softrnic sends the same, the
 //! octets the encoders produce), and run softrnic against softrnic over loopback TCP in
 //! every test, so both roles are exercised without the siw rig. Timings are never
-//! asserted.
+//! asserted; counts, clocks and what each side's header says its figures mean are.
 
 use softrnic_cli::bench::perftest::{self as pt, BwReport, Dest};
-use softrnic_cli::bench::{BenchCommand, BenchConfig, Measured, Test, rdma_cm};
+use softrnic_cli::bench::{BenchCommand, BenchConfig, BwResult, Measured, Test, rdma_cm};
 use softrnic_cli::decode::{Dir, Event, decode_all, stream};
 use softrnic_rnic::Device;
 use softrnic_wire::ddp::Placement;
@@ -93,9 +93,15 @@ fn config(argv: &[&str]) -> BenchConfig {
         .expect("flags valid")
 }
 
+/// What a run printed and returned, per side.
+struct Side {
+    result: Option<Measured>,
+    text: String,
+}
+
 /// Runs `test` with `flags` as a softrnic `-R` server and client over loopback; returns
-/// (client's result, server's result).
-fn pair(test: &str, flags: &[&str]) -> (Measured, Option<Measured>) {
+/// (client, server).
+fn pair(test: &str, flags: &[&str]) -> (Side, Side) {
     let mut s_argv = vec![test, "-R", "--quiet"];
     s_argv.extend_from_slice(flags);
     let scfg = config(&s_argv);
@@ -121,42 +127,86 @@ fn pair(test: &str, flags: &[&str]) -> (Measured, Option<Measured>) {
     );
     let (srow, stext) = server.join().expect("server thread");
     let srow = srow.unwrap_or_else(|e| panic!("server failed: {e}\n{stext}"));
-    (row.softrnic, srow.map(|r| r.softrnic))
+    (
+        Side {
+            result: Some(row.softrnic),
+            text,
+        },
+        Side {
+            result: srow.map(|r| r.softrnic),
+            text: stext,
+        },
+    )
 }
 
-fn bw(m: &Measured) -> (u64, f64) {
-    match m {
-        Measured::Bw(b) => (b.iterations, b.avg_bps),
-        Measured::Lat(_) => panic!("a bandwidth result expected"),
+fn bw(side: &Side) -> BwResult {
+    match side.result {
+        Some(Measured::Bw(b)) => b,
+        _ => panic!("a bandwidth result expected:\n{}", side.text),
     }
 }
 
-fn lat(m: &Measured) -> u64 {
-    match m {
-        Measured::Lat(l) => {
+/// A latency result's iteration count, which must be its sample count.
+fn lat(side: &Side) -> u64 {
+    match side.result {
+        Some(Measured::Lat(l)) => {
             assert!(l.stats.min <= l.stats.max);
+            assert_eq!(l.stats.count as u64, l.iterations, "{}", side.text);
             l.iterations
         }
-        Measured::Bw(_) => panic!("a latency result expected"),
+        _ => panic!("a latency result expected:\n{}", side.text),
     }
+}
+
+/// The header line that starts with `key`.
+fn header<'a>(side: &'a Side, key: &str) -> &'a str {
+    side.text
+        .lines()
+        .find(|l| l.trim_start().starts_with(key))
+        .unwrap_or_else(|| panic!("no {key:?} line:\n{}", side.text))
 }
 
 #[test]
 fn write_bw_softrnic_pair() {
     let (c, s) = pair("write_bw", &["-n", "300", "-s", "4096", "-q", "2"]);
-    let (iters, avg) = bw(&c);
-    assert_eq!(iters, 600);
-    // The server prints the client's report: all QPs' iterations, the client's bandwidth.
-    let (s_iters, s_avg) = bw(&s.expect("the server shows the client's report"));
-    assert_eq!(s_iters, 600);
-    assert!((s_avg - avg).abs() <= avg * 1e-9 + 1.0, "{s_avg} vs {avg}");
+    let cb = bw(&c);
+    assert_eq!(cb.iterations, 600);
+    // Two softrnic sides: the client's clock stops on a closing Read, as in the native
+    // mode, and its header says so.
+    assert!(
+        header(&c, "Clock stops").contains("closing 1-octet RDMA Read"),
+        "{}",
+        c.text
+    );
+    assert!(header(&c, "BW peak").contains("delivery probes"));
+    // The server measured on its own clock what its QPs placed: all QPs' messages, a
+    // clock of its own (not the client's report, which has none).
+    let sb = bw(&s);
+    assert_eq!(sb.iterations, 600, "{}", s.text);
+    assert!(
+        sb.clock.is_some(),
+        "the server's line is its own measurement"
+    );
+    assert!(header(&s, "Measured here").contains("Write payload"));
+    assert!(
+        s.text
+            .contains("the client's report (its clock): 600 iterations"),
+        "{}",
+        s.text
+    );
 }
 
 #[test]
 fn read_bw_softrnic_pair() {
     let (c, s) = pair("read_bw", &["-n", "200", "-s", "65536"]);
-    assert_eq!(bw(&c).0, 200);
-    assert_eq!(bw(&s.expect("report")).0, 200);
+    assert_eq!(bw(&c).iterations, 200);
+    assert!(header(&c, "Clock stops").contains("last completion"));
+    // The server cannot count the Reads it serves: its line is the client's report, said
+    // so in the header, with no clock (and no back-computed time).
+    let sb = bw(&s);
+    assert_eq!((sb.iterations, sb.clock), (200, None));
+    assert_eq!(sb.elapsed, std::time::Duration::ZERO);
+    assert!(header(&s, "Result line").contains("the client's report"));
 }
 
 #[test]
@@ -166,30 +216,39 @@ fn send_bw_softrnic_pair_with_credits() {
         "send_bw",
         &["-n", "2000", "-s", "64", "-r", "16", "-q", "2"],
     );
-    assert_eq!(bw(&c).0, 4000);
-    assert_eq!(bw(&s.expect("own measurement")).0, 4000);
+    assert_eq!(bw(&c).iterations, 4000);
+    assert!(header(&c, "Clock stops").contains("closing 1-octet RDMA Read"));
+    let sb = bw(&s);
+    assert_eq!(sb.iterations, 4000);
+    assert!(sb.clock.is_some());
+    assert!(header(&s, "Measured here").contains("receives completed here"));
 }
+
+// The latency tests compute perftest's way: half the interval between two consecutive
+// posts, so -n N gives N - 1 samples, and the iteration count printed is that.
 
 #[test]
 fn write_lat_softrnic_pair() {
     // More than 256 iterations: the one-octet tag wraps.
     let (c, s) = pair("write_lat", &["-n", "300", "-s", "32"]);
-    assert_eq!(lat(&c), 300);
-    assert_eq!(lat(&s.expect("own measurement")), 300);
+    assert_eq!(lat(&c), 299);
+    assert_eq!(lat(&s), 299);
+    assert!(header(&c, "Latency").contains("N - 1 samples"));
 }
 
 #[test]
 fn send_lat_softrnic_pair() {
     let (c, s) = pair("send_lat", &["-n", "200", "-s", "8"]);
-    assert_eq!(lat(&c), 200);
-    assert_eq!(lat(&s.expect("own measurement")), 200);
+    assert_eq!(lat(&c), 199);
+    assert_eq!(lat(&s), 199);
 }
 
 #[test]
 fn read_lat_softrnic_pair() {
+    // One sample per Read.
     let (c, s) = pair("read_lat", &["-n", "100", "-s", "4096"]);
     assert_eq!(lat(&c), 100);
-    assert!(s.is_none(), "only the client measures read_lat");
+    assert!(s.result.is_none(), "only the client measures read_lat");
 }
 
 #[test]

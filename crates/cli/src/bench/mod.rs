@@ -9,7 +9,9 @@
 //! the server in the MPA private data of each connection ([`meta`]). Each message size is
 //! one *round*: the client connects its QPs, runs, proves that the server has received
 //! everything (a final RDMA Read, which the server answers only after all that came
-//! before it), and disconnects.
+//! before it), and disconnects. What each figure means (when a message counts as done,
+//! when the clock stops, what the peak is made of) is [`Clock`], printed in the header
+//! of every run and as `clock` in every JSON result.
 
 pub mod affinity;
 pub mod meta;
@@ -93,6 +95,122 @@ impl Test {
     /// From a metadata code.
     pub fn from_code(c: u8) -> Option<Test> {
         Test::ALL.get(usize::from(c)).copied()
+    }
+}
+
+/// What a result's figures mean: when a message counts as done, when the clock stops,
+/// and what the peak is made of. The header of every run states it, and every JSON
+/// result carries [`Clock::code`] as `clock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// write_bw and send_bw clients with a peer that answers Reads: the clock stops when
+    /// a closing 1-octet Read per QP returns; the peak comes from delivery probes.
+    ClosingRead,
+    /// write_bw and send_bw clients against Linux perftest (`-R`), whose test QPs take no
+    /// Reads: the clock stops at the last local completion, before delivery.
+    LastLocalCompletion,
+    /// read_bw client: a Read completes when its data has landed here.
+    LastCompletion,
+    /// A `-R` server's own count of what arrived (write_bw: Write payload placed in its
+    /// memory; send_bw: receives completed), timed on its clock.
+    ServerArrivals,
+    /// The figures are the peer's report, not timed here (`-R` read_bw server).
+    PeerReport,
+    /// Latency tests: per iteration.
+    Latency,
+}
+
+impl Clock {
+    /// The short name in JSON results.
+    pub fn code(self) -> &'static str {
+        match self {
+            Clock::ClosingRead => "closing_read",
+            Clock::LastLocalCompletion => "last_local_completion",
+            Clock::LastCompletion => "last_completion",
+            Clock::ServerArrivals => "server_arrivals",
+            Clock::PeerReport => "peer_report",
+            Clock::Latency => "per_iteration",
+        }
+    }
+
+    /// The header lines that say it, for `test`; `rdma_cm` selects perftest's latency
+    /// method.
+    pub fn describe(self, test: Test, rdma_cm: bool) -> Vec<String> {
+        let verb = if test == Test::SendBw {
+            "Send"
+        } else {
+            "Write"
+        };
+        let sent = format!(
+            " Completion      : a {verb} completes once its FPDUs are in the send path (up to \
+             16 KiB copied into the connection's transmit buffer, larger ones written to the \
+             TCP socket), which is before they arrive"
+        );
+        match self {
+            Clock::ClosingRead => vec![
+                sent,
+                " Clock stops     : when a closing 1-octet RDMA Read per QP has returned; the \
+                 peer answers it only after placing everything before it"
+                    .into(),
+                " BW peak         : best window of at least 10 ms between delivery probes (a \
+                 1-octet Read per QP every 10 ms), counting the messages posted and \
+                 confirmed delivered inside it"
+                    .into(),
+            ],
+            Clock::LastLocalCompletion => vec![
+                sent,
+                " Clock stops     : at the last local completion, so the last data may still \
+                 be in transit: the peer is perftest, whose test QPs take no Reads (no closing \
+                 Read, no probes)"
+                    .into(),
+                " BW peak         : best 10 ms window of local completions (as perftest's), \
+                 which can run ahead of delivery"
+                    .into(),
+            ],
+            Clock::LastCompletion => vec![
+                " Completion      : a Read completes when its response has landed in local \
+                 memory"
+                    .into(),
+                " Clock stops     : at the last completion".into(),
+                " BW peak         : best 10 ms window of completions".into(),
+            ],
+            Clock::ServerArrivals if test == Test::WriteBw => vec![
+                " Measured here   : the Write payload this server's QPs placed in its memory \
+                 (their counters), from the first octet seen to the last, on this side's clock"
+                    .into(),
+                " BW peak         : best 10 ms window of those placements".into(),
+            ],
+            Clock::ServerArrivals => vec![
+                " Measured here   : the receives completed here (a receive completes once the \
+                 Send's data is placed), from the first to the last, on this side's clock"
+                    .into(),
+                " BW peak         : best 10 ms window of those receives".into(),
+            ],
+            Clock::PeerReport => vec![
+                " Result line     : the client's report, timed on the client: this server \
+                 cannot count the Reads it serves"
+                    .into(),
+            ],
+            Clock::Latency => vec![match (test, rdma_cm) {
+                (Test::ReadLat, _) => {
+                    " Latency         : from posting a Read to its completion (the response \
+                     landed here), the full round trip"
+                }
+                (_, true) => {
+                    " Latency         : half the interval between two consecutive posts of this \
+                     side (one round trip each, as perftest): -n N gives N - 1 samples"
+                }
+                (Test::WriteLat, false) => {
+                    " Latency         : half the time from posting a Write to seeing the peer's \
+                     answering Write change the last octet of the local buffer"
+                }
+                _ => {
+                    " Latency         : half the time from posting a Send to the completion of \
+                     the receive of the peer's answer"
+                }
+            }
+            .into()],
+        }
     }
 }
 
@@ -694,6 +812,11 @@ fn client_rounds(
     rep: &mut report::Reporter<'_>,
 ) -> Result<Vec<ResultRow>, String> {
     let mut rows = Vec::new();
+    rep.clock(match cfg.test {
+        Test::WriteBw | Test::SendBw => Clock::ClosingRead,
+        Test::ReadBw => Clock::LastCompletion,
+        _ => Clock::Latency,
+    });
     rep.header().map_err(|e| e.to_string())?;
     for (i, &size) in cfg.sizes.iter().enumerate() {
         let last = i + 1 == cfg.sizes.len();

@@ -146,6 +146,27 @@ impl Dest {
     }
 }
 
+/// softrnic's mark: four octets in the alignment padding (octets 20..24) of the opening
+/// barrier softrnic sends. perftest fills that padding with whatever its stack held
+/// (`88 55 00 00` in a capture) and never reads it, so a perftest peer ignores the mark;
+/// a softrnic peer that finds it knows both sides are softrnic and may use what perftest
+/// would refuse: Reads on the test QPs (IRD/ORD above 0 in the write and send tests) for
+/// the closing Read and the delivery probes.
+pub const SOFTRNIC_MARK: [u8; 4] = *b"sRnc";
+
+/// The opening barrier softrnic sends: a zero QP description with [`SOFTRNIC_MARK`] in
+/// its padding.
+pub fn marked_barrier() -> [u8; DEST_LEN] {
+    let mut b = Dest::default().encode();
+    b[20..24].copy_from_slice(&SOFTRNIC_MARK);
+    b
+}
+
+/// Whether a QP description carries [`SOFTRNIC_MARK`].
+pub fn is_marked(b: &[u8]) -> bool {
+    b.len() == DEST_LEN && b[20..24] == SOFTRNIC_MARK
+}
+
 /// A bandwidth result as the client reports it to the server after write_bw and read_bw
 /// (the server prints it: it cannot measure one-sided traffic itself). Bandwidths are in
 /// the client's unit (MB/s of 2^20 octets, or Gb/s with `--report_gbits`), the message
@@ -366,6 +387,10 @@ mod tests {
         );
         assert_eq!(Dest::decode(&r[..55]), None);
         assert_eq!(Dest::default().encode(), [0u8; DEST_LEN]);
+        // softrnic's mark lives in the padding only: the fields still decode as zeros.
+        assert!(is_marked(&marked_barrier()));
+        assert_eq!(Dest::decode(&marked_barrier()), Some(Dest::default()));
+        assert!(!is_marked(&garbage) && !is_marked(&Dest::default().encode()));
     }
 
     /// siw-ib_write_bw.pcap frames 79-87: the client's report (4096 B, 5 iterations,

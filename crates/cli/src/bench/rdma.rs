@@ -12,8 +12,11 @@
 //!   receive is fatal, and TCP lets a sender run arbitrarily far ahead of the receiving
 //!   program, so a benchmark without credits would fail at random.
 //! - write_bw and send_bw end with a 1-octet RDMA Read: its response comes only after
-//!   the server has taken in everything before it, so the clock stops when the data is
-//!   there, not when the last Write was handed to TCP.
+//!   the server has placed everything before it, so the clock stops when the data is
+//!   there, not at the last local completion (a Write or Send completes once its FPDUs
+//!   are in the send path: copied into the connection's transmit buffer, or written to
+//!   the socket, long before they arrive). Their peak bandwidth comes from delivery
+//!   probes, the same 1-octet Read every [`BwMeter::WINDOW`] ([`Prober`]).
 //! - write_lat: ping-pong of RDMA Writes: each side polls the last octet of its own
 //!   buffer (`Mr::read`) until the peer's Write has changed it to the iteration's tag,
 //!   polling its CQ in between (in hybrid progress mode that is what drives the socket).
@@ -38,7 +41,9 @@ const CREDIT_CHECK: u64 = 0xa5a5_5a5a_c3c3_3c3c;
 /// Credit Writes the server may have outstanding per QP (one source slot each).
 const CREDIT_SLOTS: usize = 32;
 /// wr_id of the closing Read.
-const BARRIER_ID: u64 = u64::MAX;
+pub(super) const BARRIER_ID: u64 = u64::MAX;
+/// wr_id of the delivery probes.
+pub(super) const PROBE_ID: u64 = u64::MAX - 1;
 
 /// An empty completion to size poll buffers with.
 pub(super) fn blank() -> Completion {
@@ -377,6 +382,10 @@ fn bw_client(
     let mut stop = false;
     let mut total: u64 = 0;
     let mut last_activity = start;
+    // Write and Send: delivery is confirmed by Reads (see the module notes). Read: a
+    // completion means the data has landed here.
+    let probing = test != Test::ReadBw;
+    let mut prober = Prober::new(start);
     loop {
         for ep in eps.iter_mut() {
             let mut room = depth - (ep.posted - ep.completed);
@@ -408,10 +417,17 @@ fn bw_client(
             .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
             ep.posted += room;
         }
+        if probing {
+            let posted: u64 = eps.iter().map(|e| e.posted).sum();
+            prober.maybe_post(Instant::now(), posted, &targets(eps))?;
+        }
         let n = cq.poll(&mut wcs);
         let now = Instant::now();
         for c in &wcs[..n] {
             check_wc(c, "client")?;
+            if prober.completion(c, now, &mut meter) {
+                continue;
+            }
             if let Some(ep) = eps.iter_mut().find(|e| e.id == c.qp) {
                 let done = c.wr_id + 1;
                 total += done - ep.completed;
@@ -419,7 +435,9 @@ fn bw_client(
             }
         }
         if n > 0 {
-            meter.record(now, total);
+            if !probing {
+                meter.record(now, total);
+            }
             progress.tick(now, total);
             last_activity = now;
         } else if now.duration_since(last_activity) > STALL {
@@ -442,47 +460,165 @@ fn bw_client(
             break;
         }
     }
-    if test != Test::ReadBw {
-        barrier(cq, eps, &mut wcs)?;
-    }
-    let end = Instant::now();
+    let end = if probing {
+        let diag = || eps.iter().map(Ep::diag).collect::<Vec<_>>().join("; ");
+        let end = closing_read(cq, &targets(eps), &mut wcs, STALL, &diag)?;
+        prober.closed(end, total, &mut meter);
+        end
+    } else {
+        Instant::now()
+    };
     Ok(meter.finish(end, total, size))
 }
 
-/// A 1-octet Read per QP: answered only after the server has taken in all before it.
-fn barrier(cq: &Cq, eps: &[Ep], wcs: &mut [Completion]) -> Result<(), String> {
-    for ep in eps {
-        ep.qp
-            .post_send(SendWr {
-                wr_id: BARRIER_ID,
-                op: SendOp::Read {
-                    remote_addr: ep.remote.addr,
-                    rkey: ep.remote.rkey,
-                },
-                sgl: vec![ep.local.sge(0, 1)],
-                signaled: true,
-                fence: false,
-            })
-            .map_err(|e| format!("post closing Read: {e} ({})", ep.diag()))?;
+/// The probes' and closing Read's targets: the server's buffer, into the first octet of
+/// the local one.
+fn targets(eps: &[Ep]) -> Vec<ReadTarget<'_>> {
+    eps.iter()
+        .map(|e| ReadTarget {
+            qp: &e.qp,
+            sink: e.local.sge(0, 1),
+            addr: e.remote.addr,
+            rkey: e.remote.rkey,
+        })
+        .collect()
+}
+
+/// Where a QP's delivery probes and closing Read go: a 1-octet local sink and the peer's
+/// buffer.
+pub(super) struct ReadTarget<'a> {
+    /// The QP.
+    pub qp: &'a Qp,
+    /// One local octet the response lands in.
+    pub sink: Sge,
+    /// The peer's buffer.
+    pub addr: u64,
+    /// Its STag.
+    pub rkey: u32,
+}
+
+impl ReadTarget<'_> {
+    fn post(&self, wr_id: u64) -> Result<(), softrnic_rnic::Error> {
+        self.qp.post_send(SendWr {
+            wr_id,
+            op: SendOp::Read {
+                remote_addr: self.addr,
+                rkey: self.rkey,
+            },
+            sgl: vec![self.sink],
+            signaled: true,
+            fence: false,
+        })
+    }
+}
+
+/// A probe round in flight: one Read per QP.
+struct Round {
+    posted_at: Instant,
+    ops: u64,
+    pending: usize,
+}
+
+/// Delivery probes of a Write or Send bandwidth client. Every [`BwMeter::WINDOW`], one
+/// 1-octet RDMA Read per QP; the peer answers each only after it has placed everything
+/// before it on that connection, so when a round has completed, every message posted
+/// before it has been delivered. The messages posted between two rounds were posted and
+/// delivered between the first round's post and the second's completion: that window
+/// goes to [`BwMeter::confirmed`]. Each QP has at most one probe and the closing Read
+/// outstanding beside its `tx-depth` requests (its send queue has two spare slots).
+pub(super) struct Prober {
+    round: Option<Round>,
+    /// Post time and operation count of the last confirmed round (the start at first).
+    last: (Instant, u64),
+}
+
+impl Prober {
+    /// No probe yet; the run started at `start`.
+    pub(super) fn new(start: Instant) -> Prober {
+        Prober {
+            round: None,
+            last: (start, 0),
+        }
+    }
+
+    /// Posts a round if none is in flight and the last one was posted a window ago;
+    /// `ops` is the count of messages posted so far, on all QPs.
+    pub(super) fn maybe_post(
+        &mut self,
+        now: Instant,
+        ops: u64,
+        targets: &[ReadTarget<'_>],
+    ) -> Result<(), String> {
+        if self.round.is_some() || now.duration_since(self.last.0) < BwMeter::WINDOW {
+            return Ok(());
+        }
+        for t in targets {
+            t.post(PROBE_ID)
+                .map_err(|e| format!("post delivery probe: {e}"))?;
+        }
+        self.round = Some(Round {
+            posted_at: now,
+            ops,
+            pending: targets.len(),
+        });
+        Ok(())
+    }
+
+    /// Takes a completion: true if it was a probe's.
+    pub(super) fn completion(&mut self, c: &Completion, now: Instant, meter: &mut BwMeter) -> bool {
+        if c.wr_id != PROBE_ID {
+            return false;
+        }
+        if let Some(r) = &mut self.round {
+            r.pending -= 1;
+            if r.pending == 0 {
+                meter.confirmed(self.last.0, now, r.ops - self.last.1);
+                self.last = (r.posted_at, r.ops);
+                self.round = None;
+            }
+        }
+        true
+    }
+
+    /// The closing Read completed at `end`, with `ops` messages in all before it.
+    pub(super) fn closed(&self, end: Instant, ops: u64, meter: &mut BwMeter) {
+        meter.confirmed(self.last.0, end, ops - self.last.1);
+    }
+}
+
+/// The closing Read: a 1-octet Read per QP, answered only after the peer has placed all
+/// before it. Returns the moment the last of them completed: the end of the run.
+pub(super) fn closing_read(
+    cq: &Cq,
+    targets: &[ReadTarget<'_>],
+    wcs: &mut [Completion],
+    stall: Duration,
+    diag: &dyn Fn() -> String,
+) -> Result<Instant, String> {
+    for t in targets {
+        t.post(BARRIER_ID)
+            .map_err(|e| format!("post closing Read: {e} ({})", diag()))?;
     }
     let mut got = 0;
     let mut last = Instant::now();
-    while got < eps.len() {
+    loop {
         let n = cq.poll(wcs);
+        let now = Instant::now();
         for c in &wcs[..n] {
             check_wc(c, "client")?;
             if c.wr_id == BARRIER_ID {
                 got += 1;
             }
         }
+        if got == targets.len() {
+            return Ok(now);
+        }
         if n > 0 {
-            last = Instant::now();
-        } else if last.elapsed() > STALL {
-            let d: Vec<String> = eps.iter().map(Ep::diag).collect();
-            return Err(format!("closing Read stalled: {}", d.join("; ")));
+            last = now;
+        } else if now.duration_since(last) > stall {
+            return Err(format!("closing Read stalled: {}", diag()));
         }
     }
-    Ok(())
 }
 
 fn next_tag(t: u8) -> u8 {
@@ -763,6 +899,8 @@ fn serve_round(dev: &Device, listener: &Listener, opts: ServerOpts) -> Result<bo
         });
     }
     let mut watch = Watch::new(eps.iter().map(|e| e.id).collect());
+    // What the server saw arrive, counted here (echo tests: the messages it answered).
+    let mut answered = 0u64;
     let r = match test {
         Test::WriteBw | Test::ReadBw | Test::ReadLat => {
             passive(dev, &cq, &mut watch, opts.poll);
@@ -770,20 +908,28 @@ fn serve_round(dev: &Device, listener: &Listener, opts: ServerOpts) -> Result<bo
         }
         Test::SendBw => send_bw_server(dev, &cq, &mut eps, &mut watch, rx_depth, size),
         Test::WriteLat | Test::SendLat => {
-            echo_server(dev, &cq, &mut eps[0], &mut watch, test, size)
+            echo_server(dev, &cq, &mut eps[0], &mut watch, test, size, &mut answered)
         }
     };
     // The client disconnects when it is done; the QPs are gone once our side closed too.
     watch.wait(dev, Some(Duration::from_secs(5)));
     if opts.verbose {
-        let msgs = if meta.iters > 0 {
-            meta.iters * q as u64
-        } else if matches!(test, Test::ReadBw | Test::ReadLat) {
-            0 // Duration mode: the server cannot tell how many Reads it served.
-        } else {
-            // Duration mode: count what arrived.
-            let placed: u64 = eps.iter().map(|e| e.qp.stats().rx_direct_bytes).sum();
-            placed / size as u64
+        // Messages counted on this side, not taken from the client's parameters.
+        let msgs = match test {
+            // The server has no count of the Reads it served: counters only.
+            Test::ReadBw | Test::ReadLat => 0,
+            Test::WriteBw => {
+                let placed: u64 = eps
+                    .iter()
+                    .map(|e| {
+                        let st = e.qp.stats();
+                        st.rx_direct_bytes + st.rx_copied_bytes
+                    })
+                    .sum();
+                placed / size as u64
+            }
+            Test::SendBw => eps.iter().map(|e| e.received).sum(),
+            Test::WriteLat | Test::SendLat => answered,
         };
         eprintln!(
             "[{} {} B server] {}",
@@ -892,6 +1038,7 @@ fn echo_server(
     watch: &mut Watch,
     test: Test,
     size: usize,
+    answered: &mut u64,
 ) -> Result<(), String> {
     let mut wcs = vec![blank(); 16];
     let last_octet = size - 1;
@@ -933,6 +1080,7 @@ fn echo_server(
             }
         }
         if reply {
+            *answered += 1;
             let op = if test == Test::WriteLat { write } else { send };
             let _ = ep.qp.post_send(SendWr {
                 wr_id: 0,

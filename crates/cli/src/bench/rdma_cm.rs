@@ -12,10 +12,10 @@
 //! perftest. One size per run; no `-D`, `-a` or baseline.
 
 use super::perftest::{self as pt, BwReport, Dest, Step};
-use super::rdma::{Watch, blank, bw_op, check_wc, post_window};
+use super::rdma::{Prober, ReadTarget, Watch, blank, bw_op, check_wc, closing_read, post_window};
 use super::report::{Reporter, bw_unit};
 use super::stats::{BwMeter, BwResult, LatResult, LatStats, MB, Progress};
-use super::{BenchConfig, Measured, Mode, ResultRow, Test, resolve_addr};
+use super::{BenchConfig, Clock, Measured, Mode, ResultRow, Test, resolve_addr};
 use softrnic_rnic::{
     Access, Completion, Cq, Device, Error, Listener, MpaConfig, Mr, Pd, Qp, QpId, QpInit, RecvWr,
     SendOp, SendWr, WcOpcode, WcStatus,
@@ -83,9 +83,16 @@ fn mpa(cfg: &BenchConfig, depth: u16) -> MpaConfig {
     m
 }
 
-/// IRD/ORD of a test's QPs.
-fn test_depth(test: Test) -> u16 {
-    if matches!(test, Test::ReadBw | Test::ReadLat) {
+/// Whether perftest's test QPs take Reads in this test.
+fn read_test(test: Test) -> bool {
+    matches!(test, Test::ReadBw | Test::ReadLat)
+}
+
+/// IRD/ORD of a test's QPs: perftest's (128 in the read tests, else 0), and 128 in the
+/// write and send bandwidth tests too when both sides are softrnic, for the closing Read
+/// and the delivery probes.
+fn test_depth(test: Test, softrnic_peer: bool) -> u16 {
+    if read_test(test) || (softrnic_peer && matches!(test, Test::WriteBw | Test::SendBw)) {
         OUT_READS
     } else {
         0
@@ -326,7 +333,7 @@ impl TestQp {
     fn dest(&self, test: Test, psn: u32) -> Dest {
         Dest {
             lid: 0,
-            out_reads: if test_depth(test) > 0 {
+            out_reads: if read_test(test) {
                 u32::from(OUT_READS)
             } else {
                 1
@@ -501,12 +508,15 @@ struct Session {
     me: Dest,
     /// The version the peer announced (printed in the header).
     peer_version: f64,
+    /// The peer marked its opening barrier: it is softrnic too ([`pt::SOFTRNIC_MARK`]).
+    softrnic_peer: bool,
     /// Message size.
     size: usize,
 }
 
-/// The common opening up to the connection of the test QPs.
-fn opening(ctrl: &mut Ctrl) -> Result<(f64, usize), String> {
+/// The common opening up to the connection of the test QPs: the peer's version, the
+/// cycle buffer, and whether the peer is softrnic (its barrier carries the mark).
+fn opening(ctrl: &mut Ctrl) -> Result<(f64, usize, bool), String> {
     let v = ctrl.xchg(&pt::encode_version(pt::VERSION), "version")?;
     let peer = pt::parse_version(&v).ok_or("the peer sent no perftest version")?;
     if peer < pt::MIN_PEER_VERSION {
@@ -521,8 +531,9 @@ fn opening(ctrl: &mut Ctrl) -> Result<(f64, usize), String> {
         .max(CYCLE_BUFFER);
     ctrl.xchg(&pt::encode_u32(CACHE_LINE), "cache line size")?;
     ctrl.xchg(&pt::encode_mtu(pt::MTU_1024), "MTU")?;
-    ctrl.sync(&Dest::default())?;
-    Ok((peer, cycle as usize))
+    let barrier = ctrl.xchg(&pt::marked_barrier(), "QP description")?;
+    Dest::decode(&barrier).ok_or("bad QP description")?;
+    Ok((peer, cycle as usize, pt::is_marked(&barrier)))
 }
 
 /// The common middle: a barrier, then the test's descriptions and barriers before the
@@ -572,10 +583,10 @@ pub fn client(
     // perftest's write_bw client pauses a second here too. In the one rig run without
     // this pause, siw's server took in our first message but its answer never left.
     std::thread::sleep(SETTLE);
-    let (peer_version, cycle) = opening(&mut ctrl)?;
+    let (peer_version, cycle, softrnic_peer) = opening(&mut ctrl)?;
     let (pd, cq) = new_test_cq(dev, cfg)?;
     let mut qps = Vec::new();
-    let m = mpa(cfg, test_depth(test));
+    let m = mpa(cfg, test_depth(test, softrnic_peer));
     for _ in 0..cfg.qps {
         let t = test_qp(dev, &pd, &cq, cfg, Side::Client, size, cycle)?;
         connect(dev, addr, &t.qp, &m)?;
@@ -589,6 +600,7 @@ pub fn client(
         _pd: pd,
         me: Dest::default(),
         peer_version,
+        softrnic_peer,
         size,
     };
     let r = run_session(cfg, &mut s, out, format!("client of {addr}"));
@@ -619,10 +631,10 @@ pub fn serve(
     }
     req.accept_with(&ctrl.qp, mpa(cfg, 0))
         .map_err(e2s("accept"))?;
-    let (peer_version, cycle) = opening(&mut ctrl)?;
+    let (peer_version, cycle, softrnic_peer) = opening(&mut ctrl)?;
     let (pd, cq) = new_test_cq(dev, cfg)?;
     let mut qps = Vec::new();
-    let m = mpa(cfg, test_depth(test));
+    let m = mpa(cfg, test_depth(test, softrnic_peer));
     for _ in 0..cfg.qps {
         let t = test_qp(dev, &pd, &cq, cfg, Side::Server, size, cycle)?;
         let req = listener.accept().map_err(e2s("accept test QP"))?;
@@ -638,6 +650,7 @@ pub fn serve(
         _pd: pd,
         me: Dest::default(),
         peer_version,
+        softrnic_peer,
         size,
     };
     let r = run_session(cfg, &mut s, out, format!("server, client {peer}"));
@@ -677,6 +690,15 @@ fn run_session(
         s.peer_version
     );
     let mut rep = Reporter::new(out, cfg, placement);
+    let clock = match (test, s.side) {
+        (Test::WriteBw | Test::SendBw, Side::Client) if s.softrnic_peer => Clock::ClosingRead,
+        (Test::WriteBw | Test::SendBw, Side::Client) => Clock::LastLocalCompletion,
+        (Test::ReadBw, Side::Client) => Clock::LastCompletion,
+        (Test::WriteBw | Test::SendBw, Side::Server) => Clock::ServerArrivals,
+        (Test::ReadBw, Side::Server) => Clock::PeerReport,
+        _ => Clock::Latency,
+    };
+    rep.clock(clock);
     rep.header().map_err(|e| e.to_string())?;
     let label = format!("{} {} B -R", test.name(), s.size);
     let mut progress = Progress::new(label, s.size, test.is_bw(), cfg.show_progress);
@@ -685,13 +707,18 @@ fn run_session(
             Some(Measured::Bw(bw_client(cfg, s, &mut progress)?))
         }
         (Test::SendBw, Side::Server) => Some(Measured::Bw(send_bw_server(cfg, s, &mut progress)?)),
-        (Test::WriteBw | Test::ReadBw | Test::ReadLat, Side::Server) => None,
+        (Test::WriteBw, Side::Server) => {
+            Some(Measured::Bw(write_bw_server(cfg, s, &mut progress)?))
+        }
+        (Test::ReadBw | Test::ReadLat, Side::Server) => None,
         (Test::WriteLat, side) => Some(Measured::Lat(write_lat(cfg, s, side, &mut progress)?)),
         (Test::SendLat, side) => Some(Measured::Lat(send_lat(cfg, s, side, &mut progress)?)),
         (Test::ReadLat, Side::Client) => Some(Measured::Lat(read_lat(cfg, s, &mut progress)?)),
     };
     progress.finish();
     let mut shown = measured;
+    // The client's report, as the server received it.
+    let mut peer_report = None;
     for step in pt::schedule(test).after {
         match step {
             Step::Sync => {
@@ -721,10 +748,14 @@ fn run_session(
                 }
                 let r = BwReport::decode(&theirs).ok_or("bad bandwidth report")?;
                 if s.side == Side::Server {
-                    shown = Some(Measured::Bw(from_report(&r, cfg.gbits)));
+                    peer_report = Some(from_report(&r, cfg.gbits));
                 }
             }
         }
+    }
+    if shown.is_none() && clock == Clock::PeerReport {
+        // read_bw's server: the line is the client's report, as the header says.
+        shown = peer_report.take().map(Measured::Bw);
     }
     let Some(m) = shown else {
         rep.note(&format!("only the client measures {}", test.name()))
@@ -740,23 +771,31 @@ fn run_session(
     rep.row(&row).map_err(|e| e.to_string())?;
     rep.summary(std::slice::from_ref(&row))
         .map_err(|e| e.to_string())?;
+    if let Some(r) = peer_report {
+        let u = if cfg.gbits { "Gb/sec" } else { "MB/sec" };
+        rep.note(&format!(
+            "the client's report (its clock): {} iterations, BW peak {:.2}, BW average {:.2} {u}, {:.6} Mpps",
+            r.iterations,
+            bw_unit(r.peak_bps, cfg.gbits),
+            bw_unit(r.avg_bps, cfg.gbits),
+            r.msg_rate / 1e6
+        ))
+        .map_err(|e| e.to_string())?;
+    }
     Ok(Some(row))
 }
 
-/// A bandwidth result from a peer's report (bandwidths in the reporting unit).
+/// A bandwidth result from a peer's report (bandwidths in the reporting unit). It was
+/// not timed here: no clock, and no elapsed time (none is back-computed).
 fn from_report(r: &BwReport, gbits: bool) -> BwResult {
     let to_bps = |v: f64| if gbits { v * 1e9 / 8.0 } else { v * MB };
     let avg_bps = to_bps(r.bw_avg);
     let bytes = r.size as usize;
-    let secs = if avg_bps > 0.0 {
-        (r.size as f64 * r.iters as f64) / avg_bps
-    } else {
-        0.0
-    };
     BwResult {
         bytes,
         iterations: r.iters,
-        elapsed: Duration::try_from_secs_f64(secs).unwrap_or_default(),
+        elapsed: Duration::ZERO,
+        clock: None,
         peak_bps: to_bps(r.bw_peak),
         avg_bps,
         msg_rate: r.msg_rate * 1e6,
@@ -764,8 +803,11 @@ fn from_report(r: &BwReport, gbits: bool) -> BwResult {
 }
 
 /// write_bw, read_bw, send_bw as the client: `tx-depth` requests outstanding per QP,
-/// one in `cq-mod` signaled; send_bw within the server's credits. The clock stops at the
-/// last completion, as perftest's does.
+/// one in `cq-mod` signaled; send_bw within the server's credits. Against a softrnic
+/// peer, write_bw and send_bw probe delivery and end with a closing Read, as softrnic's
+/// own mode does; against perftest they cannot (its test QPs have IRD 0 and its buffers
+/// no remote read access), and the clock stops at the last local completion, as
+/// perftest's does. read_bw's completions are arrivals.
 fn bw_client(
     cfg: &BenchConfig,
     s: &mut Session,
@@ -783,6 +825,8 @@ fn bw_client(
     let mut meter = BwMeter::start(start);
     let mut total = 0u64;
     let mut last_activity = start;
+    let probing = closing_read_used(test, s.side, s.softrnic_peer);
+    let mut prober = Prober::new(start);
     loop {
         for t in s.qps.iter_mut() {
             let mut room = (depth - (t.posted - t.completed)).min(iters - t.posted);
@@ -806,10 +850,17 @@ fn bw_client(
             .map_err(|e| format!("post_send: {e} ({})", t.diag()))?;
             t.posted += room;
         }
+        if probing {
+            let posted: u64 = s.qps.iter().map(|t| t.posted).sum();
+            prober.maybe_post(Instant::now(), posted, &targets(&s.qps))?;
+        }
         let n = s.cq.poll(&mut wcs);
         let now = Instant::now();
         for c in &wcs[..n] {
             check_wc(c, "client")?;
+            if prober.completion(c, now, &mut meter) {
+                continue;
+            }
             if let Some(t) = s.qps.iter_mut().find(|t| t.id == c.qp) {
                 let done = c.wr_id + 1;
                 total += done.saturating_sub(t.completed);
@@ -817,7 +868,9 @@ fn bw_client(
             }
         }
         if n > 0 {
-            meter.record(now, total);
+            if !probing {
+                meter.record(now, total);
+            }
             progress.tick(now, total);
             last_activity = now;
         } else if now.duration_since(last_activity) > STALL {
@@ -828,7 +881,87 @@ fn bw_client(
             break;
         }
     }
-    Ok(meter.finish(Instant::now(), total, size))
+    let end = if probing {
+        let diag = || {
+            s.qps
+                .iter()
+                .map(TestQp::diag)
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let end = closing_read(&s.cq, &targets(&s.qps), &mut wcs, STALL, &diag)?;
+        prober.closed(end, total, &mut meter);
+        end
+    } else {
+        Instant::now()
+    };
+    Ok(meter.finish(end, total, size))
+}
+
+/// Whether a bandwidth client probes delivery and ends with a closing Read: in write_bw
+/// and send_bw, when the peer is softrnic.
+fn closing_read_used(test: Test, side: Side, softrnic_peer: bool) -> bool {
+    side == Side::Client && softrnic_peer && matches!(test, Test::WriteBw | Test::SendBw)
+}
+
+/// The probes' and closing Read's targets: the peer's exposed buffer (the Write target,
+/// or the send_bw server's credit source), into the first octet of the local buffer.
+fn targets(qps: &[TestQp]) -> Vec<ReadTarget<'_>> {
+    qps.iter()
+        .map(|t| ReadTarget {
+            qp: &t.qp,
+            sink: t.local.sge(0, 1),
+            addr: t.remote.vaddr,
+            rkey: t.remote.rkey,
+        })
+        .collect()
+}
+
+/// write_bw as the server: counts the Write payload its QPs have placed in its memory
+/// (their I/O counters; a counted octet is in memory) and times it on its own clock,
+/// from the first octet seen to the last of `-n` x `-q` messages. It busy-polls the CQ
+/// meanwhile, which in hybrid progress mode drives the sockets from this thread.
+fn write_bw_server(
+    cfg: &BenchConfig,
+    s: &mut Session,
+    progress: &mut Progress,
+) -> Result<BwResult, String> {
+    let size = s.size as u64;
+    let want = cfg.iters * s.qps.len() as u64 * size;
+    let mut wcs = vec![blank(); 16];
+    let mut meter: Option<BwMeter> = None;
+    let mut seen = 0u64;
+    let mut last_activity = Instant::now();
+    loop {
+        let n = s.cq.poll(&mut wcs);
+        for c in &wcs[..n] {
+            check_wc(c, "server")?;
+        }
+        let placed: u64 = s
+            .qps
+            .iter()
+            .map(|t| {
+                let st = t.qp.stats();
+                st.rx_direct_bytes + st.rx_copied_bytes
+            })
+            .sum();
+        let now = Instant::now();
+        if placed > seen {
+            seen = placed;
+            let m = meter.get_or_insert_with(|| BwMeter::start(now));
+            m.record(now, placed / size);
+            progress.tick(now, placed / size);
+            last_activity = now;
+        } else if now.duration_since(last_activity) > STALL {
+            return Err(format!(
+                "server: {seen} of {want} Write octets placed, then nothing for {STALL:?}"
+            ));
+        }
+        if placed >= want {
+            let m = meter.unwrap_or_else(|| BwMeter::start(now));
+            return Ok(m.finish(now, placed / size, s.size));
+        }
+    }
 }
 
 /// send_bw as the server: keeps receives posted, RDMA-Writes the count received every
@@ -922,12 +1055,14 @@ fn half_intervals(posts: &[Instant]) -> Vec<f64> {
         .collect()
 }
 
-/// A latency result from samples in microseconds (at least one needed).
-fn lat_result(size: usize, iters: u64, samples: &[f64]) -> Result<LatResult, String> {
+/// A latency result from samples in microseconds (at least one needed). The iteration
+/// count is the number of samples: `-n N` ping-pong iterations give N - 1 intervals
+/// between posts, and that is what the statistics are made of.
+fn lat_result(size: usize, samples: &[f64]) -> Result<LatResult, String> {
     let stats = LatStats::from_samples(samples).ok_or("too few iterations for latency")?;
     Ok(LatResult {
         bytes: size,
-        iterations: iters,
+        iterations: samples.len() as u64,
         stats,
     })
 }
@@ -1004,7 +1139,7 @@ fn write_lat(
         reap(&s.cq, &mut wcs, name)?;
         progress.tick(Instant::now(), k);
     }
-    lat_result(size, cfg.iters, &half_intervals(&posts))
+    lat_result(size, &half_intervals(&posts))
 }
 
 /// send_lat, either side: the client Sends first and each side answers every Send it
@@ -1061,7 +1196,7 @@ fn send_lat(
     }
     // The last Send's completion, so nothing is left on the queue.
     reap(&s.cq, &mut wcs, name)?;
-    lat_result(size, cfg.iters, &half_intervals(&posts))
+    lat_result(size, &half_intervals(&posts))
 }
 
 /// read_lat as the client: one Read at a time, the full round trip each.
@@ -1103,7 +1238,7 @@ fn read_lat(
         samples.push(t1.duration_since(t0).as_secs_f64() * 1e6);
         progress.tick(t1, k);
     }
-    lat_result(size, cfg.iters, &samples)
+    lat_result(size, &samples)
 }
 
 /// The device of a `-R` run: the configured one, with time for a slow peer's MPA.

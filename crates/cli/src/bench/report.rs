@@ -2,7 +2,7 @@
 //! or one JSON object per result line.
 
 use super::stats::MB;
-use super::{BenchConfig, Measured, Mode, ResultRow};
+use super::{BenchConfig, Clock, Measured, Mode, ResultRow};
 use serde_json::{Value, json};
 use std::io::{self, Write};
 
@@ -14,6 +14,7 @@ pub struct Reporter<'a> {
     out: &'a mut dyn Write,
     cfg: &'a BenchConfig,
     placement: String,
+    clock: Option<Clock>,
 }
 
 /// Bandwidth in the unit asked for: MB/s (2^20 octets) or Gb/s (10^9 bits).
@@ -43,7 +44,13 @@ impl<'a> Reporter<'a> {
             out,
             cfg,
             placement,
+            clock: None,
         }
+    }
+
+    /// States what the softrnic figures mean: lines in the header, `clock` in JSON.
+    pub fn clock(&mut self, c: Clock) {
+        self.clock = Some(c);
     }
 
     fn unit(&self) -> &'static str {
@@ -85,6 +92,11 @@ impl<'a> Reporter<'a> {
             if c.crc { "on" } else { "off" }
         )?;
         writeln!(o, " Run             : {amount}; {}", self.placement)?;
+        if let Some(clock) = self.clock {
+            for l in clock.describe(c.test, c.rdma_cm) {
+                writeln!(o, "{l}")?;
+            }
+        }
         if let Some(super::Baseline::Tcp) = c.baseline {
             writeln!(
                 o,
@@ -214,7 +226,19 @@ impl<'a> Reporter<'a> {
             "crc": c.crc,
             "loopback": c.mode == Mode::Loopback,
         });
+        if transport == "softrnic"
+            && let (Some(clock), Value::Object(a)) = (self.clock, &mut v)
+        {
+            a.insert("clock".into(), json!(clock.code()));
+        }
         let extra = match m {
+            // A peer's report: not timed here, so no seconds.
+            Measured::Bw(b) if b.clock.is_none() => json!({
+                "bw_unit": self.unit(),
+                "bw_peak": bw_unit(b.peak_bps, c.gbits),
+                "bw_average": bw_unit(b.avg_bps, c.gbits),
+                "msg_rate_mpps": b.msg_rate / 1e6,
+            }),
             Measured::Bw(b) => json!({
                 "seconds": b.elapsed.as_secs_f64(),
                 "bw_unit": self.unit(),

@@ -76,8 +76,20 @@ impl LatStats {
 }
 
 /// Measures a bandwidth run: the average over the whole run, and the peak over windows
-/// of [`BwMeter::WINDOW`] (the first window is left out when there are at least three,
-/// since it includes filling the socket buffers, which completes sends early).
+/// of at least [`BwMeter::WINDOW`].
+///
+/// Windows come from one of two sources, and the peak is only as good as its source:
+/// - [`BwMeter::confirmed`]: delivery probes. A window runs from the post of one probe (a
+///   1-octet RDMA Read, which the peer answers only after everything before it on the
+///   connection) to the completion of the next, and counts the messages posted between
+///   the two probes: each of them was both posted and delivered inside the window, so the
+///   rate is a lower bound of what was delivered. This is the peak of the Write and Send
+///   tests whenever the peer answers Reads.
+/// - [`BwMeter::record`]: completions. Right for Reads (a Read completes when its data has
+///   landed here); for Writes and Sends it counts local completions, which can run ahead
+///   of delivery by what the transmit and socket buffers hold (so the first window is
+///   left out when there are at least three). Used for those only against a peer that
+///   cannot be probed (Linux perftest), and the output says so.
 #[derive(Debug, Clone)]
 pub struct BwMeter {
     start: Instant,
@@ -89,7 +101,7 @@ pub struct BwMeter {
 }
 
 impl BwMeter {
-    /// Length of one peak window.
+    /// Shortest peak window.
     pub const WINDOW: Duration = Duration::from_millis(10);
 
     /// Starts measuring now.
@@ -125,6 +137,18 @@ impl BwMeter {
         }
     }
 
+    /// Records a confirmed window: `ops` operations were posted at or after `from` and
+    /// had all been delivered by `to` (windows shorter than [`BwMeter::WINDOW`] are not
+    /// counted).
+    pub fn confirmed(&mut self, from: Instant, to: Instant, ops: u64) {
+        let dt = to.saturating_duration_since(from);
+        if dt >= Self::WINDOW {
+            self.peak_rate = self.peak_rate.max(ops as f64 / dt.as_secs_f64());
+            // Not a completion window: nothing to leave out.
+            self.windows = self.windows.max(3);
+        }
+    }
+
     /// Finishes: `ops` operations of `size` octets completed by `end`.
     pub fn finish(&self, end: Instant, ops: u64, size: usize) -> BwResult {
         let elapsed = end.saturating_duration_since(self.start);
@@ -140,6 +164,7 @@ impl BwMeter {
             bytes: size,
             iterations: ops,
             elapsed,
+            clock: Some((self.start, end)),
             peak_bps: peak * size as f64,
             avg_bps: msg_rate * size as f64,
             msg_rate,
@@ -156,6 +181,9 @@ pub struct BwResult {
     pub iterations: u64,
     /// Wall time of the run.
     pub elapsed: Duration,
+    /// When this side's clock started and stopped; `None` for figures a peer reported
+    /// (perftest's client report), which this side did not time.
+    pub clock: Option<(Instant, Instant)>,
     /// Peak bandwidth, octets per second.
     pub peak_bps: f64,
     /// Average bandwidth, octets per second.
@@ -315,5 +343,22 @@ mod tests {
         let m = BwMeter::start(t0);
         let r = m.finish(t0 + Duration::from_millis(2), 10, 100);
         assert!((r.peak_bps - r.avg_bps).abs() < 1e-6);
+        assert_eq!(r.clock, Some((t0, t0 + Duration::from_millis(2))));
+    }
+
+    #[test]
+    fn bw_meter_confirmed_windows() {
+        let t0 = Instant::now();
+        let ms = |x: u64| t0 + Duration::from_millis(x);
+        let mut m = BwMeter::start(t0);
+        // 100 ops posted in [0, 10), confirmed at 20: 100 in 20 ms.
+        m.confirmed(ms(0), ms(20), 100);
+        // 400 ops posted in [10, 25), confirmed at 30: 400 in 20 ms.
+        m.confirmed(ms(10), ms(30), 400);
+        // Too short to count: 1000 ops in 5 ms.
+        m.confirmed(ms(25), ms(30), 1000);
+        let r = m.finish(ms(40), 600, 10);
+        assert!((r.peak_bps - 20_000.0 * 10.0).abs() < 1e-3, "{r:?}");
+        assert!((r.avg_bps - 15_000.0 * 10.0).abs() < 1e-3, "{r:?}");
     }
 }
