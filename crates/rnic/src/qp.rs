@@ -2,11 +2,15 @@
 //! moves a QP's FPDUs. The protocol decisions are `softrnic_proto::qp::Qp`'s; this module
 //! only resolves memory and talks to the kernel.
 //!
-//! Receive path: the core says what the next octets of the stream are. Headers and
-//! trailers are read into its small buffer; payload is read with `read(2)` straight into
-//! the registered memory the core named (after its TPT check), so payload is never
-//! copied in user space. Transmit path: each FPDU goes out with one `sendmsg(2)` that
-//! gathers header, registered memory and trailer.
+//! Receive path: the core says what the next octets of the stream are. The I/O layer
+//! either reads ahead (up to [`RX_STAGING_LEN`] octets into the QP's staging buffer, then
+//! hands them to the core, copying the payload among them into registered memory) or
+//! reads exactly (headers and trailers into the staging buffer, payload with `read(2)`
+//! straight into the registered memory the core named after its TPT check). Which one,
+//! and what each costs, is [`RX_DIRECT_MIN`]'s policy; [`QpStats`] counts the octets of
+//! each kind. Transmit path: each FPDU goes out with one `sendmsg(2)` that gathers
+//! header, registered memory and trailer (small FPDUs are gathered into a buffer, see
+//! [`TX_GATHER_MAX`]).
 //!
 //! Whoever holds a QP's lock drives it until the socket would block: the engine thread
 //! on readiness events, the posting thread for transmission, and, in hybrid progress
@@ -19,6 +23,7 @@ use crate::region::Region;
 use softrnic_proto::qp::{CqSide, QpConfig, QpEvent, QpParams, RxNeed, TxFpdu};
 use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
 use softrnic_wire::crc::{crc32c, crc32c_append};
+use softrnic_wire::ddp::TAGGED_HEADER_LEN;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, Weak};
@@ -40,9 +45,9 @@ pub struct QpInit<'a> {
 pub struct QpStats {
     /// Payload octets read from the socket straight into registered memory.
     pub rx_direct_bytes: u64,
-    /// Payload octets copied in user space: small payloads that arrived in the same
-    /// read as their headers (see [`RX_DIRECT_MIN`]), and those that arrived together
-    /// with the MPA frame during connection setup.
+    /// Payload octets copied in user space: those that came in with a read-ahead (see
+    /// [`RX_DIRECT_MIN`]), and those that arrived together with the MPA frame during
+    /// connection setup.
     pub rx_copied_bytes: u64,
     /// `read` calls on the socket.
     pub rx_syscalls: u64,
@@ -52,31 +57,102 @@ pub struct QpStats {
     pub tx_fpdus: u64,
 }
 
-/// Payload pieces at least this long are read from the socket straight into
-/// registered memory, in reads of their own. Anything shorter (and every header and
-/// trailer) is read ahead into the QP's staging buffer, [`RX_STAGING_LEN`] octets at a
-/// time, and copied from there: for small messages one `read` then brings many FPDUs
-/// instead of four `read`s bringing one, and copying a few KiB costs less than the
-/// system calls it saves. (Measured on loopback with write_bw: 64 B messages went from
-/// 0.3x to 2-3x the TCP stream, 4 KiB from 0.5x to ~1x, together with transmit
-/// gathering, [`TX_GATHER_MAX`].)
+/// The receive path's copy policy: an FPDU whose payload is at least this long is
+/// *large*. The receive path has two modes.
+///
+/// - **Read-ahead** (a new connection, and a stream of small FPDUs): one `read` brings
+///   up to [`RX_STAGING_LEN`] octets into the staging buffer, and the core takes
+///   headers, trailers and payloads from there; payload is copied (`memcpy`) into
+///   registered memory. One system call then serves many small FPDUs.
+/// - **Exact** (a stream that carries large FPDUs): headers and trailers are read
+///   exactly (a trailer together with the 16 octets that every following FPDU header has
+///   at least), and every payload, whatever its length, is read with `read(2)` straight
+///   into registered memory. Nothing of the next payload ever lands in the staging
+///   buffer, so no payload octet is copied in user space.
+///
+/// A large payload switches to exact mode as soon as it is recognised: the rest of a
+/// large payload whose start came in with a read-ahead is read directly, so at most one
+/// staging buffer's worth of it is copied, and only for the first large FPDU after
+/// small ones. Exact mode ends after two small FPDUs in a row: the short last FPDU of a
+/// large message (e.g. the 556 octets left of a 64 KiB Write after a 64980-octet FPDU)
+/// is always followed by the next message's large first FPDU, so it does not end it.
+///
+/// The threshold is where reading exactly stops costing more than copying: measured on
+/// loopback with write_bw and send_bw (docs/ARCHITECTURE.md, "Receive copy policy").
 pub const RX_DIRECT_MIN: usize = 8192;
 
-/// Size of a QP's receive staging buffer (allocated on the first staged read, kept
-/// while the QP lives). It also bounds what a large payload can lose to copying: at
-/// most this much of its start comes in with a staged read, the rest is read directly.
+/// Size of a QP's receive staging buffer (allocated on the first read, kept while the QP
+/// lives). It also bounds what a large payload can lose to copying: at most this much of
+/// its start comes in with a read-ahead, the rest is read directly.
 pub const RX_STAGING_LEN: usize = 32768;
 
-/// Octets read ahead and not yet handed to the protocol core.
+/// Every FPDU header has at least this many octets (MPA length and a tagged DDP header):
+/// in exact mode, a trailer is read together with this much of what follows it.
+const MIN_FPDU_HEADER: usize = softrnic_wire::mpa::ULPDU_LEN_LEN + TAGGED_HEADER_LEN;
+
+/// Octets read ahead and not yet handed to the protocol core, and the copy policy's
+/// state (see [`RX_DIRECT_MIN`]).
 #[derive(Default)]
 struct Staging {
     buf: Vec<u8>,
     start: usize,
     end: usize,
-    /// The last payload was large: the stream carries bulk data, so headers and
-    /// trailers are read exactly (reading ahead would copy the start of every large
-    /// FPDU's payload). A small payload ends bulk mode.
-    bulk: bool,
+    /// Exact mode: no read-ahead, every payload read directly.
+    exact: bool,
+    /// Small FPDUs in a row (up to 2).
+    small_run: u8,
+    /// The core's placed-octet count when the current FPDU began.
+    fpdu_mark: u64,
+    /// The core's last need was payload: an internal need now is the trailer.
+    after_payload: bool,
+}
+
+impl Staging {
+    /// Whether to read the next payload piece, `len` octets, straight into memory.
+    fn direct(&mut self, core: &softrnic_proto::qp::Qp, len: usize) -> bool {
+        let placed = (core.rx_placed_bytes() - self.fpdu_mark) as usize;
+        if !self.exact && placed.saturating_add(len) >= RX_DIRECT_MIN {
+            // A large payload, perhaps begun in a read-ahead: finish it directly.
+            self.exact = true;
+            self.small_run = 0;
+        }
+        self.exact
+    }
+
+    /// How many octets to read into the staging buffer for the core's next need.
+    fn read_len(&self, need: RxNeed) -> usize {
+        match need {
+            RxNeed::Internal(n) if self.exact => {
+                n + if self.after_payload {
+                    MIN_FPDU_HEADER
+                } else {
+                    0
+                }
+            }
+            _ => RX_STAGING_LEN,
+        }
+        .clamp(1, RX_STAGING_LEN)
+    }
+
+    /// The core consumed internal octets; `core` may have finished an FPDU.
+    fn after_internal(&mut self, core: &softrnic_proto::qp::Qp) {
+        self.after_payload = false;
+        if core.rx_mid_fpdu() {
+            return;
+        }
+        let placed = core.rx_placed_bytes();
+        let payload = (placed - self.fpdu_mark) as usize;
+        self.fpdu_mark = placed;
+        if payload >= RX_DIRECT_MIN {
+            self.exact = true;
+            self.small_run = 0;
+        } else {
+            self.small_run = (self.small_run + 1).min(2);
+            if self.small_run == 2 {
+                self.exact = false;
+            }
+        }
+    }
 }
 
 /// FPDUs at most this long (all framing included) are copied into the connection's
@@ -233,7 +309,18 @@ impl QpShared {
         loop {
             // Octets read ahead go first.
             if staging.start < staging.end {
-                let used = feed(core, stats, dev, &staging.buf[staging.start..staging.end]);
+                let (start, end) = (staging.start, staging.end);
+                let buf = std::mem::take(&mut staging.buf);
+                let fed = feed(core, stats, staging, dev, &buf[start..end]);
+                staging.buf = buf;
+                let used = match fed {
+                    Ok(used) => used,
+                    Err(()) => {
+                        // A placement failed: the QP is in error (the connection closes).
+                        moved = true;
+                        break;
+                    }
+                };
                 staging.start += used;
                 moved |= used > 0;
                 if used == 0 || core.rx_need() == RxNeed::Stopped {
@@ -246,7 +333,7 @@ impl QpShared {
             }
             let r = match core.rx_need() {
                 RxNeed::Stopped => break,
-                RxNeed::Place(chunk) if chunk.len >= RX_DIRECT_MIN => {
+                RxNeed::Place(chunk) if staging.direct(core, chunk.len) => {
                     let Some(region) = dev.region(chunk.region) else {
                         // The region was deregistered between the TPT check and the
                         // placement: the QP cannot place this payload, and stalling
@@ -276,30 +363,24 @@ impl QpShared {
                                         crc32c_append(crc, unsafe { &slice.as_slice()[..n] })
                                     });
                                     stats.rx_direct_bytes += n as u64;
+                                    staging.after_payload = true;
                                 }
-                                staging.bulk = true;
                                 Ok(n)
                             }
                         }
                         Err(_) => {
-                            // Cannot happen for a chunk the TPT checked; never stall.
+                            // Cannot happen for a chunk the TPT checked (the region's
+                            // bounds are the TPT entry's); never stall, never drop.
+                            debug_assert!(false, "placement outside its region: {chunk:?}");
                             core.to_error();
                             moved = true;
                             break;
                         }
                     }
                 }
-                // Headers, trailers and small payloads: read ahead (in bulk mode,
-                // only what the header or trailer needs).
+                // Read ahead, or (in exact mode) a header or trailer exactly.
                 need => {
-                    let want = match need {
-                        RxNeed::Internal(n) if staging.bulk => n.clamp(1, RX_STAGING_LEN),
-                        RxNeed::Place(_) => {
-                            staging.bulk = false;
-                            RX_STAGING_LEN
-                        }
-                        _ => RX_STAGING_LEN,
-                    };
+                    let want = staging.read_len(need);
                     if staging.buf.len() < RX_STAGING_LEN {
                         staging.buf.resize(RX_STAGING_LEN, 0);
                     }
@@ -550,8 +631,14 @@ impl QpShared {
         g.core.connect(params)?;
         if !leftover.is_empty() {
             // These octets were read together with the MPA frame.
-            let QpInner { core, stats, .. } = &mut *g;
-            feed(core, stats, dev, leftover);
+            let QpInner {
+                core,
+                stats,
+                staging,
+                ..
+            } = &mut *g;
+            // A failed placement leaves the QP in error; the first progress closes it.
+            let _ = feed(core, stats, staging, dev, leftover);
         }
         let mut sock = mio::net::TcpStream::from_std(sock);
         let engine = dev
@@ -575,25 +662,61 @@ impl QpShared {
     }
 }
 
-/// Resolves an FPDU's memory and computes its CRC.
 /// Hands octets read into user space to the protocol core, copying the payload among
 /// them into registered memory; returns how many it took (fewer when receiving has
-/// stopped).
+/// stopped). A payload that cannot be placed (its region was deregistered after the
+/// TPT check) moves the QP to error: `Err`, and nothing after it is taken.
 fn feed(
     core: &mut softrnic_proto::qp::Qp,
     stats: &mut QpStats,
+    staging: &mut Staging,
     dev: &Shared,
     data: &[u8],
-) -> usize {
+) -> std::result::Result<usize, ()> {
     let Ok(mut t) = dev.tpt.lock() else {
-        return 0;
+        return Ok(0);
     };
-    core.handle_input(data, &mut t, &mut |chunk, bytes| {
-        if let Some(r) = dev.region(chunk.region) {
-            let _ = r.write(chunk.offset as usize, bytes);
+    let mut at = 0;
+    while at < data.len() {
+        match core.rx_need() {
+            RxNeed::Stopped => break,
+            RxNeed::Internal(n) => {
+                let k = n.min(data.len() - at);
+                core.rx_buffer()[..k].copy_from_slice(&data[at..at + k]);
+                at += k;
+                core.rx_filled(k, &mut t);
+                staging.after_internal(core);
+            }
+            RxNeed::Place(c) => {
+                let k = c.len.min(data.len() - at);
+                let bytes = &data[at..at + k];
+                match dev
+                    .region(c.region)
+                    .map(|r| r.write(c.offset as usize, bytes))
+                {
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => {
+                        // The TPT entry's bounds are the region's: cannot happen.
+                        debug_assert!(false, "placement outside its region: {e:?}");
+                        core.to_error();
+                        return Err(());
+                    }
+                    None => {
+                        // Deregistered after the TPT check: the payload has nowhere to
+                        // go. Dropping it would complete a receive that was never
+                        // placed; the QP goes to error instead.
+                        core.to_error();
+                        return Err(());
+                    }
+                }
+                stats.rx_copied_bytes += k as u64;
+                at += k;
+                core.rx_placed(bytes);
+                staging.after_payload = true;
+            }
         }
-        stats.rx_copied_bytes += bytes.len() as u64;
-    })
+    }
+    Ok(at)
 }
 
 fn prepare(fpdu: TxFpdu, dev: &Shared) -> Option<PendingTx> {

@@ -1,12 +1,14 @@
 //! The receive path: a state machine fed with the octets of the MPA stream, in order.
 //!
-//! It is header-directed so that payload never needs an intermediate copy: the I/O layer
-//! asks [`Qp::rx_need`] what the next octets are. Header, control bodies (Read Request,
+//! It is header-directed so that payload need not be copied: the I/O layer asks
+//! [`Qp::rx_need`] what the next octets are. Header, control bodies (Read Request,
 //! Terminate) and trailers go into the QP's small internal buffer; payload is announced
 //! as a [`Chunk`] of registered memory, already checked against the TPT, into which the
-//! I/O layer reads straight from the socket (`readv`), then reports with
-//! [`Qp::rx_placed`]. [`Qp::handle_input`] drives the same machine from a byte slice
-//! (a copy into place), for segment-fed transports and tests.
+//! I/O layer can read straight from the socket, then reports with [`Qp::rx_placed`].
+//! [`Qp::handle_input`] drives the same machine from a byte slice (a copy into place),
+//! for segment-fed transports, tests, and octets an I/O layer read ahead. Which payload
+//! is read directly and which is copied is the I/O layer's choice (the kernel-socket
+//! path's policy and its measured cost: `softrnic_rnic::RX_DIRECT_MIN`).
 //!
 //! Any violation stops receive processing for good: the QP queues a Terminate carrying
 //! the RFC's layer/type/code and the offending headers, and flushes.
