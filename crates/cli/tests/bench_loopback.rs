@@ -1,6 +1,7 @@
 //! The benchmark subcommands end to end in loopback mode, through the library function
-//! the `softrnic` binary calls (no process spawned). Only the shape of the output and the
-//! iteration counts are checked: timings are never asserted.
+//! the `softrnic` binary calls (no process spawned). Only the shape of the output, the
+//! iteration counts and what the output says its figures mean are checked: timings are
+//! never asserted (`bench_clock.rs` checks the order of the clock's stop and delivery).
 
 use serde_json::Value;
 use softrnic_cli::bench::{self, BenchCommand, Measured};
@@ -34,6 +35,7 @@ fn write_bw_loopback_json() {
     assert_eq!(v["bytes"], 4096);
     assert_eq!(v["iterations"], 50);
     assert_eq!(v["bw_unit"], "MB/sec");
+    assert_eq!(v["clock"], "closing_read");
     for k in ["bw_peak", "bw_average", "msg_rate_mpps", "seconds"] {
         assert!(num(v, k) > 0.0, "{k} in {v}");
     }
@@ -50,6 +52,7 @@ fn send_lat_loopback_json() {
     assert_eq!(v["transport"], "softrnic");
     assert_eq!(v["bytes"], 8);
     assert_eq!(v["iterations"], 50);
+    assert_eq!(v["clock"], "per_iteration");
     let keys = [
         "t_min_usec",
         "t_max_usec",
@@ -93,6 +96,14 @@ fn other_tests_with_tcp_baseline() {
                 assert_eq!(v["iterations"], 20, "{test} {v}");
             }
             assert!(num(&pair[1], "ratio_vs_tcp") > 0.0);
+            let clock = if test == "read_bw" {
+                "last_completion"
+            } else if test == "send_bw" {
+                "closing_read"
+            } else {
+                "per_iteration"
+            };
+            assert_eq!(pair[1]["clock"], clock, "{test}");
         }
         assert!(rows.iter().all(|r| r.tcp.is_some() && r.ratio().is_some()));
     }
@@ -131,4 +142,34 @@ fn write_bw_qps_and_duration() {
         "--quiet",
     ]);
     assert!(num(&lines[0], "iterations") > 0.0);
+}
+
+/// The text header says when a Write completes, when the clock stops and what the peak
+/// is made of.
+#[test]
+fn write_bw_header_states_completion_semantics() {
+    let cmd = BenchCommand::parse_from([
+        "write_bw",
+        "--loopback",
+        "-n",
+        "20",
+        "-s",
+        "4096",
+        "--quiet",
+    ])
+    .expect("flags parse");
+    let mut out = Vec::new();
+    bench::run(&cmd, &mut out).expect("benchmark runs");
+    let text = String::from_utf8(out).expect("UTF-8 output");
+    for (key, says) in [
+        ("Completion", "copied into the connection's transmit buffer"),
+        ("Clock stops", "closing 1-octet RDMA Read"),
+        ("BW peak", "delivery probes"),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(key))
+            .unwrap_or_else(|| panic!("no {key} line:\n{text}"));
+        assert!(line.contains(says), "{line}");
+    }
 }

@@ -245,7 +245,8 @@ impl Ctrl {
         }
     }
 
-    /// Sends one message and waits until it is handed to TCP.
+    /// Sends one message and waits for its completion (it is then in the send path, not
+    /// necessarily delivered; the peer's answer is what proves arrival).
     fn send(&mut self, msg: &[u8]) -> Result<(), String> {
         self.send_buf.write(0, msg).map_err(e2s("control write"))?;
         self.qp
