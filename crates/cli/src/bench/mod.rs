@@ -106,8 +106,8 @@ pub enum Clock {
     /// write_bw and send_bw clients with a peer that answers Reads: the clock stops when
     /// a closing 1-octet Read per QP returns; the peak comes from delivery probes.
     ClosingRead,
-    /// write_bw and send_bw clients against Linux perftest (`-R`), whose test QPs take no
-    /// Reads: the clock stops at the last local completion, before delivery.
+    /// write_bw and send_bw clients against Linux perftest (`-R`), which opens their QPs
+    /// with IRD 0: the clock stops at the last local completion, before delivery.
     LastLocalCompletion,
     /// read_bw client: a Read completes when its data has landed here.
     LastCompletion,
@@ -160,8 +160,8 @@ impl Clock {
             Clock::LastLocalCompletion => vec![
                 sent,
                 " Clock stops     : at the last local completion, so the last data may still \
-                 be in transit: the peer is perftest, whose test QPs take no Reads (no closing \
-                 Read, no probes)"
+                 be in transit: the peer is perftest, which opens this test's QPs with IRD 0 \
+                 (no closing Read, no probes)"
                     .into(),
                 " BW peak         : best 10 ms window of local completions (as perftest's), \
                  which can run ahead of delivery"

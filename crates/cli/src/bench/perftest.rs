@@ -146,25 +146,37 @@ impl Dest {
     }
 }
 
-/// softrnic's mark: four octets in the alignment padding (octets 20..24) of the opening
-/// barrier softrnic sends. perftest fills that padding with whatever its stack held
-/// (`88 55 00 00` in a capture) and never reads it, so a perftest peer ignores the mark;
-/// a softrnic peer that finds it knows both sides are softrnic and may use what perftest
-/// would refuse: Reads on the test QPs (IRD/ORD above 0 in the write and send tests) for
-/// the closing Read and the delivery probes.
-pub const SOFTRNIC_MARK: [u8; 4] = *b"sRnc";
+/// softrnic's marks: four octets in the alignment padding (octets 20..24) of the
+/// opening barrier softrnic sends, one mark per role. perftest fills that padding with
+/// whatever its buffer held and never reads it, so a perftest peer ignores the mark; a
+/// softrnic peer that finds the other role's mark knows both sides are softrnic and may
+/// use what perftest's exchange does not: Reads on the write and send tests' QPs, for the
+/// closing Read and the delivery probes. One mark per role, because perftest's server
+/// echoes the padding: it builds its answer in the buffer the client's message arrived
+/// in (a rig run showed a softrnic client's mark coming back from perftest 6.06 on siw).
+pub const SOFTRNIC_MARK_CLIENT: [u8; 4] = *b"sRnC";
+/// The server's mark (see [`SOFTRNIC_MARK_CLIENT`]).
+pub const SOFTRNIC_MARK_SERVER: [u8; 4] = *b"sRnS";
 
-/// The opening barrier softrnic sends: a zero QP description with [`SOFTRNIC_MARK`] in
-/// its padding.
-pub fn marked_barrier() -> [u8; DEST_LEN] {
+fn mark(server: bool) -> [u8; 4] {
+    if server {
+        SOFTRNIC_MARK_SERVER
+    } else {
+        SOFTRNIC_MARK_CLIENT
+    }
+}
+
+/// The opening barrier softrnic sends as a server (`server`) or client: a zero QP
+/// description with the role's mark in its padding.
+pub fn marked_barrier(server: bool) -> [u8; DEST_LEN] {
     let mut b = Dest::default().encode();
-    b[20..24].copy_from_slice(&SOFTRNIC_MARK);
+    b[20..24].copy_from_slice(&mark(server));
     b
 }
 
-/// Whether a QP description carries [`SOFTRNIC_MARK`].
-pub fn is_marked(b: &[u8]) -> bool {
-    b.len() == DEST_LEN && b[20..24] == SOFTRNIC_MARK
+/// Whether a QP description carries the mark of a softrnic server (`server`) or client.
+pub fn is_marked(b: &[u8], server: bool) -> bool {
+    b.len() == DEST_LEN && b[20..24] == mark(server)
 }
 
 /// A bandwidth result as the client reports it to the server after write_bw and read_bw
@@ -388,9 +400,15 @@ mod tests {
         assert_eq!(Dest::decode(&r[..55]), None);
         assert_eq!(Dest::default().encode(), [0u8; DEST_LEN]);
         // softrnic's mark lives in the padding only: the fields still decode as zeros.
-        assert!(is_marked(&marked_barrier()));
-        assert_eq!(Dest::decode(&marked_barrier()), Some(Dest::default()));
-        assert!(!is_marked(&garbage) && !is_marked(&Dest::default().encode()));
+        for server in [false, true] {
+            let m = marked_barrier(server);
+            assert!(is_marked(&m, server));
+            // An echo of one's own mark is not the peer's.
+            assert!(!is_marked(&m, !server));
+            assert_eq!(Dest::decode(&m), Some(Dest::default()));
+            assert!(!is_marked(&garbage, server));
+            assert!(!is_marked(&Dest::default().encode(), server));
+        }
     }
 
     /// siw-ib_write_bw.pcap frames 79-87: the client's report (4096 B, 5 iterations,

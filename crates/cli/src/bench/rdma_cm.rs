@@ -509,7 +509,8 @@ struct Session {
     me: Dest,
     /// The version the peer announced (printed in the header).
     peer_version: f64,
-    /// The peer marked its opening barrier: it is softrnic too ([`pt::SOFTRNIC_MARK`]).
+    /// The peer marked its opening barrier with its role's mark: it is softrnic too
+    /// ([`pt::SOFTRNIC_MARK_CLIENT`]).
     softrnic_peer: bool,
     /// Message size.
     size: usize,
@@ -532,9 +533,10 @@ fn opening(ctrl: &mut Ctrl) -> Result<(f64, usize, bool), String> {
         .max(CYCLE_BUFFER);
     ctrl.xchg(&pt::encode_u32(CACHE_LINE), "cache line size")?;
     ctrl.xchg(&pt::encode_mtu(pt::MTU_1024), "MTU")?;
-    let barrier = ctrl.xchg(&pt::marked_barrier(), "QP description")?;
+    let server = ctrl.side == Side::Server;
+    let barrier = ctrl.xchg(&pt::marked_barrier(server), "QP description")?;
     Dest::decode(&barrier).ok_or("bad QP description")?;
-    Ok((peer, cycle as usize, pt::is_marked(&barrier)))
+    Ok((peer, cycle as usize, pt::is_marked(&barrier, !server)))
 }
 
 /// The common middle: a barrier, then the test's descriptions and barriers before the
@@ -806,9 +808,10 @@ fn from_report(r: &BwReport, gbits: bool) -> BwResult {
 /// write_bw, read_bw, send_bw as the client: `tx-depth` requests outstanding per QP,
 /// one in `cq-mod` signaled; send_bw within the server's credits. Against a softrnic
 /// peer, write_bw and send_bw probe delivery and end with a closing Read, as softrnic's
-/// own mode does; against perftest they cannot (its test QPs have IRD 0 and its buffers
-/// no remote read access), and the clock stops at the last local completion, as
-/// perftest's does. read_bw's completions are arrivals.
+/// own mode does. Against perftest they do not: its exchange opens these QPs with IRD =
+/// ORD = 0, so a Read there would rely on the peer's RNIC granting more than asked (siw's
+/// relaxed IRD negotiation did in a rig run; others need not), and the clock stops at the
+/// last local completion, as perftest's does. read_bw's completions are arrivals.
 fn bw_client(
     cfg: &BenchConfig,
     s: &mut Session,
