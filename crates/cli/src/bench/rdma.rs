@@ -1098,3 +1098,54 @@ fn echo_server(
     }
     error.map_or(Ok(()), Err)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe_done() -> Completion {
+        Completion {
+            wr_id: PROBE_ID,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Read,
+            ..blank()
+        }
+    }
+
+    /// A probe window runs from the previous round's post to this round's completion and
+    /// counts the messages posted between the two rounds: each of them was posted and
+    /// delivered inside it, so the rate is a lower bound of the delivered rate.
+    #[test]
+    fn probe_windows_count_only_what_was_posted_and_confirmed_inside() {
+        let t0 = Instant::now();
+        let ms = |x: u64| t0 + Duration::from_millis(x);
+        let mut meter = BwMeter::start(t0);
+        let mut p = Prober::new(t0);
+        // Round 1 posted at 10 ms after 100 messages, confirmed at 30 ms: 100 in [0, 30].
+        p.round = Some(Round {
+            posted_at: ms(10),
+            ops: 100,
+            pending: 2,
+        });
+        assert!(p.completion(&probe_done(), ms(20), &mut meter));
+        assert!(p.round.is_some(), "one QP's probe is not the round");
+        assert!(p.completion(&probe_done(), ms(30), &mut meter));
+        assert!(p.round.is_none());
+        // Round 2 posted at 30 ms after 400, confirmed at 40 ms: 300 in [10, 40] (not in
+        // [30, 40]: they may have been delivered before round 2 was posted).
+        p.round = Some(Round {
+            posted_at: ms(30),
+            ops: 400,
+            pending: 1,
+        });
+        assert!(p.completion(&probe_done(), ms(40), &mut meter));
+        // The closing Read at 60 ms, 500 in all: 100 in [30, 60].
+        p.closed(ms(60), 500, &mut meter);
+        let r = meter.finish(ms(60), 500, 1);
+        assert!((r.peak_bps - 10_000.0).abs() < 1e-6, "{r:?}");
+        // Other completions are not probes.
+        let mut w = probe_done();
+        w.wr_id = 7;
+        assert!(!p.completion(&w, ms(61), &mut meter));
+    }
+}
