@@ -73,13 +73,19 @@ pub struct QpStats {
 /// A large payload switches to exact mode as soon as it is recognised: the rest of a
 /// large payload whose start came in with a read-ahead is read directly, so at most one
 /// staging buffer's worth of it is copied, and only for the first large FPDU after
-/// small ones. Exact mode ends after two small FPDUs in a row: the short last FPDU of a
-/// large message (e.g. the 556 octets left of a 64 KiB Write after a 64980-octet FPDU)
-/// is always followed by the next message's large first FPDU, so it does not end it.
+/// small ones. Exact mode ends after three small FPDUs in a row: the
+/// short last FPDU of a large message (e.g. the 556 octets left of a 64 KiB Write after a
+/// 64980-octet FPDU) and a control message or small Send between large messages (a Read
+/// Request, a rendezvous handshake) do not end it; in exact mode their payloads, small
+/// as they are, are read directly too.
 ///
 /// The threshold is where reading exactly stops costing more than copying: measured on
 /// loopback with write_bw and send_bw (docs/ARCHITECTURE.md, "Receive copy policy").
 pub const RX_DIRECT_MIN: usize = 8192;
+
+/// Small FPDUs (payload below [`RX_DIRECT_MIN`], none included) in a row that end exact
+/// mode.
+const RX_EXACT_SMALL_RUN: u8 = 3;
 
 /// Size of a QP's receive staging buffer (allocated on the first read, kept while the QP
 /// lives). It also bounds what a large payload can lose to copying: at most this much of
@@ -99,7 +105,7 @@ struct Staging {
     end: usize,
     /// Exact mode: no read-ahead, every payload read directly.
     exact: bool,
-    /// Small FPDUs in a row (up to 2).
+    /// Small FPDUs in a row (up to [`RX_EXACT_SMALL_RUN`]).
     small_run: u8,
     /// The core's placed-octet count when the current FPDU began.
     fpdu_mark: u64,
@@ -147,8 +153,8 @@ impl Staging {
             self.exact = true;
             self.small_run = 0;
         } else {
-            self.small_run = (self.small_run + 1).min(2);
-            if self.small_run == 2 {
+            self.small_run = (self.small_run + 1).min(RX_EXACT_SMALL_RUN);
+            if self.small_run == RX_EXACT_SMALL_RUN {
                 self.exact = false;
             }
         }

@@ -244,21 +244,7 @@ fn send_fpdu(payload: &[u8]) -> Vec<u8> {
 /// missing region: a small payload is read ahead and copied, a large one is read
 /// directly.
 fn region_gone_mid_payload(size: usize) {
-    let dev = Device::open(DeviceConfig::default()).unwrap();
-    let pd = dev.alloc_pd();
-    let cq = dev.create_cq(64).unwrap();
-    let qp = dev
-        .create_qp(
-            &pd,
-            QpInit {
-                send_cq: &cq,
-                recv_cq: &cq,
-                sq_depth: 4,
-                rq_depth: 4,
-            },
-        )
-        .unwrap();
-    let b = End { dev, pd, cq, qp };
+    let b = lone_end();
     let buf = b.pd.alloc_mr(size, Access::LOCAL_WRITE).unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 7,
@@ -294,6 +280,58 @@ fn region_gone_mid_payload(size: usize) {
     assert!(b.cq.poll_one().is_none());
 }
 
+/// A device with an unconnected QP (for [`raw_initiator`]).
+fn lone_end() -> End {
+    let dev = Device::open(DeviceConfig::default()).unwrap();
+    let pd = dev.alloc_pd();
+    let cq = dev.create_cq(64).unwrap();
+    let qp = dev
+        .create_qp(
+            &pd,
+            QpInit {
+                send_cq: &cq,
+                recv_cq: &cq,
+                sq_depth: 4,
+                rq_depth: 4,
+            },
+        )
+        .unwrap();
+    End { dev, pd, cq, qp }
+}
+
+/// A large payload whose start came in with a read-ahead (all of it but its last 100
+/// octets, in one TCP segment) is finished by reading the rest directly, even though
+/// the rest is short: the payload, not the piece, decides.
+#[test]
+fn large_payload_begun_in_read_ahead_is_finished_directly() {
+    const S: usize = 2 * RX_DIRECT_MIN;
+    const TAIL: usize = 100;
+    let b = lone_end();
+    let buf = b.pd.alloc_mr(S, Access::LOCAL_WRITE).unwrap();
+    b.qp.post_recv(RecvWr {
+        wr_id: 7,
+        sgl: vec![buf.sge(0, S)],
+    })
+    .unwrap();
+    let mut c = raw_initiator(&b);
+    let data = pattern(S, 5);
+    let fpdu = send_fpdu(&data);
+    let head = 2 + UNTAGGED_HEADER_LEN + S - TAIL;
+    c.write_all(&fpdu[..head]).unwrap();
+    wait_placed(&b.qp, (S - TAIL) as u64);
+    c.write_all(&fpdu[head..]).unwrap();
+    let r = one(&b.cq);
+    assert_eq!(
+        (r.wr_id, r.status, r.byte_len),
+        (7, WcStatus::Success, S as u32)
+    );
+    let (copied, direct) = split(&b.qp);
+    assert_eq!(copied + direct, S as u64);
+    // (If the kernel split the first part, some of it was read directly too.)
+    assert!(direct >= TAIL as u64, "copied {copied}, direct {direct}");
+    assert!(buf.to_vec() == data);
+}
+
 #[test]
 fn region_gone_mid_small_payload_is_an_error() {
     region_gone_mid_payload(100);
@@ -302,4 +340,61 @@ fn region_gone_mid_small_payload_is_an_error() {
 #[test]
 fn region_gone_mid_large_payload_is_an_error() {
     region_gone_mid_payload(4 * RX_DIRECT_MIN);
+}
+
+/// Large Writes, each followed by a small Send (a rendezvous handshake): the Write's
+/// short last FPDU and the Send are two small FPDUs in a row, which do not end exact
+/// mode, so after the first Write nothing is copied, the small Sends included.
+#[test]
+fn large_writes_with_small_sends_between_stay_direct() {
+    const W: usize = 64 << 10;
+    const S: usize = 8;
+    let (a, b) = pair();
+    let data = pattern(N * (W + S), 11);
+    let src = a.pd.alloc_mr(N * (W + S), Access::empty()).unwrap();
+    src.write(0, &data).unwrap();
+    let dst =
+        b.pd.alloc_mr(N * W, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+    let small = b.pd.alloc_mr(N * S, Access::LOCAL_WRITE).unwrap();
+    for i in 0..N {
+        b.qp.post_recv(RecvWr {
+            wr_id: 100 + i as u64,
+            sgl: vec![small.sge(i * S, S)],
+        })
+        .unwrap();
+    }
+    let post = |i: usize| {
+        a.qp.post_send(write(
+            2 * i as u64,
+            dst.addr() + (i * W) as u64,
+            dst.rkey(),
+            vec![src.sge(i * W, W)],
+        ))
+        .unwrap();
+        a.qp.post_send(send(2 * i as u64 + 1, vec![src.sge(N * W + i * S, S)]))
+            .unwrap();
+    };
+    post(0);
+    assert_eq!(one(&b.cq).status, WcStatus::Success);
+    let first = split(&b.qp);
+    check_first("write + send", W + S, first);
+    for i in 1..N {
+        post(i);
+    }
+    let got = take(&b.cq, N - 1);
+    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    let (c, d) = split(&b.qp);
+    assert_eq!(
+        (c - first.0, d - first.1),
+        (0, ((N - 1) * (W + S)) as u64),
+        "(copied, direct) of rounds 2..{N}"
+    );
+    let sent = take(&a.cq, 2 * N);
+    assert!(
+        sent.iter().all(|c| c.status == WcStatus::Success),
+        "{sent:?}"
+    );
+    assert!(dst.to_vec() == data[..N * W], "Write data");
+    assert!(small.to_vec() == data[N * W..], "Send data");
 }
