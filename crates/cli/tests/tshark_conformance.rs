@@ -13,6 +13,7 @@ mod rig;
 use rig::HostCapture;
 use softrnic_cli::rping::{self, Fault, RpingError, RpingOpts};
 use softrnic_rnic::{CrcPolicy, Device, DeviceConfig, MpaConfig};
+use softrnic_wire::terminate::{Layer, TerminateCause, ddp_code, ddp_etype};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -76,15 +77,13 @@ fn tshark_decodes_softrnic_traffic_without_errors() {
     if Command::new("tshark").arg("-v").output().is_err()
         || Command::new("dumpcap").arg("-v").output().is_err()
     {
-        assert!(
-            std::env::var("SOFTRNIC_RIG").as_deref() != Ok("require"),
-            "tshark/dumpcap missing"
-        );
-        eprintln!(
-            "\n==== SKIPPED tshark conformance: tshark/dumpcap not installed (Debian package tshark) ====\n"
+        rig::skip_test(
+            "tshark conformance test",
+            "tshark/dumpcap not installed (Debian package tshark)",
         );
         return;
     }
+    rig::record("ran");
     let crc = MpaConfig {
         crc: CrcPolicy::Required,
         ..MpaConfig::default()
@@ -167,7 +166,39 @@ fn tshark_decodes_softrnic_traffic_without_errors() {
         };
         match (c.inject, server) {
             (None, (Ok(3), Ok(3))) => {}
-            (Some(_), (Err(RpingError::Terminated { .. }), Err(_))) => {}
+            // The server's Write beyond the client's buffer: the client answers with
+            // DDP tagged buffer error / base or bounds violation, which the server
+            // receives; the client's own step fails with a local error.
+            (
+                Some(Fault::WriteBeyondBounds),
+                (
+                    Err(RpingError::Terminated {
+                        cause,
+                        remote: true,
+                        ..
+                    }),
+                    Err(client),
+                ),
+            ) => {
+                assert_eq!(
+                    cause,
+                    TerminateCause::new(
+                        Layer::Ddp,
+                        ddp_etype::TAGGED_BUFFER,
+                        ddp_code::tagged::BASE_BOUNDS
+                    ),
+                    "{}: the Terminate the server received",
+                    c.name
+                );
+                match client {
+                    RpingError::Terminated {
+                        cause: sent,
+                        remote: false,
+                        ..
+                    } => assert_eq!(sent, cause, "{}: the client's Terminate", c.name),
+                    other => panic!("{}: client {other:?}", c.name),
+                }
+            }
             (_, other) => panic!("{}: {other:?}", c.name),
         }
     }
