@@ -1,0 +1,109 @@
+//! Exact boundaries of the codecs that the round-trip properties do not pin down:
+//! header lengths at the octet, reserved-field values, error kinds and the octet counts
+//! in truncation errors. Written to kill the mutants `cargo mutants -p softrnic-wire`
+//! found surviving (see docs/MUTANTS.md).
+
+use softrnic_wire::WireError;
+use softrnic_wire::ddp::{DdpHeader, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use softrnic_wire::markers::{MARKER_LEN, MARKER_SPACING, fpdu_pointer, marker_bytes, strip};
+
+/// DDP control octet: T, L, reserved bits, DV = 1.
+fn control(tagged: bool, last: bool, reserved: u8) -> u8 {
+    (u8::from(tagged) << 7) | (u8::from(last) << 6) | (reserved << 2) | 1
+}
+
+#[test]
+fn ddp_header_needs_exactly_its_own_length() {
+    let mut tagged = vec![0u8; TAGGED_HEADER_LEN];
+    tagged[0] = control(true, true, 0);
+    assert!(
+        DdpHeader::new_checked(&tagged[..]).is_ok(),
+        "14 octets hold a tagged header"
+    );
+    assert_eq!(
+        DdpHeader::new_checked(&tagged[..TAGGED_HEADER_LEN - 1]).unwrap_err(),
+        WireError::Truncated {
+            needed: TAGGED_HEADER_LEN,
+            have: TAGGED_HEADER_LEN - 1
+        }
+    );
+    let mut untagged = vec![0u8; UNTAGGED_HEADER_LEN];
+    untagged[0] = control(false, true, 0);
+    assert!(DdpHeader::new_checked(&untagged[..]).is_ok());
+    // 14..17 octets would hold a tagged header, not an untagged one.
+    for have in TAGGED_HEADER_LEN..UNTAGGED_HEADER_LEN {
+        assert_eq!(
+            DdpHeader::new_checked(&untagged[..have]).unwrap_err(),
+            WireError::Truncated {
+                needed: UNTAGGED_HEADER_LEN,
+                have
+            },
+            "untagged header cut to {have} octets"
+        );
+    }
+}
+
+#[test]
+fn ddp_reserved_bits_read_back_as_sent() {
+    for reserved in 0..16u8 {
+        let mut h = vec![0u8; UNTAGGED_HEADER_LEN];
+        h[0] = control(false, true, reserved);
+        let view = DdpHeader::new_checked(&h[..]).unwrap();
+        assert_eq!(view.ddp_reserved(), reserved);
+        assert!(!view.tagged());
+        assert!(view.last());
+        assert_eq!(view.ddp_version(), 1);
+    }
+}
+
+#[test]
+fn only_truncation_is_truncated() {
+    assert!(WireError::Truncated { needed: 2, have: 1 }.is_truncated());
+    for e in [
+        WireError::BadReadRequestLength(27),
+        WireError::BadTerminate("x"),
+    ] {
+        assert!(!e.is_truncated(), "{e:?}");
+    }
+}
+
+/// Marks `ulpdu` (an FPDU's octets) as the sender would from marked position `start`.
+fn marked(fpdu: &[u8], start: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut pos = start;
+    for &b in fpdu {
+        if pos.is_multiple_of(MARKER_SPACING) {
+            out.extend_from_slice(&marker_bytes(fpdu_pointer(start, pos)));
+            pos += MARKER_LEN as u64;
+        }
+        out.push(b);
+        pos += 1;
+    }
+    out
+}
+
+#[test]
+fn strip_removes_markers_in_the_middle_and_near_the_end() {
+    let fpdu: Vec<u8> = (0..1500u32).map(|i| (i * 7 + i / 256) as u8).collect();
+    for start in [0u64, 100, 508, 1000, 1020] {
+        let m = marked(&fpdu, start);
+        assert!(m.len() > fpdu.len(), "start {start}: a marker falls inside");
+        let mut out = vec![0u8; fpdu.len()];
+        strip(&m, start, &mut out).unwrap_or_else(|e| panic!("start {start}: {e}"));
+        assert_eq!(out, fpdu, "start {start}");
+        // Cut anywhere: the exact octets needed are reported.
+        for cut in [1, MARKER_LEN, 600, m.len() - 1] {
+            let cut = cut.min(m.len() - 1);
+            match strip(&m[..cut], start, &mut out) {
+                Err(WireError::Truncated { needed, have }) => {
+                    assert_eq!(have, cut, "start {start} cut {cut}");
+                    assert!(
+                        needed > cut && needed <= m.len(),
+                        "start {start} cut {cut}: {needed}"
+                    );
+                }
+                other => panic!("start {start} cut {cut}: {other:?}"),
+            }
+        }
+    }
+}
