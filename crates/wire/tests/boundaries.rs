@@ -6,6 +6,7 @@
 use softrnic_wire::WireError;
 use softrnic_wire::ddp::{DdpHeader, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use softrnic_wire::markers::{MARKER_LEN, MARKER_SPACING, fpdu_pointer, marker_bytes, strip};
+use softrnic_wire::mpa::{self, MpaFrame, MpaFrameRepr, Rfc6581};
 
 /// DDP control octet: T, L, reserved bits, DV = 1.
 fn control(tagged: bool, last: bool, reserved: u8) -> u8 {
@@ -106,4 +107,59 @@ fn strip_removes_markers_in_the_middle_and_near_the_end() {
             }
         }
     }
+}
+
+/// An MPA Request frame header (key, flags, rev 2) announcing `pd_len` octets, followed
+/// by `have` octets of private data.
+fn mpa_request(pd_len: u16, have: usize) -> Vec<u8> {
+    let mut v = b"MPA ID Req Frame".to_vec();
+    v.extend_from_slice(&[0x10, 2]);
+    v.extend_from_slice(&pd_len.to_be_bytes());
+    v.extend((0..have).map(|i| (i % 251) as u8));
+    v
+}
+
+#[test]
+fn mpa_private_data_is_512_octets_at_most_and_read_back_exactly() {
+    let ok = mpa_request(512, 512);
+    let f = MpaFrame::new_checked(&ok[..]).expect("512 octets of private data are allowed");
+    assert_eq!(f.private_data(), &ok[20..]);
+    assert_eq!(f.private_data().len(), 512);
+    assert_eq!(
+        MpaFrame::new_checked(&mpa_request(513, 513)[..]).unwrap_err(),
+        WireError::PrivateDataTooLong(513)
+    );
+    // Emitting refuses 513 octets and takes 512.
+    let mut repr = MpaFrameRepr::parse(&ok).unwrap();
+    let mut out = vec![0u8; 600];
+    assert_eq!(repr.emit(&mut out), Ok(ok.len()));
+    let long = vec![7u8; 513];
+    repr.private_data = &long;
+    repr.rfc6581 = None;
+    repr.enhanced = false;
+    assert_eq!(repr.emit(&mut out), Err(WireError::PrivateDataTooLong(513)));
+}
+
+#[test]
+fn rfc6581_word_needs_four_octets() {
+    assert_eq!(
+        Rfc6581::parse(&[0x80, 1, 0x40, 2]),
+        Ok(Rfc6581 {
+            peer_to_peer: true,
+            rtr_send: false,
+            ird: 1,
+            rtr_write: false,
+            rtr_read: true,
+            ord: 2,
+        })
+    );
+    assert_eq!(
+        Rfc6581::parse(&[0x80, 1, 0x40]),
+        Err(WireError::MissingRfc6581Params)
+    );
+}
+
+#[test]
+fn largest_fpdu_is_length_field_ulpdu_pad_and_crc() {
+    assert_eq!(mpa::MAX_FPDU_LEN, 2 + 65535 + 3 + 4);
 }
