@@ -850,3 +850,67 @@ fn send_completions_come_in_posting_order_across_reads() {
     }
     assert_eq!(ids, expected, "posting order, unsignaled Reads skipped");
 }
+
+/// What a Terminate carries (RFC 5040 section 4.8): the offending segment's DDP
+/// segment length and its DDP header, and for a Read Request its RDMAP header, copied
+/// octet for octet from what the peer sent.
+#[test]
+fn terminate_carries_the_offending_headers() {
+    use softrnic_wire::{Body, Ulpdu};
+    for is_read in [false, true] {
+        let (mut a, mut b) = pair(QpParams::default());
+        let (local, lbase) = a.reg(64, Access::LOCAL_WRITE, 1);
+        let (remote, rbase) = b.reg(64, Access::empty(), 2);
+        let op = if is_read {
+            SendOp::Read {
+                remote_addr: rbase + 3,
+                rkey: remote,
+            }
+        } else {
+            SendOp::Write {
+                remote_addr: rbase + 3,
+                rkey: remote,
+            }
+        };
+        a.qp.post_send(
+            SendWr {
+                wr_id: 1,
+                op,
+                sgl: vec![sge(local, lbase, 32)],
+                signaled: true,
+                fence: false,
+            },
+            &mut a.tpt,
+        )
+        .unwrap();
+        let offending = a.next_fpdu().unwrap();
+        b.feed(&offending, false);
+        let term = b.next_fpdu().expect("a Terminate");
+        let seg_len = u16::from_be_bytes([offending[0], offending[1]]);
+        let ulpdu = &term[2..2 + usize::from(u16::from_be_bytes([term[0], term[1]]))];
+        let Body::Terminate(t) = Ulpdu::parse(ulpdu).unwrap().body else {
+            panic!("not a Terminate: {term:?}");
+        };
+        let what = if is_read { "Read" } else { "Write" };
+        // No REMOTE_READ/REMOTE_WRITE right: RDMAP remote protection, access violation.
+        assert_eq!(
+            t.cause,
+            TerminateCause::new(Layer::Rdmap, 1, 0x02),
+            "{what}"
+        );
+        let ddp = t.ddp.unwrap_or_else(|| panic!("{what}: DDP header copied"));
+        assert!(t.segment_len_valid, "{what}");
+        assert_eq!(ddp.segment_len, seg_len, "{what}: segment length");
+        let hlen = if is_read { 18 } else { 14 };
+        assert_eq!(ddp.header, &offending[2..2 + hlen], "{what}: DDP header");
+        if is_read {
+            assert_eq!(
+                t.rdmap,
+                Some(&offending[2 + 18..2 + 18 + 28]),
+                "Read Request header"
+            );
+        } else {
+            assert_eq!(t.rdmap, None);
+        }
+    }
+}
