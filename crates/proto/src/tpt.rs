@@ -384,4 +384,26 @@ mod tests {
         assert_eq!(again >> 8, s >> 8, "freed index is reused");
         assert_eq!(t.len(), 1);
     }
+
+    #[test]
+    fn counts_and_revalidation_rules() {
+        let mut t = Tpt::new();
+        assert!(t.is_empty());
+        assert_eq!(t.len(), 0);
+        let a = t.insert(entry(1, Access::REMOTE_READ)).unwrap();
+        let b = t.insert(entry(1, Access::REMOTE_READ)).unwrap();
+        assert_eq!((t.len(), t.is_empty()), (2, false));
+        assert_ne!(a >> 8, b >> 8, "distinct indices");
+        // A valid STag is not revalidated; a stale key is refused; an invalidated STag
+        // comes back under the new key only.
+        assert_eq!(t.revalidate(a, 0x77), None, "still valid");
+        t.invalidate(a, PdId(1)).unwrap();
+        assert_eq!(t.revalidate(a ^ 0x01, 0x77), None, "stale key");
+        let a2 = t.revalidate(a, 0x77).expect("invalidated STag revalidates");
+        assert_eq!(a2, (a & !0xff) | 0x77);
+        assert!(t.get(a2).is_some_and(|e| e.valid));
+        assert!(t.get(a).is_none(), "the old key no longer names the region");
+        t.remove(b);
+        assert_eq!(t.len(), 1);
+    }
 }
