@@ -28,10 +28,10 @@ const N: usize = 6;
 const SIZES: [usize; 10] = [
     1,
     4096,
+    16 << 10,
     RX_DIRECT_MIN - 1,
     RX_DIRECT_MIN,
-    16 << 10,
-    32 << 10,
+    48 << 10,
     64 << 10,
     (64 << 10) + 1,
     256 << 10,
@@ -304,8 +304,10 @@ fn lone_end() -> End {
 /// the rest is short: the payload, not the piece, decides.
 #[test]
 fn large_payload_begun_in_read_ahead_is_finished_directly() {
-    const S: usize = 2 * RX_DIRECT_MIN;
+    const S: usize = RX_DIRECT_MIN;
     const TAIL: usize = 100;
+    // What goes first fits one read-ahead.
+    const { assert!(2 + UNTAGGED_HEADER_LEN + S - TAIL <= RX_STAGING_LEN) };
     let b = lone_end();
     let buf = b.pd.alloc_mr(S, Access::LOCAL_WRITE).unwrap();
     b.qp.post_recv(RecvWr {
@@ -339,7 +341,7 @@ fn region_gone_mid_small_payload_is_an_error() {
 
 #[test]
 fn region_gone_mid_large_payload_is_an_error() {
-    region_gone_mid_payload(4 * RX_DIRECT_MIN);
+    region_gone_mid_payload(RX_DIRECT_MIN + 4096);
 }
 
 /// Large Writes, each followed by a small Send (a rendezvous handshake): the Write's
