@@ -84,9 +84,19 @@ impl Side {
         Some(v)
     }
 
-    fn feed(&mut self, bytes: &[u8], one_at_a_time: bool) {
-        let step = if one_at_a_time { 1 } else { bytes.len().max(1) };
-        for part in bytes.chunks(step) {
+    /// Feeds `bytes` whole, or (`split`) in pieces of 1, 2, 3, 5, 7, 11, 1, ... octets,
+    /// so that every boundary falls inside every field.
+    fn feed(&mut self, bytes: &[u8], split: bool) {
+        let mut rest = bytes;
+        let mut sizes = [1usize, 2, 3, 5, 7, 11].into_iter().cycle();
+        while !rest.is_empty() {
+            let step = if split {
+                sizes.next().unwrap()
+            } else {
+                rest.len()
+            };
+            let (part, tail) = rest.split_at(step.min(rest.len()));
+            rest = tail;
             let mem = &mut self.mem;
             self.qp.handle_input(part, &mut self.tpt, &mut |c, data| {
                 let r = &mut mem[c.region.0 as usize];
