@@ -15,7 +15,7 @@ fn control(tagged: bool, last: bool, reserved: u8) -> u8 {
 
 #[test]
 fn ddp_header_needs_exactly_its_own_length() {
-    let mut tagged = vec![0u8; TAGGED_HEADER_LEN];
+    let mut tagged = [0u8; TAGGED_HEADER_LEN];
     tagged[0] = control(true, true, 0);
     assert!(
         DdpHeader::new_checked(&tagged[..]).is_ok(),
@@ -28,7 +28,7 @@ fn ddp_header_needs_exactly_its_own_length() {
             have: TAGGED_HEADER_LEN - 1
         }
     );
-    let mut untagged = vec![0u8; UNTAGGED_HEADER_LEN];
+    let mut untagged = [0u8; UNTAGGED_HEADER_LEN];
     untagged[0] = control(false, true, 0);
     assert!(DdpHeader::new_checked(&untagged[..]).is_ok());
     // 14..17 octets would hold a tagged header, not an untagged one.
@@ -47,7 +47,7 @@ fn ddp_header_needs_exactly_its_own_length() {
 #[test]
 fn ddp_reserved_bits_read_back_as_sent() {
     for reserved in 0..16u8 {
-        let mut h = vec![0u8; UNTAGGED_HEADER_LEN];
+        let mut h = [0u8; UNTAGGED_HEADER_LEN];
         h[0] = control(false, true, reserved);
         let view = DdpHeader::new_checked(&h[..]).unwrap();
         assert_eq!(view.ddp_reserved(), reserved);
