@@ -81,12 +81,12 @@ pub struct QpStats {
 ///
 /// The threshold is one staging buffer: a payload that cannot come in together with its
 /// header in one read-ahead needs a second read anyway, and reading it directly then
-/// costs at most the exact header read and saves copying 32 KiB or more; a smaller one
-/// costs one `memcpy` (about 0.15-0.35 us for 16-32 KiB here) instead of the one or two
-/// extra `read`s (0.45 us each, at least) that exact mode spends per FPDU. Measured on
-/// loopback with write_bw and send_bw (docs/ARCHITECTURE.md, "Receive copy policy"):
-/// direct placement of 8 and 16 KiB Sends ran at about half the bandwidth of copying
-/// them; from 32 KiB on the two were equal within this machine's noise.
+/// costs at most the exact header read and saves copying 32 KiB or more. Measured here:
+/// a `read(2)` costs at least 0.45 us, a `memcpy` from the staging buffer 0.14-0.6 us
+/// per 16 KiB and 0.27-1.0 us per 32 KiB (memory in cache or cold), and exact mode
+/// spends one extra `read` per tagged FPDU, two per untagged one; end to end (loopback
+/// write_bw/send_bw) 16 KiB messages ran at the same bandwidth copied or direct. The
+/// numbers are in docs/ARCHITECTURE.md, "Receive copy policy".
 pub const RX_DIRECT_MIN: usize = RX_STAGING_LEN;
 
 /// Small FPDUs (payload below [`RX_DIRECT_MIN`], none included) in a row that end exact

@@ -61,7 +61,8 @@ fn wait_placed(qp: &Qp, total: u64) {
 
 /// The split the policy promises for messages 2..N of `size` octets: small FPDUs are
 /// copied (read ahead), large ones and a large message's short last FPDU go straight
-/// into memory.
+/// into memory. (With the default loopback FPDU of 65000 octets, every FPDU of a message
+/// of `RX_DIRECT_MIN` or more is large except its last.)
 fn steady(size: usize) -> (u64, u64) {
     let octets = ((N - 1) * size) as u64;
     if size >= RX_DIRECT_MIN {
