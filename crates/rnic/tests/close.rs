@@ -293,52 +293,13 @@ fn local_receive_error_closes_the_connection_engine_progress() {
 /// The QP on the device must tell a stream ended between FPDUs (a graceful close) from
 /// one cut inside an FPDU (a lost stream).
 fn raw_peer_closes(tail: &[u8]) -> (End, Vec<AsyncEvent>) {
-    use softrnic_proto::cm::{Initiator, InitiatorProgress};
     use std::io::{Read, Write};
-    let dev = Device::open(DeviceConfig::default()).unwrap();
-    let pd = dev.alloc_pd();
-    let cq = dev.create_cq(64).unwrap();
-    let qp = dev
-        .create_qp(
-            &pd,
-            QpInit {
-                send_cq: &cq,
-                recv_cq: &cq,
-                sq_depth: 8,
-                rq_depth: 8,
-            },
-        )
-        .unwrap();
-    let e = End { dev, pd, cq, qp };
+    let e = end_on(DeviceConfig::default(), 64, 8, 8);
     let buf = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..3u64 {
         e.qp.post_recv(recv(100 + i, buf.sge(0, 64))).unwrap();
     }
-    let listener = e.dev.listen("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    std::thread::scope(|sc| {
-        let h = sc.spawn(|| listener.accept().unwrap().accept(&e.qp, b"").unwrap());
-        let mut init = Initiator::new(MpaConfig::default()).unwrap();
-        s.write_all(&init.request()).unwrap();
-        let mut got = Vec::new();
-        loop {
-            let mut chunk = [0u8; 256];
-            let n = s.read(&mut chunk).unwrap();
-            assert!(n > 0, "the device closed during MPA setup");
-            got.extend_from_slice(&chunk[..n]);
-            match init.handle_input(&got).unwrap() {
-                InitiatorProgress::NeedMore => continue,
-                InitiatorProgress::Established { consumed, .. } => {
-                    assert_eq!(consumed, got.len());
-                    break;
-                }
-                InitiatorProgress::Rejected { .. } => panic!("rejected"),
-            }
-        }
-        h.join().unwrap();
-    });
+    let mut s = raw_initiator(&e);
     s.write_all(tail).unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     disconnected(&e.dev, &e.qp);

@@ -12,13 +12,11 @@ mod common;
 mod support;
 
 use common::*;
-use softrnic_proto::cm::{Initiator, InitiatorProgress};
 use softrnic_rnic::*;
 use softrnic_wire::ddp::{DdpRepr, Placement, UNTAGGED_HEADER_LEN};
 use softrnic_wire::mpa;
 use softrnic_wire::rdmap::Opcode;
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Instant;
 use support::*;
 
@@ -180,43 +178,6 @@ fn send_copy_split_per_size() {
     }
 }
 
-/// A hand-driven MPA initiator on a plain TCP stream, connected to `b`'s QP (which has
-/// a receive posted into `buf`).
-fn raw_initiator(b: &End) -> TcpStream {
-    let listener = b.dev.listen("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::scope(|s| {
-        let h = s.spawn(|| {
-            listener
-                .accept()
-                .unwrap()
-                .accept(&b.qp, b"passive")
-                .unwrap();
-        });
-        let mut c = TcpStream::connect(addr).unwrap();
-        c.set_read_timeout(Some(WAIT)).unwrap();
-        let mut init = Initiator::new(MpaConfig::default()).unwrap();
-        c.write_all(&init.request()).unwrap();
-        let mut got = Vec::new();
-        loop {
-            let mut buf = [0u8; 1024];
-            let n = c.read(&mut buf).unwrap();
-            assert!(n > 0, "the responder closed during MPA setup");
-            got.extend_from_slice(&buf[..n]);
-            match init.handle_input(&got).unwrap() {
-                InitiatorProgress::NeedMore => continue,
-                InitiatorProgress::Established { consumed, .. } => {
-                    assert_eq!(consumed, got.len(), "no FPDU before our first");
-                    break;
-                }
-                p => panic!("{p:?}"),
-            }
-        }
-        h.join().unwrap();
-        c
-    })
-}
-
 /// An untagged Send FPDU (MSN 1, the first Send) carrying `payload`, CRC off.
 fn send_fpdu(payload: &[u8]) -> Vec<u8> {
     let mut hdr = [0u8; UNTAGGED_HEADER_LEN];
@@ -245,7 +206,7 @@ fn send_fpdu(payload: &[u8]) -> Vec<u8> {
 /// missing region: a small payload is read ahead and copied, a large one is read
 /// directly.
 fn region_gone_mid_payload(size: usize) {
-    let b = lone_end();
+    let b = end_on(DeviceConfig::default(), 64, 4, 4);
     let buf = b.pd.alloc_mr(size, Access::LOCAL_WRITE).unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 7,
@@ -281,25 +242,6 @@ fn region_gone_mid_payload(size: usize) {
     assert!(b.cq.poll_one().is_none());
 }
 
-/// A device with an unconnected QP (for [`raw_initiator`]).
-fn lone_end() -> End {
-    let dev = Device::open(DeviceConfig::default()).unwrap();
-    let pd = dev.alloc_pd();
-    let cq = dev.create_cq(64).unwrap();
-    let qp = dev
-        .create_qp(
-            &pd,
-            QpInit {
-                send_cq: &cq,
-                recv_cq: &cq,
-                sq_depth: 4,
-                rq_depth: 4,
-            },
-        )
-        .unwrap();
-    End { dev, pd, cq, qp }
-}
-
 /// A large payload whose start came in with a read-ahead (all of it but its last 100
 /// octets, in one TCP segment) is finished by reading the rest directly, even though
 /// the rest is short: the payload, not the piece, decides.
@@ -309,7 +251,7 @@ fn large_payload_begun_in_read_ahead_is_finished_directly() {
     const TAIL: usize = 100;
     // What goes first fits one read-ahead.
     const { assert!(2 + UNTAGGED_HEADER_LEN + S - TAIL <= RX_STAGING_LEN) };
-    let b = lone_end();
+    let b = end_on(DeviceConfig::default(), 64, 4, 4);
     let buf = b.pd.alloc_mr(S, Access::LOCAL_WRITE).unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 7,
