@@ -17,6 +17,7 @@
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::qp::Qp;
+use crate::sys;
 use softrnic_proto::cm::{
     ConnectRequest, Initiator, InitiatorProgress, MpaConfig, Negotiated, Responder,
     ResponderProgress,
@@ -119,43 +120,6 @@ fn read_frame(s: &mut TcpStream) -> Result<Vec<u8>> {
 /// does worse.
 const LOOPBACK_FPDU: usize = 65000;
 
-fn tcp_mss(s: &TcpStream) -> Option<usize> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: a valid socket fd, and `v`/`len` are a correctly sized out-parameter pair.
-    let r = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_MAXSEG,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    (r == 0 && v > 0).then_some(v as usize)
-}
-
-fn set_keepalive(s: &TcpStream, idle: std::time::Duration) {
-    let secs = idle.as_secs().clamp(1, 3600) as libc::c_int;
-    for (level, opt, val) in [
-        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
-        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs),
-        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1),
-        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3),
-    ] {
-        // SAFETY: a valid socket fd and a correctly sized int option value.
-        unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                level,
-                opt,
-                (&val as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
-    }
-}
-
 impl Device {
     fn qp_params(&self, s: &TcpStream, n: &Negotiated) -> Result<QpParams> {
         if n.markers_rx || n.markers_tx {
@@ -178,7 +142,7 @@ impl Device {
             .cfg
             .max_fpdu
             .or_else(|| loopback.then_some(LOOPBACK_FPDU))
-            .or_else(|| tcp_mss(s))
+            .or_else(|| sys::socket::tcp_mss(s.as_raw_fd()))
             .unwrap_or(1448)
             .clamp(64, softrnic_wire::mpa::MAX_FPDU_LEN);
         Ok(QpParams {
@@ -245,7 +209,7 @@ impl Device {
                 consumed,
             } => {
                 let params = self.qp_params(&s, &negotiated)?;
-                set_keepalive(&s, self.shared.cfg.keepalive);
+                sys::socket::set_keepalive(s.as_raw_fd(), self.shared.cfg.keepalive);
                 let peer_addr = s.peer_addr()?;
                 s.set_read_timeout(None)?;
                 qp.shared
@@ -352,7 +316,7 @@ impl ConnRequest {
         };
         let params = self.dev.qp_params(&self.stream, &negotiated)?;
         self.stream.write_all(&reply)?;
-        set_keepalive(&self.stream, self.dev.shared.cfg.keepalive);
+        sys::socket::set_keepalive(self.stream.as_raw_fd(), self.dev.shared.cfg.keepalive);
         self.stream.set_read_timeout(None)?;
         qp.shared
             .attach(&self.dev.shared, self.stream, params, &[])?;

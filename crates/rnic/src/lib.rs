@@ -40,6 +40,7 @@
 //! (A Write completes when handed to TCP; an application learns that the data is in
 //! place from a later Send, as with any RDMA Write.)
 
+mod close;
 pub mod cm;
 pub mod cq;
 pub mod cq_ring;
@@ -48,7 +49,10 @@ mod engine;
 pub mod error;
 pub mod mr;
 pub mod qp;
+mod receive;
 pub mod region;
+mod sys;
+mod transmit;
 
 pub use cm::{ConnRequest, Connection, Listener};
 pub use cq::Cq;

@@ -1,0 +1,5 @@
+//! Every raw system call of the crate, behind safe functions: the rest of rnic calls
+//! these and holds no `libc` call of its own, so each `unsafe` contract is checked in
+//! one place.
+
+pub(crate) mod socket;

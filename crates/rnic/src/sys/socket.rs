@@ -1,0 +1,260 @@
+//! Socket system calls: reads into region memory, sends of a buffer or of a gather list,
+//! and the socket options the connection manager and the close path set.
+
+use crate::region::RegionSlice;
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// Reads from `fd` straight into region memory (at most `dst.len()` octets).
+///
+/// The region stays alive for the call (`dst` borrows it); whether the kernel writing
+/// these octets is wanted is the caller's decision, as for any iovec: the receive path
+/// only reads into a range the TPT granted to the payload being placed.
+pub(crate) fn read_into(fd: RawFd, dst: &RegionSlice<'_>) -> io::Result<usize> {
+    // SAFETY: `dst` is a bounds-checked view of live region memory (its borrow keeps the
+    // region alive); `read(2)` writes at most `dst.len()` octets through the raw pointer,
+    // and no Rust reference to that memory is formed here.
+    let n = unsafe { libc::read(fd, dst.as_ptr().cast(), dst.len()) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Sends `buf` (without SIGPIPE: a closed peer is an `EPIPE` error).
+pub(crate) fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: the pointer and length describe the initialised octets of `buf`, which the
+    // borrow keeps alive and unchanged during the call; the kernel only reads them.
+    let r = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// A gather list for [`sendmsg`]: raw pieces of memory that stay readable for `'a`.
+///
+/// Its entries may point at region memory, which the program may (against the rules of
+/// a posted send) change concurrently: the kernel reading it then sends whatever is
+/// there, never anything outside the pieces.
+#[derive(Clone, Copy)]
+pub(crate) struct IoVecs<'a> {
+    iov: &'a [libc::iovec],
+}
+
+impl<'a> IoVecs<'a> {
+    /// # Safety
+    ///
+    /// Every entry of `iov` must describe memory that is valid for reads of `iov_len`
+    /// octets for all of `'a`.
+    pub(crate) unsafe fn new(iov: &'a [libc::iovec]) -> IoVecs<'a> {
+        IoVecs { iov }
+    }
+}
+
+/// Sends a gather list with one `sendmsg(2)` (without SIGPIPE).
+pub(crate) fn sendmsg(fd: RawFd, iov: IoVecs<'_>) -> io::Result<usize> {
+    // SAFETY: a zeroed msghdr is a valid empty header; we then point it at the entries.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.iov.as_ptr().cast_mut();
+    msg.msg_iovlen = iov.iov.len() as _;
+    // SAFETY: `IoVecs::new`'s contract makes every entry readable memory for the call;
+    // the kernel only reads through `msg_iov` (it does not write the iovec array either,
+    // for a send).
+    let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Makes closing `fd` send RST instead of FIN (a zero linger time).
+pub(crate) fn set_linger_zero(fd: RawFd) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket fd and a correctly sized, initialised `linger` value.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+/// The socket's TCP maximum segment size, if the kernel reports one.
+pub(crate) fn tcp_mss(fd: RawFd) -> Option<usize> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid socket fd, and `v`/`len` are a correctly sized out-parameter pair.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && v > 0).then_some(v as usize)
+}
+
+/// Turns TCP keepalive on: probes after `idle` without traffic, one a second, three
+/// unanswered ones end the connection.
+pub(crate) fn set_keepalive(fd: RawFd, idle: Duration) {
+    let secs = idle.as_secs().clamp(1, 3600) as libc::c_int;
+    for (level, opt, val) in [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3),
+    ] {
+        // SAFETY: a valid socket fd and a correctly sized int option value.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                opt,
+                (&val as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::region::Region;
+    use softrnic_proto::RegionId;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    fn int_opt(s: &TcpStream, level: libc::c_int, opt: libc::c_int) -> libc::c_int {
+        let mut v: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: a valid socket fd and a correctly sized out-parameter pair.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                level,
+                opt,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0);
+        v
+    }
+
+    #[test]
+    fn read_into_places_into_region_memory() {
+        let (mut a, b) = pair();
+        a.write_all(b"placed by the kernel").unwrap();
+        let r = Region::alloc(RegionId(1), 64).unwrap();
+        let mut got = 0;
+        while got < 20 {
+            got += read_into(b.as_raw_fd(), &r.io_slice(8 + got, 20 - got).unwrap()).unwrap();
+        }
+        let mut out = [0u8; 28];
+        r.read(0, &mut out).unwrap();
+        assert_eq!(&out[..8], &[0; 8]);
+        assert_eq!(&out[8..], b"placed by the kernel");
+    }
+
+    #[test]
+    fn send_and_sendmsg_deliver_in_order() {
+        let (a, mut b) = pair();
+        assert_eq!(send(a.as_raw_fd(), b"one,").unwrap(), 4);
+        let (x, y) = (b"two,".to_vec(), b"three".to_vec());
+        let iov = [
+            libc::iovec {
+                iov_base: x.as_ptr() as *mut libc::c_void,
+                iov_len: x.len(),
+            },
+            libc::iovec {
+                iov_base: y.as_ptr() as *mut libc::c_void,
+                iov_len: y.len(),
+            },
+        ];
+        // SAFETY: both entries point at the live vectors above, unchanged until the end.
+        let list = unsafe { IoVecs::new(&iov) };
+        assert_eq!(sendmsg(a.as_raw_fd(), list).unwrap(), 9);
+        drop(a);
+        let mut got = String::new();
+        b.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "one,two,three");
+    }
+
+    #[test]
+    fn send_to_a_closed_peer_is_an_error_not_a_signal() {
+        let (a, b) = pair();
+        set_linger_zero(b.as_raw_fd());
+        drop(b);
+        let mut last = Ok(0);
+        // The first send may still be accepted; the reset then fails the next ones.
+        for _ in 0..100 {
+            last = send(a.as_raw_fd(), &[0u8; 1024]);
+            if last.is_err() {
+                break;
+            }
+        }
+        let kind = last.unwrap_err().kind();
+        assert!(
+            matches!(
+                kind,
+                io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+            ),
+            "{kind:?}"
+        );
+    }
+
+    #[test]
+    fn linger_zero_makes_close_a_reset() {
+        let (a, mut b) = pair();
+        set_linger_zero(a.as_raw_fd());
+        drop(a);
+        let e = b.read(&mut [0u8; 8]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionReset);
+    }
+
+    #[test]
+    fn options_are_set_and_read() {
+        let (a, _b) = pair();
+        assert!(tcp_mss(a.as_raw_fd()).is_some_and(|m| m > 0));
+        set_keepalive(a.as_raw_fd(), Duration::from_secs(7));
+        assert_eq!(int_opt(&a, libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
+        assert_eq!(int_opt(&a, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), 7);
+        assert_eq!(int_opt(&a, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL), 1);
+        assert_eq!(int_opt(&a, libc::IPPROTO_TCP, libc::TCP_KEEPCNT), 3);
+        assert_eq!(tcp_mss(-1), None);
+        assert_eq!(
+            read_into(
+                -1,
+                &Region::alloc(RegionId(2), 8)
+                    .unwrap()
+                    .io_slice(0, 8)
+                    .unwrap()
+            )
+            .unwrap_err()
+            .raw_os_error(),
+            Some(libc::EBADF)
+        );
+    }
+}
