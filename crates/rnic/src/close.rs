@@ -8,7 +8,7 @@ use crate::qp::Conn;
 use softrnic_proto::qp::Qp as Core;
 use softrnic_proto::{QpId, QpState};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::net::Shutdown;
 
 /// Takes the steps of closing that the QP's state now allows: after a Terminate went
 /// out, after the peer's FIN, after a graceful close drained the send queue. Returns
@@ -24,7 +24,7 @@ pub(crate) fn close_if_done(
     let flushed = c.tx.is_flushed();
     if core.terminate_sent() && !c.closed && flushed {
         // Terminate is out: close the connection and finish going to error.
-        let _ = c.sock.shutdown(std::net::Shutdown::Both);
+        let _ = c.transport.shutdown(Shutdown::Both);
         c.closed = true;
         core.transport_closed();
     }
@@ -33,7 +33,7 @@ pub(crate) fn close_if_done(
         core.close();
     }
     if core.ready_to_fin() && !c.fin_sent && flushed {
-        let _ = c.sock.shutdown(std::net::Shutdown::Write);
+        let _ = c.transport.shutdown(Shutdown::Write);
         c.fin_sent = true;
     }
     let done = c.closed || (c.eof && (c.fin_sent || core.state() != QpState::Closing));
@@ -48,9 +48,9 @@ pub(crate) fn close_if_done(
         // a lost stream), the connection closes now, so the peer learns and flushes
         // too instead of waiting on a silent connection. (After a graceful close,
         // a reset or our own Terminate this changes nothing.)
-        let _ = c.sock.shutdown(std::net::Shutdown::Both);
+        let _ = c.transport.shutdown(Shutdown::Both);
         if let Some(e) = dev.engines.get(engine) {
-            e.deregister(&mut c.sock);
+            e.deregister(&mut *c.transport);
         }
         c.closed = true;
         return true;
@@ -72,14 +72,14 @@ pub(crate) fn connection_lost(
     core.transport_closed();
 }
 
-/// Closes a connection's socket for good: the engine forgets it, and if the connection
+/// Closes a connection's transport for good: the engine forgets it, and if the connection
 /// was still open, it is reset (zero linger time: close sends RST).
 pub(crate) fn drop_conn(mut c: Conn, engine: usize, dev: &Shared) {
     if !c.closed {
-        crate::sys::socket::set_linger_zero(c.sock.as_raw_fd());
+        c.transport.abort();
     }
     if let Some(e) = dev.engines.get(engine) {
-        e.deregister(&mut c.sock);
+        e.deregister(&mut *c.transport);
     }
     drop(c);
 }

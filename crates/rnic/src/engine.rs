@@ -46,7 +46,11 @@ impl Engine {
         let _ = self.dev.set(dev);
     }
 
-    pub(crate) fn register(&self, sock: &mut mio::net::TcpStream, qp: QpId) -> Result<()> {
+    pub(crate) fn register(
+        &self,
+        sock: &mut (impl mio::event::Source + ?Sized),
+        qp: QpId,
+    ) -> Result<()> {
         self.registry.register(
             sock,
             Token(qp.0 as usize),
@@ -55,7 +59,7 @@ impl Engine {
         Ok(())
     }
 
-    pub(crate) fn deregister(&self, sock: &mut mio::net::TcpStream) {
+    pub(crate) fn deregister(&self, sock: &mut (impl mio::event::Source + ?Sized)) {
         let _ = self.registry.deregister(sock);
     }
 

@@ -53,6 +53,7 @@ mod receive;
 pub mod region;
 mod sys;
 mod transmit;
+mod transport;
 
 pub use cm::{ConnRequest, Connection, Listener};
 pub use cq::Cq;

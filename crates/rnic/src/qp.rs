@@ -4,7 +4,8 @@
 //! payload is copied out of a read-ahead or read straight into registered memory, see
 //! [`RX_DIRECT_MIN`]), `transmit` (small FPDUs gathered into a buffer, see
 //! [`TX_GATHER_MAX`]; large ones sent from registered memory) and `close` (FIN, RST,
-//! end of stream). Raw system calls are in `sys`.
+//! end of stream). Raw system calls are in `sys`; the
+//! stream itself is a `transport::Transport` (kernel TCP, or a wrapper around it).
 //!
 //! Whoever holds a QP's lock drives it until the socket would block: the engine thread
 //! on readiness events, the posting thread for transmission, and, in hybrid progress
@@ -16,6 +17,8 @@ use crate::device::{AsyncEvent, Shared};
 use crate::error::{Error, Result};
 use crate::receive::{Staging, feed, receive};
 use crate::transmit::{TxQueue, transmit};
+use crate::transport::Transport;
+use crate::transport::socket::SocketTransport;
 use softrnic_proto::qp::{CqSide, QpConfig, QpEvent, QpParams};
 use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
 use std::sync::{Arc, Mutex, Weak};
@@ -54,7 +57,7 @@ pub struct QpStats {
 
 /// A QP's connection: the stream, what is queued for it, and how far closing went.
 pub(crate) struct Conn {
-    pub(crate) sock: mio::net::TcpStream,
+    pub(crate) transport: Box<dyn Transport>,
     pub(crate) tx: TxQueue,
     /// Our FIN is out.
     pub(crate) fin_sent: bool,
@@ -231,8 +234,7 @@ impl QpShared {
         params: QpParams,
         leftover: &[u8],
     ) -> Result<()> {
-        sock.set_nonblocking(true)?;
-        sock.set_nodelay(true)?;
+        let mut transport: Box<dyn Transport> = Box::new(SocketTransport::new(sock)?);
         let mut g = self.lock()?;
         g.core.connect(params)?;
         if !leftover.is_empty() {
@@ -246,14 +248,13 @@ impl QpShared {
             // A failed placement leaves the QP in error; the first progress closes it.
             let _ = feed(core, stats, staging, dev, leftover);
         }
-        let mut sock = mio::net::TcpStream::from_std(sock);
         let engine = dev
             .engines
             .get(self.engine)
             .ok_or(Error::BadState("no engine"))?;
-        engine.register(&mut sock, self.id)?;
+        engine.register(&mut *transport, self.id)?;
         g.conn = Some(Conn {
-            sock,
+            transport,
             tx: TxQueue::default(),
             fin_sent: false,
             eof: false,

@@ -6,13 +6,11 @@
 use crate::close::connection_lost;
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
-use crate::sys;
 use softrnic_proto::QpId;
 use softrnic_proto::qp::{Qp as Core, RxNeed};
 use softrnic_wire::crc::crc32c_append;
 use softrnic_wire::ddp::TAGGED_HEADER_LEN;
-use std::io::{self, Read};
-use std::os::fd::AsRawFd;
+use std::io;
 
 /// The receive path's copy policy: an FPDU whose payload is at least this long (32 KiB)
 /// is *large*. The receive path has two modes.
@@ -137,7 +135,6 @@ pub(crate) fn receive(
     if conn.closed {
         return false;
     }
-    let fd = conn.sock.as_raw_fd();
     let mut moved = false;
     loop {
         // Octets read ahead go first.
@@ -179,7 +176,7 @@ pub(crate) fn receive(
                 match region.io_slice(chunk.offset as usize, chunk.len) {
                     Ok(slice) => {
                         stats.rx_syscalls += 1;
-                        let r = sys::socket::read_into(fd, &slice);
+                        let r = conn.transport.read_into(&slice);
                         if let Ok(n) = r
                             && n > 0
                         {
@@ -211,7 +208,7 @@ pub(crate) fn receive(
                     staging.buf.resize(RX_STAGING_LEN, 0);
                 }
                 stats.rx_syscalls += 1;
-                match (&conn.sock).read(&mut staging.buf[..want]) {
+                match conn.transport.read(&mut staging.buf[..want]) {
                     Ok(n) => {
                         staging.start = 0;
                         staging.end = n;

@@ -7,13 +7,12 @@ use crate::close::connection_lost;
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
 use crate::region::Region;
-use crate::sys;
 use crate::sys::socket::IoVecs;
+use crate::transport::Transport;
 use softrnic_proto::QpId;
 use softrnic_proto::qp::{Qp as Core, TxFpdu};
 use softrnic_wire::crc::{crc32c, crc32c_append};
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 /// FPDUs at most this long (all framing included) are copied into the connection's
@@ -69,7 +68,6 @@ pub(crate) fn transmit(
     if conn.closed {
         return false;
     }
-    let fd = conn.sock.as_raw_fd();
     let mut moved = false;
     loop {
         let tx = &mut conn.tx;
@@ -114,7 +112,7 @@ pub(crate) fn transmit(
         // 2. Gathered octets go first: they were queued before the pending FPDU.
         if tx.sent < tx.buf.len() {
             stats.tx_syscalls += 1;
-            match sys::socket::send(fd, &tx.buf[tx.sent..]) {
+            match conn.transport.send(&tx.buf[tx.sent..]) {
                 Ok(n) => {
                     tx.sent += n;
                     moved = true;
@@ -134,7 +132,7 @@ pub(crate) fn transmit(
             break;
         };
         stats.tx_syscalls += 1;
-        match send_pending(fd, p) {
+        match send_pending(&mut *conn.transport, p) {
             Ok(n) => {
                 p.written += n;
                 moved = true;
@@ -210,7 +208,7 @@ fn gather(p: &PendingTx, out: &mut Vec<u8>) -> bool {
 }
 
 /// Writes as much of a pending FPDU as the stream takes.
-fn send_pending(fd: RawFd, p: &PendingTx) -> io::Result<usize> {
+fn send_pending(t: &mut dyn Transport, p: &PendingTx) -> io::Result<usize> {
     let mut iov: [libc::iovec; softrnic_proto::MAX_SGE + 3] = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
@@ -243,5 +241,5 @@ fn send_pending(fd: RawFd, p: &PendingTx) -> io::Result<usize> {
     // borrowed (the FPDU header and trailer are owned by `p`; region memory is kept
     // alive by the Arcs in `p.regions`), and the gather list lives no longer than that.
     let iov = unsafe { IoVecs::new(&iov[..n]) };
-    sys::socket::sendmsg(fd, iov)
+    t.send_gather(iov)
 }

@@ -1,0 +1,42 @@
+//! The transport seam: the byte stream under a QP. The QP's receive, transmit and close
+//! paths talk to a [`Transport`], never to a socket, so what carries the stream can be
+//! swapped or wrapped: kernel TCP ([`socket`]) today, a user-space TCP later, and
+//! wrappers that inject faults or record what crosses them.
+//!
+//! A transport is registered with an engine's mio registry, which is edge-triggered: a
+//! readiness event comes only when something new arrives. So a transport must never
+//! answer `WouldBlock` while it still has data to give (or room to take): the QP stops
+//! at `WouldBlock` and waits for an event that would never come.
+
+pub(crate) mod socket;
+
+use crate::region::RegionSlice;
+use crate::sys::socket::IoVecs;
+use std::io;
+use std::net::Shutdown;
+
+/// A connection's byte stream, non-blocking, as the QP drives it.
+///
+/// Reads and sends follow `read(2)`/`send(2)`: they move some octets, `Ok(0)` from a
+/// read is the end of the stream, `WouldBlock` means "nothing now, an event follows",
+/// `Interrupted` means "try again", any other error means the stream failed. The
+/// [`mio::event::Source`] part registers the stream with an engine's registry.
+pub(crate) trait Transport: mio::event::Source + Send {
+    /// Reads into `buf`.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+
+    /// Reads into region memory, for payload placed without a copy.
+    fn read_into(&mut self, dst: &RegionSlice<'_>) -> io::Result<usize>;
+
+    /// Sends from `buf`.
+    fn send(&mut self, buf: &[u8]) -> io::Result<usize>;
+
+    /// Sends from a gather list (an FPDU's header, region memory and trailer), in order.
+    fn send_gather(&mut self, iov: IoVecs<'_>) -> io::Result<usize>;
+
+    /// Shuts down one or both directions: `Write` sends FIN after what is queued.
+    fn shutdown(&mut self, how: Shutdown) -> io::Result<()>;
+
+    /// Makes dropping the transport an abortive close: the peer gets RST, not FIN.
+    fn abort(&mut self);
+}
