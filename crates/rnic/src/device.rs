@@ -51,6 +51,8 @@ pub struct DeviceConfig {
     pub max_cqe: usize,
     /// Largest memory region.
     pub max_mr_size: u64,
+    /// For testing: faults injected into every connection of the device.
+    pub fault: Option<crate::FaultPlan>,
 }
 
 impl Default for DeviceConfig {
@@ -66,6 +68,7 @@ impl Default for DeviceConfig {
             max_qp: 65536,
             max_cqe: 1 << 20,
             max_mr_size: 1 << 40,
+            fault: None,
         }
     }
 }

@@ -66,3 +66,4 @@ pub use softrnic_proto::{
     Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };
 pub use softrnic_wire::TerminateCause;
+pub use transport::fault::{FaultEnd, FaultPlan};

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::receive::{Staging, feed, receive};
 use crate::transmit::{TxQueue, transmit};
 use crate::transport::Transport;
+use crate::transport::fault::FaultTransport;
 use crate::transport::socket::SocketTransport;
 use softrnic_proto::qp::{CqSide, QpConfig, QpEvent, QpParams};
 use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
@@ -235,6 +236,9 @@ impl QpShared {
         leftover: &[u8],
     ) -> Result<()> {
         let mut transport: Box<dyn Transport> = Box::new(SocketTransport::new(sock)?);
+        if let Some(plan) = &dev.cfg.fault {
+            transport = Box::new(FaultTransport::new(transport, plan.clone()));
+        }
         let mut g = self.lock()?;
         g.core.connect(params)?;
         if !leftover.is_empty() {

@@ -354,6 +354,16 @@ impl<'a> RegionSlice<'a> {
         self.len == 0
     }
 
+    /// The first `len` bytes of the view (all of it if it is shorter), e.g. for a
+    /// transport that reads less than it was offered.
+    pub fn prefix(&self, len: usize) -> RegionSlice<'a> {
+        RegionSlice {
+            ptr: self.ptr,
+            len: len.min(self.len),
+            _region: PhantomData,
+        }
+    }
+
     /// The view as an `iovec`, for `readv`/`writev`/`sendmsg`/`recvmsg` without ever
     /// forming a Rust reference. The kernel's accesses are outside the Rust abstract
     /// machine; the caller still decides (as for any iovec) that the kernel writing or

@@ -53,6 +53,34 @@ impl<'a> IoVecs<'a> {
     pub(crate) unsafe fn new(iov: &'a [libc::iovec]) -> IoVecs<'a> {
         IoVecs { iov }
     }
+
+    /// Octets in the list.
+    pub(crate) fn len(&self) -> usize {
+        self.iov.iter().map(|v| v.iov_len).sum()
+    }
+
+    /// The first `len` octets of the list, with its entries copied into `storage` (the
+    /// last one shortened).
+    pub(crate) fn prefix<'b>(&self, len: usize, storage: &'b mut Vec<libc::iovec>) -> IoVecs<'b>
+    where
+        'a: 'b,
+    {
+        storage.clear();
+        let mut left = len;
+        for v in self.iov {
+            if left == 0 {
+                break;
+            }
+            let take = v.iov_len.min(left);
+            storage.push(libc::iovec {
+                iov_base: v.iov_base,
+                iov_len: take,
+            });
+            left -= take;
+        }
+        // Every entry is a leading part of an entry of `self`, readable for `'a`.
+        IoVecs { iov: storage }
+    }
 }
 
 /// Sends a gather list with one `sendmsg(2)` (without SIGPIPE).

@@ -8,6 +8,7 @@
 //! answer `WouldBlock` while it still has data to give (or room to take): the QP stops
 //! at `WouldBlock` and waits for an event that would never come.
 
+pub(crate) mod fault;
 pub(crate) mod socket;
 
 use crate::region::RegionSlice;
