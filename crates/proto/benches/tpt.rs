@@ -15,7 +15,7 @@ const PD: PdId = PdId(1);
 
 /// A table of `n` 1 MiB regions, each at its own base address; returns the STags.
 fn table(n: u32) -> (Tpt, Vec<STag>) {
-    let mut tpt = Tpt::new();
+    let tpt = Tpt::new();
     let stags = (0..n)
         .map(|i| {
             tpt.insert(TptEntry {

@@ -10,6 +10,8 @@ use crate::verbs::{Access, PdId, RegionId, STag, WcStatus, stag_index, stag_key}
 use softrnic_wire::terminate::{
     Layer, TerminateCause, ddp_code, ddp_etype, rdmap_code, rdmap_etype,
 };
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// One memory region's entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,12 +62,39 @@ pub enum InvalidateError {
     AlreadyInvalid,
 }
 
-/// The table. STag index `i` lives in slot `i - 1` (index 0 is never handed out, so that
-/// STag 0 and the RTR messages' dummy STags never name a region).
+/// Shards of the table: STag index `i` lives in shard `(i - 1) % SHARDS`, so lookups
+/// from different connections rarely meet on one lock, and registration spreads new
+/// regions over the shards.
+const SHARDS: usize = 16;
+
+/// Highest STag index (24 bits).
+const MAX_INDEX: usize = 0x00ff_ffff;
+
+#[derive(Debug, Default)]
+struct Shard {
+    slots: Vec<Option<TptEntry>>,
+    free: Vec<usize>,
+}
+
+/// The table, shared by every QP of a device: lookups take a read lock on one shard
+/// (never a device-wide lock), registration and invalidation a write lock on one shard.
+/// STag index 0 is never handed out, so that STag 0 and the RTR messages' dummy STags
+/// never name a region.
 #[derive(Debug, Default)]
 pub struct Tpt {
-    slots: Vec<Option<TptEntry>>,
-    free: Vec<u32>,
+    shards: [RwLock<Shard>; SHARDS],
+    next_shard: AtomicUsize,
+}
+
+/// (shard, slot) of an STag's index, if it can name a region.
+fn locate(stag: STag) -> Option<(usize, usize)> {
+    let i = (stag_index(stag) as usize).checked_sub(1)?;
+    Some((i % SHARDS, i / SHARDS))
+}
+
+/// The STag of (shard, slot) with consumer key `key`.
+fn stag_of(shard: usize, slot: usize, key: u8) -> STag {
+    (((slot * SHARDS + shard + 1) as u32) << 8) | u32::from(key)
 }
 
 impl Tpt {
@@ -74,47 +103,70 @@ impl Tpt {
         Self::default()
     }
 
-    /// Adds a region; returns its STag (fresh index, the given consumer key).
-    pub fn insert(&mut self, mut entry: TptEntry) -> Option<STag> {
+    // The entries are plain values and no method panics while holding a lock, so a
+    // poisoned lock (a panic elsewhere in the thread) leaves nothing half-updated.
+    fn read(&self, shard: usize) -> RwLockReadGuard<'_, Shard> {
+        self.shards[shard]
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self, shard: usize) -> RwLockWriteGuard<'_, Shard> {
+        self.shards[shard]
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a region; returns its STag (fresh index, the given consumer key), or None
+    /// when the 24-bit index space is used up.
+    pub fn insert(&self, mut entry: TptEntry) -> Option<STag> {
         entry.valid = true;
-        let index = match self.free.pop() {
-            Some(i) => {
-                self.slots[(i - 1) as usize] = Some(entry);
-                i
+        let first = self.next_shard.fetch_add(1, Ordering::Relaxed);
+        let turn = |k: usize| (first + k) % SHARDS;
+        // A freed index first (any shard), so the table stays dense; else a new slot,
+        // in this registration's turn of shard.
+        for k in 0..SHARDS {
+            let shard = turn(k);
+            let mut s = self.write(shard);
+            if let Some(slot) = s.free.pop() {
+                s.slots[slot] = Some(entry);
+                return Some(stag_of(shard, slot, entry.key));
             }
-            None => {
-                let i = u32::try_from(self.slots.len() + 1).ok()?;
-                if i > 0x00ff_ffff {
-                    return None;
-                }
-                self.slots.push(Some(entry));
-                i
+        }
+        for k in 0..SHARDS {
+            let shard = turn(k);
+            let mut s = self.write(shard);
+            if s.slots.len() * SHARDS + shard + 1 > MAX_INDEX {
+                continue;
             }
-        };
-        Some((index << 8) | u32::from(entry.key))
+            s.slots.push(Some(entry));
+            let slot = s.slots.len() - 1;
+            return Some(stag_of(shard, slot, entry.key));
+        }
+        None
     }
 
     /// Removes a region (deregistration); returns its entry.
-    pub fn remove(&mut self, stag: STag) -> Option<TptEntry> {
-        let i = stag_index(stag);
-        let slot = self.slots.get_mut((i as usize).checked_sub(1)?)?;
-        let e = slot.take()?;
-        self.free.push(i);
+    pub fn remove(&self, stag: STag) -> Option<TptEntry> {
+        let (shard, slot) = locate(stag)?;
+        let mut s = self.write(shard);
+        let e = s.slots.get_mut(slot)?.take()?;
+        s.free.push(slot);
         Some(e)
     }
 
     /// The entry whose index the STag names, if the key matches too.
-    pub fn get(&self, stag: STag) -> Option<&TptEntry> {
-        let i = (stag_index(stag) as usize).checked_sub(1)?;
-        self.slots
-            .get(i)?
-            .as_ref()
-            .filter(|e| e.key == stag_key(stag))
+    pub fn get(&self, stag: STag) -> Option<TptEntry> {
+        let (shard, slot) = locate(stag)?;
+        let s = self.read(shard);
+        s.slots.get(slot)?.filter(|e| e.key == stag_key(stag))
     }
 
     /// Number of regions registered.
     pub fn len(&self) -> usize {
-        self.slots.iter().filter(|s| s.is_some()).count()
+        (0..SHARDS)
+            .map(|i| self.read(i).slots.iter().filter(|s| s.is_some()).count())
+            .sum()
     }
 
     /// Whether no region is registered.
@@ -181,7 +233,7 @@ impl Tpt {
         if !e.access.contains(need) {
             return Err(rights);
         }
-        let offset = in_bounds(e, to, len).ok_or(bounds)?;
+        let offset = in_bounds(&e, to, len).ok_or(bounds)?;
         Ok(Target {
             region: e.region,
             offset,
@@ -201,7 +253,7 @@ impl Tpt {
             .get(lkey)
             .filter(|e| e.valid && e.pd == pd && e.access.contains(need))
             .ok_or(WcStatus::LocalProtectionError)?;
-        let offset = in_bounds(e, addr, len).ok_or(WcStatus::LocalProtectionError)?;
+        let offset = in_bounds(&e, addr, len).ok_or(WcStatus::LocalProtectionError)?;
         Ok(Target {
             region: e.region,
             offset,
@@ -209,13 +261,12 @@ impl Tpt {
     }
 
     /// Invalidates an STag (local invalidate, or a received Send with Invalidate).
-    pub fn invalidate(&mut self, stag: STag, pd: PdId) -> Result<(), InvalidateError> {
-        let i = (stag_index(stag) as usize)
-            .checked_sub(1)
-            .ok_or(InvalidateError::Unknown)?;
-        let e = self
+    pub fn invalidate(&self, stag: STag, pd: PdId) -> Result<(), InvalidateError> {
+        let (shard, slot) = locate(stag).ok_or(InvalidateError::Unknown)?;
+        let mut s = self.write(shard);
+        let e = s
             .slots
-            .get_mut(i)
+            .get_mut(slot)
             .and_then(|s| s.as_mut())
             .filter(|e| e.key == stag_key(stag))
             .ok_or(InvalidateError::Unknown)?;
@@ -231,9 +282,10 @@ impl Tpt {
 
     /// Makes an invalidated STag valid again under a new consumer key (fast re-register);
     /// returns the new STag.
-    pub fn revalidate(&mut self, stag: STag, new_key: u8) -> Option<STag> {
-        let i = (stag_index(stag) as usize).checked_sub(1)?;
-        let e = self.slots.get_mut(i)?.as_mut()?;
+    pub fn revalidate(&self, stag: STag, new_key: u8) -> Option<STag> {
+        let (shard, slot) = locate(stag)?;
+        let mut s = self.write(shard);
+        let e = s.slots.get_mut(slot)?.as_mut()?;
         if e.key != stag_key(stag) || e.valid {
             return None;
         }
@@ -270,7 +322,7 @@ mod tests {
 
     #[test]
     fn remote_checks_give_exact_causes() {
-        let mut t = Tpt::new();
+        let t = Tpt::new();
         let s = t.insert(entry(1, Access::REMOTE_WRITE)).unwrap();
         assert_eq!(s & 0xff, 0x5a);
         assert_eq!(
@@ -355,7 +407,7 @@ mod tests {
 
     #[test]
     fn local_checks_and_reuse() {
-        let mut t = Tpt::new();
+        let t = Tpt::new();
         let s = t.insert(entry(1, Access::LOCAL_WRITE)).unwrap();
         assert!(
             t.check_local(s, 0x1010, 10, Access::LOCAL_WRITE, PdId(1))
@@ -387,7 +439,7 @@ mod tests {
 
     #[test]
     fn counts_and_revalidation_rules() {
-        let mut t = Tpt::new();
+        let t = Tpt::new();
         assert!(t.is_empty());
         assert_eq!(t.len(), 0);
         let a = t.insert(entry(1, Access::REMOTE_READ)).unwrap();

@@ -141,7 +141,8 @@ pub enum AsyncEvent {
 
 pub(crate) struct Shared {
     pub(crate) cfg: DeviceConfig,
-    pub(crate) tpt: Mutex<Tpt>,
+    /// The TPT: sharded, so lookups on the data path take no device-wide lock.
+    pub(crate) tpt: Tpt,
     regions: RwLock<Vec<Option<Arc<Region>>>>,
     free_regions: Mutex<Vec<u32>>,
     pub(crate) qps: Mutex<HashMap<u32, Arc<QpShared>>>,
@@ -234,7 +235,7 @@ impl Device {
             .collect::<Result<Vec<_>>>()?;
         let shared = Arc::new(Shared {
             cfg,
-            tpt: Mutex::new(Tpt::new()),
+            tpt: Tpt::new(),
             regions: RwLock::new(Vec::new()),
             free_regions: Mutex::new(Vec::new()),
             qps: Mutex::new(HashMap::new()),

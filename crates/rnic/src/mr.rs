@@ -100,13 +100,7 @@ impl Pd {
             valid: true,
         };
         self.dev.install_region(id, region.clone());
-        let stag = match self
-            .dev
-            .tpt
-            .lock()
-            .map_err(|_| Error::Limit("TPT poisoned"))?
-            .insert(entry)
-        {
+        let stag = match self.dev.tpt.insert(entry) {
             Some(s) => s,
             None => {
                 self.dev.remove_region(id);
@@ -181,19 +175,13 @@ impl Mr {
     }
     /// Whether the STag is currently valid (not invalidated).
     pub fn is_valid(&self) -> bool {
-        self.dev
-            .tpt
-            .lock()
-            .map(|t| t.get(self.stag).is_some_and(|e| e.valid))
-            .unwrap_or(false)
+        self.dev.tpt.get(self.stag).is_some_and(|e| e.valid)
     }
 }
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        if let Ok(mut t) = self.dev.tpt.lock() {
-            t.remove(self.stag);
-        }
+        self.dev.tpt.remove(self.stag);
         self.dev.remove_region(self.region.id());
     }
 }

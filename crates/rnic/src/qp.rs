@@ -333,13 +333,7 @@ impl Qp {
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         let dev = self.dev()?;
         let mut g = self.shared.lock()?;
-        {
-            let t = dev
-                .tpt
-                .lock()
-                .map_err(|_| Error::BadState("TPT poisoned"))?;
-            g.core.post_recv(wr, &t)?;
-        }
+        g.core.post_recv(wr, &dev.tpt)?;
         if g.core.state() == QpState::Error {
             // A bad receive SGE is a local error: close the connection now (nothing
             // else may wake this QP), so the peer learns.
@@ -360,14 +354,8 @@ impl Qp {
     pub fn post_send_batch(&self, wrs: impl IntoIterator<Item = SendWr>) -> Result<()> {
         let dev = self.dev()?;
         let mut g = self.shared.lock()?;
-        {
-            let mut t = dev
-                .tpt
-                .lock()
-                .map_err(|_| Error::BadState("TPT poisoned"))?;
-            for wr in wrs {
-                g.core.post_send(wr, &mut t)?;
-            }
+        for wr in wrs {
+            g.core.post_send(wr, &dev.tpt)?;
         }
         self.shared.progress_locked(&mut g, &dev);
         Ok(())

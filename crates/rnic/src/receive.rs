@@ -7,7 +7,7 @@ use crate::close::connection_lost;
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
 use softrnic_proto::QpId;
-use softrnic_proto::qp::{Qp as Core, RxNeed};
+use softrnic_proto::qp::{Qp as Core, RxCtx, RxNeed};
 use softrnic_wire::crc::crc32c_append;
 use softrnic_wire::ddp::TAGGED_HEADER_LEN;
 use std::io;
@@ -253,9 +253,7 @@ pub(crate) fn feed(
     dev: &Shared,
     data: &[u8],
 ) -> std::result::Result<usize, ()> {
-    let Ok(mut t) = dev.tpt.lock() else {
-        return Ok(0);
-    };
+    let mut ctx = RxCtx::new(&dev.tpt);
     let mut at = 0;
     while at < data.len() {
         match core.rx_need() {
@@ -264,7 +262,7 @@ pub(crate) fn feed(
                 let k = n.min(data.len() - at);
                 core.rx_buffer()[..k].copy_from_slice(&data[at..at + k]);
                 at += k;
-                core.rx_filled(k, &mut t);
+                core.rx_filled(k, &mut ctx);
                 staging.after_internal(core);
             }
             RxNeed::Place(c) => {

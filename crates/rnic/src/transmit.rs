@@ -76,9 +76,7 @@ pub(crate) fn transmit(
             let mut f = std::mem::take(&mut tx.scratch);
             let mut has = core.poll_transmit(&mut f);
             if !has {
-                if let Ok(mut t) = dev.tpt.lock() {
-                    core.run_local_ops(&mut t);
-                }
+                core.run_local_ops(&dev.tpt);
                 has = core.poll_transmit(&mut f);
             }
             if has {

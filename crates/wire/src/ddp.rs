@@ -27,6 +27,17 @@ const RV_SHIFT: u8 = 6;
 const RDMAP_RSVD_MASK: u8 = 0x30;
 const OPCODE_MASK: u8 = 0x0f;
 
+/// Length of the DDP header that a ULPDU whose first octet is `control` starts with: the
+/// T bit decides (tagged 14, untagged 18). A receiver reading a header piece by piece
+/// learns from the first octet how many more to wait for.
+pub fn header_len_of(control: u8) -> usize {
+    if control & FLAG_TAGGED != 0 {
+        TAGGED_HEADER_LEN
+    } else {
+        UNTAGGED_HEADER_LEN
+    }
+}
+
 /// Zero-copy view of a DDP header at the start of a ULPDU.
 #[derive(Debug, Clone, Copy)]
 pub struct DdpHeader<T: AsRef<[u8]>> {
@@ -38,12 +49,7 @@ impl<T: AsRef<[u8]>> DdpHeader<T> {
     pub fn new_checked(buffer: T) -> Result<Self> {
         let buf = buffer.as_ref();
         need(buf, CONTROL_LEN)?;
-        let len = if buf[0] & FLAG_TAGGED != 0 {
-            TAGGED_HEADER_LEN
-        } else {
-            UNTAGGED_HEADER_LEN
-        };
-        need(buf, len)?;
+        need(buf, header_len_of(buf[0]))?;
         Ok(DdpHeader { buffer })
     }
 

@@ -394,6 +394,14 @@ pub fn emit_fpdu_padded(
     Ok(w.at)
 }
 
+/// The ULPDU Length field that opens an FPDU sent by gather (no markers); fails for a
+/// ULPDU longer than the field can announce.
+pub fn fpdu_prefix(ulpdu_len: usize) -> Result<[u8; ULPDU_LEN_LEN]> {
+    u16::try_from(ulpdu_len)
+        .map(u16::to_be_bytes)
+        .map_err(|_| WireError::BadUlpduLength(u16::MAX))
+}
+
 /// The octets that follow a ULPDU sent by gather (no markers): pad and CRC field.
 /// Returns the buffer and how many of its octets to send.
 pub fn fpdu_trailer(ulpdu_len: usize, crc: u32) -> ([u8; 7], usize) {
@@ -401,6 +409,73 @@ pub fn fpdu_trailer(ulpdu_len: usize, crc: u32) -> ([u8; 7], usize) {
     let mut t = [0u8; 7];
     t[pad..pad + CRC_LEN].copy_from_slice(&crc.to_le_bytes());
     (t, pad + CRC_LEN)
+}
+
+/// Octets after a ULPDU of `ulpdu_len` octets: pad and CRC field (no markers).
+pub fn trailer_len(ulpdu_len: usize) -> usize {
+    pad_len(ulpdu_len) + CRC_LEN
+}
+
+/// Receive side of FPDU framing for a receiver that takes an FPDU in pieces and places
+/// its payload itself (no markers): it learns the ULPDU length from the prefix, keeps
+/// the running CRC32c over every octet handed to it, and checks the trailer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FpduCheck {
+    crc_on: bool,
+    crc: u32,
+    ulpdu_len: usize,
+}
+
+impl FpduCheck {
+    /// A check for the FPDU whose ULPDU Length field is `prefix`; `crc_on` when CRC was
+    /// negotiated (otherwise the CRC field is not checked).
+    pub fn begin(prefix: [u8; ULPDU_LEN_LEN], crc_on: bool) -> Self {
+        FpduCheck {
+            crc_on,
+            crc: if crc_on { crc32c(&prefix) } else { 0 },
+            ulpdu_len: usize::from(u16::from_be_bytes(prefix)),
+        }
+    }
+
+    /// The ULPDU length the prefix announced.
+    pub fn ulpdu_len(&self) -> usize {
+        self.ulpdu_len
+    }
+
+    /// Octets of the trailer (pad and CRC field) that follow the ULPDU.
+    pub fn trailer_len(&self) -> usize {
+        trailer_len(self.ulpdu_len)
+    }
+
+    /// ULPDU octets as they arrive (header, body, or payload held in memory).
+    pub fn update(&mut self, octets: &[u8]) {
+        if self.crc_on {
+            self.crc = crate::crc::crc32c_append(self.crc, octets);
+        }
+    }
+
+    /// ULPDU octets the caller holds elsewhere (e.g. read straight into placed memory):
+    /// `append` extends a running CRC32c over them; it is called only when CRC is on.
+    pub fn update_with(&mut self, append: impl FnOnce(u32) -> u32) {
+        if self.crc_on {
+            self.crc = append(self.crc);
+        }
+    }
+
+    /// Checks the trailer (pad and CRC field, [`FpduCheck::trailer_len`] octets).
+    pub fn finish(&self, trailer: &[u8]) -> Result<()> {
+        need(trailer, self.trailer_len())?;
+        if !self.crc_on {
+            return Ok(());
+        }
+        let pad = pad_len(self.ulpdu_len);
+        let computed = crate::crc::crc32c_append(self.crc, &trailer[..pad]);
+        let received = crc_field(&trailer[pad..]);
+        if computed != received {
+            return Err(WireError::CrcMismatch { received, computed });
+        }
+        Ok(())
+    }
 }
 
 /// Reads a CRC field (least-significant octet first); callers check the length.

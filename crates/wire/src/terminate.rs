@@ -9,6 +9,10 @@ use crate::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use crate::rdmap::READ_REQUEST_LEN;
 use crate::{Result, WireError, be16, be32, need, room};
 
+/// Longest Terminate body: the control word (4), the offending segment's length (2), its
+/// untagged DDP header (18) and an RDMA Read Request header (28).
+pub const MAX_LEN: usize = 4 + 2 + UNTAGGED_HEADER_LEN + READ_REQUEST_LEN;
+
 /// The layer that detected the error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Layer {

@@ -1,77 +1,39 @@
-//! A reliable-connected queue pair: the verbs-facing state (send and receive queues,
-//! completions, state changes) around the two halves of the protocol engine:
-//! [`tx`] (work requests -> FPDUs) and [`rx`] (FPDUs -> placement and completions).
+//! A reliable-connected queue pair: the verbs-facing state (send queue, receive
+//! buffers, completions, state changes) around the protocol engine's parts:
+//! [`tx`] (work requests -> FPDUs), and the receive path in three parts, `stream` (MPA
+//! deframing), `place` (where one FPDU's payload goes) and `deliver` (completions in
+//! order), driven by `receive`.
 //!
 //! The QP never touches memory or sockets. The I/O layer asks [`Qp::poll_transmit`] for
 //! the next FPDU (header octets plus the memory chunks to gather), feeds received octets
-//! through [`Qp::rx_need`] / [`Qp::handle_input`], and drains [`Qp::poll_completion`].
-//! Every posted work request completes exactly once: with success, an error, or a flush.
+//! through [`Qp::rx_need`] / [`Qp::handle_input`] (or hands it TCP segments found
+//! anywhere in the stream with [`Qp::handle_segment`]), and drains
+//! [`Qp::poll_completion`]. Receive buffers come from the QP's own [`Rq`] or from a
+//! shared queue passed in [`RxCtx`]. Every posted work request completes exactly once:
+//! with success, an error, or a flush.
 
-mod rx;
+mod deliver;
+mod fpdu;
+mod params;
+mod place;
+mod receive;
+mod rq;
+mod stream;
 mod tx;
 
-pub use rx::RxNeed;
-pub use tx::{Chunk, TxFpdu};
+pub use deliver::{CqSide, QpEvent};
+pub use fpdu::{Chunk, CopiedHeaders, MAX_TX_HEADER, TxFpdu};
+pub use params::{QpConfig, QpParams, RtrKind};
+pub use rq::{RecvSource, RecvWqe, Rq};
+pub use stream::RxNeed;
 
 use crate::tpt::Tpt;
 use crate::verbs::*;
+use deliver::Outbox;
+use receive::{Fatal, Receiver, RxDeps};
 use softrnic_wire::TerminateCause;
 use softrnic_wire::terminate::Layer;
-use std::collections::{BTreeMap, VecDeque};
-
-/// Negotiated connection parameters the QP runs with (from the MPA exchange).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QpParams {
-    /// CRC32c on in both directions.
-    pub crc: bool,
-    /// Inbound Read Requests accepted concurrently.
-    pub ird: u16,
-    /// Outbound Reads outstanding at most; more wait in the send queue.
-    pub ord: u16,
-    /// Largest FPDU to send (the TCP MSS by default).
-    pub max_fpdu: usize,
-    /// RFC 6581 peer-to-peer: this side sends the RTR message first.
-    pub send_rtr: Option<RtrKind>,
-    /// RFC 6581 peer-to-peer: this side must receive the RTR before it transmits.
-    pub await_rtr: bool,
-}
-
-impl Default for QpParams {
-    fn default() -> Self {
-        QpParams {
-            crc: false,
-            ird: 16,
-            ord: 16,
-            max_fpdu: 1448,
-            send_rtr: None,
-            await_rtr: false,
-        }
-    }
-}
-
-/// The zero-length message that serves as RFC 6581 ready-to-receive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RtrKind {
-    /// Zero-length Send.
-    Send,
-    /// Zero-length RDMA Write.
-    Write,
-    /// Zero-length RDMA Read.
-    Read,
-}
-
-/// Static attributes of a QP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QpConfig {
-    /// Its number.
-    pub id: QpId,
-    /// Its protection domain.
-    pub pd: PdId,
-    /// Send queue depth.
-    pub sq_depth: usize,
-    /// Receive queue depth.
-    pub rq_depth: usize,
-}
+use tx::TxState;
 
 /// Why a post was refused (the request was not queued and will not complete).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -93,72 +55,53 @@ pub enum PostError {
     BadState(QpState),
 }
 
-/// Something the I/O layer must act on besides completions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QpEvent {
-    /// The QP went to error because of a Terminate, sent (local detection) or received.
-    Fatal {
-        /// The cause carried by the Terminate.
-        cause: TerminateCause,
-        /// Whether the peer sent it (otherwise we did).
-        remote: bool,
-    },
-    /// A Send with the Solicited Event flag arrived (and completed).
-    Solicited,
+/// What a receive step borrows from the device: the TPT and, for a QP that takes its
+/// receive buffers from a shared receive queue, that queue (otherwise the QP's own
+/// [`Rq`] serves).
+pub struct RxCtx<'a> {
+    tpt: &'a Tpt,
+    srq: Option<&'a mut dyn RecvSource>,
 }
 
-/// Which CQ a completion goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CqSide {
-    /// The send CQ.
-    Send,
-    /// The receive CQ.
-    Recv,
-}
+impl<'a> RxCtx<'a> {
+    /// Receive buffers from the QP's own queue.
+    pub fn new(tpt: &'a Tpt) -> Self {
+        RxCtx { tpt, srq: None }
+    }
 
-/// Releases send-queue completions in posting order.
-#[derive(Debug, Default)]
-struct SendOrder {
-    /// Sequence number of the next post.
-    next_seq: u64,
-    /// Sequence number of the next completion to release.
-    release: u64,
-    /// Finished requests waiting for earlier ones (None: unsignaled success).
-    done: BTreeMap<u64, Option<Completion>>,
-}
-
-impl SendOrder {
-    fn next(&mut self) -> u64 {
-        self.next_seq += 1;
-        self.next_seq - 1
+    /// Receive buffers from a shared queue.
+    pub fn with_srq(tpt: &'a Tpt, srq: &'a mut dyn RecvSource) -> Self {
+        RxCtx {
+            tpt,
+            srq: Some(srq),
+        }
     }
 }
 
-/// A posted receive with its SGEs resolved through the TPT.
-#[derive(Debug, Clone)]
-pub(crate) struct RecvWqe {
-    pub wr_id: u64,
-    /// (region, offset, len) per SGE.
-    pub sges: Vec<(RegionId, u64, u32)>,
-    pub total: u64,
+/// What became of a segment handed to [`Qp::handle_segment`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentOutcome {
+    /// Everything in it was taken (or had been already): the transport may forget it.
+    Taken,
+    /// It lies ahead of the stream and could not be placed yet: the transport keeps it
+    /// and hands it in again once the octets before it have come.
+    Keep,
+    /// Receive processing has stopped: nothing more is taken.
+    Stopped,
 }
 
 /// A queue pair.
 #[derive(Debug)]
 pub struct Qp {
-    pub(crate) cfg: QpConfig,
-    pub(crate) params: QpParams,
-    pub(crate) state: QpState,
-    pub(crate) tx: tx::TxState,
-    pub(crate) rx: rx::RxState,
-    pub(crate) rq: VecDeque<RecvWqe>,
-    completions: VecDeque<(CqSide, Completion)>,
-    /// Send-queue completions are released in posting order: a Send posted after a Read
-    /// completes only after the Read does.
-    send_order: SendOrder,
-    events: VecDeque<QpEvent>,
+    cfg: QpConfig,
+    params: QpParams,
+    state: QpState,
+    tx: TxState,
+    rx: Receiver,
+    rq: Rq,
+    out: Outbox,
     /// The cause once the QP has failed.
-    pub(crate) fatal: Option<(TerminateCause, bool)>,
+    fatal: Option<(TerminateCause, bool)>,
 }
 
 impl Qp {
@@ -168,12 +111,10 @@ impl Qp {
             cfg,
             params: QpParams::default(),
             state: QpState::Idle,
-            tx: tx::TxState::default(),
-            rx: rx::RxState::default(),
-            rq: VecDeque::new(),
-            completions: VecDeque::new(),
-            send_order: SendOrder::default(),
-            events: VecDeque::new(),
+            tx: TxState::default(),
+            rx: Receiver::default(),
+            rq: Rq::new(cfg.rq_depth),
+            out: Outbox::new(cfg.id),
             fatal: None,
         }
     }
@@ -211,27 +152,28 @@ impl Qp {
         self.params = params;
         self.state = QpState::Rts;
         self.tx.start(&params);
-        self.rx.start(&params);
+        self.rx.start(params.crc, params.await_rtr);
         Ok(())
     }
 
-    /// Posts a receive. Allowed from Idle on (receives may be posted before connecting).
+    /// Posts a receive to the QP's own queue. Allowed from Idle on (receives may be
+    /// posted before connecting).
     pub fn post_recv(&mut self, wr: RecvWr, tpt: &Tpt) -> Result<(), PostError> {
         match self.state {
             QpState::Idle | QpState::Rts | QpState::Closing => {}
             QpState::Terminate | QpState::Error => {
                 // Verbs allow posting to an errored QP; the request is flushed at once.
-                self.push(
-                    CqSide::Recv,
-                    self.completion(wr.wr_id, WcStatus::WrFlushError, WcOpcode::Recv, 0),
-                );
+                let c = self
+                    .out
+                    .completion(wr.wr_id, WcStatus::WrFlushError, WcOpcode::Recv, 0);
+                self.out.recv(c);
                 return Ok(());
             }
         }
         if wr.sgl.len() > MAX_SGE {
             return Err(PostError::TooManySge(wr.sgl.len()));
         }
-        if self.rq.len() >= self.cfg.rq_depth {
+        if !self.rq.has_room() {
             return Err(PostError::QueueFull);
         }
         let mut sges = Vec::with_capacity(wr.sgl.len());
@@ -246,17 +188,15 @@ impl Qp {
             ) {
                 Ok(t) => sges.push((t.region, t.offset, s.len)),
                 Err(status) => {
-                    self.push(
-                        CqSide::Recv,
-                        self.completion(wr.wr_id, status, WcOpcode::Recv, 0),
-                    );
-                    self.local_error();
+                    let c = self.out.completion(wr.wr_id, status, WcOpcode::Recv, 0);
+                    self.out.recv(c);
+                    self.to_error();
                     return Ok(());
                 }
             }
             total += u64::from(s.len);
         }
-        self.rq.push_back(RecvWqe {
+        self.rq.push(RecvWqe {
             wr_id: wr.wr_id,
             sges,
             total,
@@ -265,14 +205,14 @@ impl Qp {
     }
 
     /// Posts a send-queue work request (Send, Write, Read, local invalidate).
-    pub fn post_send(&mut self, wr: SendWr, tpt: &mut Tpt) -> Result<(), PostError> {
+    pub fn post_send(&mut self, wr: SendWr, tpt: &Tpt) -> Result<(), PostError> {
         match self.state {
             QpState::Rts => {}
             QpState::Terminate | QpState::Error => {
                 let op = tx::wc_opcode(&wr.op);
-                let seq = self.send_order.next();
-                let c = self.completion(wr.wr_id, WcStatus::WrFlushError, op, 0);
-                self.finish_send(seq, Some(c));
+                let seq = self.out.next_send_seq();
+                let c = self.out.completion(wr.wr_id, WcStatus::WrFlushError, op, 0);
+                self.out.finish_send(seq, Some(c));
                 return Ok(());
             }
             s => return Err(PostError::BadState(s)),
@@ -305,15 +245,15 @@ impl Qp {
                 }),
                 Err(status) => {
                     let op = tx::wc_opcode(&wr.op);
-                    let seq = self.send_order.next();
-                    let c = self.completion(wr.wr_id, status, op, 0);
-                    self.finish_send(seq, Some(c));
-                    self.local_error();
+                    let seq = self.out.next_send_seq();
+                    let c = self.out.completion(wr.wr_id, status, op, 0);
+                    self.out.finish_send(seq, Some(c));
+                    self.to_error();
                     return Ok(());
                 }
             }
         }
-        let seq = self.send_order.next();
+        let seq = self.out.next_send_seq();
         let local_op = matches!(wr.op, SendOp::LocalInvalidate { .. });
         self.tx.enqueue(seq, wr, chunks, total as u32);
         if local_op {
@@ -323,41 +263,47 @@ impl Qp {
         Ok(())
     }
 
-    /// A send-queue request finished (None: unsignaled success). Completions are
-    /// released in posting order.
-    pub(crate) fn finish_send(&mut self, seq: u64, c: Option<Completion>) {
-        self.send_order.done.insert(seq, c);
-        while let Some(c) = self.send_order.done.remove(&self.send_order.release) {
-            self.send_order.release += 1;
-            if let Some(c) = c {
-                self.completions.push_back((CqSide::Send, c));
+    /// Runs local invalidates that reached the head of the send queue; the I/O layer
+    /// calls this (with the TPT) whenever [`Qp::poll_transmit`] returns false.
+    pub fn run_local_ops(&mut self, tpt: &Tpt) -> bool {
+        let mut ran = false;
+        while let Some((seq, wr_id, stag, signaled)) = self.tx.next_local_op() {
+            ran = true;
+            match tpt.invalidate(stag, self.cfg.pd) {
+                Ok(()) => {
+                    let c =
+                        self.out
+                            .completion(wr_id, WcStatus::Success, WcOpcode::LocalInvalidate, 0);
+                    self.out.finish_send(seq, signaled.then_some(c));
+                }
+                Err(_) => {
+                    let c = self.out.completion(
+                        wr_id,
+                        WcStatus::LocalAccessError,
+                        WcOpcode::LocalInvalidate,
+                        0,
+                    );
+                    self.out.finish_send(seq, Some(c));
+                    self.to_error();
+                }
             }
         }
+        ran
     }
 
-    pub(crate) fn local_invalidate(
-        &mut self,
-        seq: u64,
-        wr_id: u64,
-        stag: STag,
-        signaled: bool,
-        tpt: &mut Tpt,
-    ) {
-        match tpt.invalidate(stag, self.cfg.pd) {
-            Ok(()) => {
-                let c = self.completion(wr_id, WcStatus::Success, WcOpcode::LocalInvalidate, 0);
-                self.finish_send(seq, signaled.then_some(c));
-            }
-            Err(_) => {
-                let c = self.completion(
-                    wr_id,
-                    WcStatus::LocalAccessError,
-                    WcOpcode::LocalInvalidate,
-                    0,
-                );
-                self.finish_send(seq, Some(c));
-                self.local_error();
-            }
+    /// Fills `out` with the next FPDU to send; false when there is nothing to send now.
+    /// After writing it completely, call [`Qp::transmit_done`]; until then this returns
+    /// false (one FPDU in flight at a time keeps completion ordering exact).
+    pub fn poll_transmit(&mut self, out: &mut TxFpdu) -> bool {
+        let sending = matches!(self.state, QpState::Rts | QpState::Closing);
+        self.tx.poll(sending, out)
+    }
+
+    /// The FPDU from the last [`Qp::poll_transmit`] has been written completely.
+    pub fn transmit_done(&mut self) {
+        if let Some((seq, wr_id, op, total, signaled)) = self.tx.transmit_done() {
+            let c = self.out.completion(wr_id, WcStatus::Success, op, total);
+            self.out.finish_send(seq, signaled.then_some(c));
         }
     }
 
@@ -389,42 +335,33 @@ impl Qp {
         self.flush();
     }
 
-    /// A local error (bad SGE, invalidation failure): verbs move the QP to Error.
-    fn local_error(&mut self) {
-        self.to_error();
-    }
-
     fn flush(&mut self) {
-        let id = self.cfg.id;
+        self.rx.stop();
         for (seq, wr_id, op) in self.tx.drain_all() {
-            let c = self.completion(wr_id, WcStatus::WrFlushError, op, 0);
-            self.finish_send(seq, Some(c));
+            let c = self.out.completion(wr_id, WcStatus::WrFlushError, op, 0);
+            self.out.finish_send(seq, Some(c));
         }
-        while let Some(r) = self.rq.pop_front() {
-            self.completions.push_back((
-                CqSide::Recv,
-                Completion {
-                    wr_id: r.wr_id,
-                    status: WcStatus::WrFlushError,
-                    opcode: WcOpcode::Recv,
-                    byte_len: 0,
-                    qp: id,
-                    solicited: false,
-                    invalidated: None,
-                },
-            ));
+        // Buffers bound to messages in progress first (they were posted first), then
+        // the rest of the own queue. Buffers of a shared queue that no message took
+        // stay there for the other QPs.
+        let bound: Vec<RecvWqe> = self.rx.untagged().unbind_all().collect();
+        for r in bound.into_iter().chain(self.rq.drain().collect::<Vec<_>>()) {
+            let c = self
+                .out
+                .completion(r.wr_id, WcStatus::WrFlushError, WcOpcode::Recv, 0);
+            self.out.recv(c);
         }
     }
 
     /// Local detection of a protocol error: queue a Terminate to the peer, go to the
     /// Terminate state (no more receive processing), flush. The I/O layer closes the
     /// connection once the Terminate is out ([`Qp::terminate_sent`]).
-    pub(crate) fn fail_local(&mut self, cause: TerminateCause, copied: rx::CopiedHeaders) {
+    fn fail_local(&mut self, cause: TerminateCause, copied: CopiedHeaders) {
         if matches!(self.state, QpState::Terminate | QpState::Error) {
             return;
         }
         self.fatal = Some((cause, false));
-        self.events.push_back(QpEvent::Fatal {
+        self.out.event(QpEvent::Fatal {
             cause,
             remote: false,
         });
@@ -435,12 +372,12 @@ impl Qp {
 
     /// The peer sent a Terminate: outstanding Reads complete with the matching remote
     /// error, everything else flushes.
-    pub(crate) fn fail_remote(&mut self, cause: TerminateCause) {
+    fn fail_remote(&mut self, cause: TerminateCause) {
         if matches!(self.state, QpState::Terminate | QpState::Error) {
             return;
         }
         self.fatal = Some((cause, true));
-        self.events.push_back(QpEvent::Fatal {
+        self.out.event(QpEvent::Fatal {
             cause,
             remote: true,
         });
@@ -450,11 +387,18 @@ impl Qp {
             _ => WcStatus::RemoteOperationError,
         };
         if let Some((seq, wr_id, len)) = self.tx.take_first_outstanding_read() {
-            let c = self.completion_len(wr_id, status, WcOpcode::Read, len);
-            self.finish_send(seq, Some(c));
+            let c = self.out.completion(wr_id, status, WcOpcode::Read, len);
+            self.out.finish_send(seq, Some(c));
         }
         self.state = QpState::Error;
         self.flush();
+    }
+
+    fn fail(&mut self, f: Fatal) {
+        match f {
+            Fatal::Local(cause, copied) => self.fail_local(cause, copied),
+            Fatal::Remote(cause) => self.fail_remote(cause),
+        }
     }
 
     /// Whether a Terminate we queued has been handed to the transport, so the
@@ -465,48 +409,12 @@ impl Qp {
 
     /// Next completion for the I/O layer to deliver to the named CQ.
     pub fn poll_completion(&mut self) -> Option<(CqSide, Completion)> {
-        self.completions.pop_front()
+        self.out.poll_completion()
     }
 
     /// Next event (fatal error, solicited arrival).
     pub fn poll_event(&mut self) -> Option<QpEvent> {
-        self.events.pop_front()
-    }
-
-    pub(crate) fn completion(
-        &self,
-        wr_id: u64,
-        status: WcStatus,
-        opcode: WcOpcode,
-        byte_len: u32,
-    ) -> Completion {
-        self.completion_len(wr_id, status, opcode, byte_len)
-    }
-
-    pub(crate) fn completion_len(
-        &self,
-        wr_id: u64,
-        status: WcStatus,
-        opcode: WcOpcode,
-        byte_len: u32,
-    ) -> Completion {
-        Completion {
-            wr_id,
-            status,
-            opcode,
-            byte_len,
-            qp: self.cfg.id,
-            solicited: false,
-            invalidated: None,
-        }
-    }
-
-    pub(crate) fn push(&mut self, side: CqSide, c: Completion) {
-        self.completions.push_back((side, c));
-    }
-
-    pub(crate) fn push_event(&mut self, e: QpEvent) {
-        self.events.push_back(e);
+        self.out.poll_event()
     }
 
     /// Work requests queued or in flight on the send side (for tests and stats).
@@ -514,9 +422,171 @@ impl Qp {
         self.tx.sq_len()
     }
 
-    /// Receives posted and not yet consumed.
+    /// Receives posted to the own queue and not yet taken by a message.
     pub fn recv_queue_len(&self) -> usize {
         self.rq.len()
+    }
+
+    // ---- The receive path's entry points (see `receive`). ----
+
+    /// Runs one receive step with the rest of the QP lent to the receiver; a fatal
+    /// outcome fails the QP.
+    fn rx_step(
+        &mut self,
+        ctx: &mut RxCtx<'_>,
+        step: impl FnOnce(&mut Receiver, &mut RxDeps<'_>) -> Result<(), Fatal>,
+    ) {
+        let mut deps = RxDeps {
+            qp: self.cfg.id,
+            pd: self.cfg.pd,
+            tx: &mut self.tx,
+            tpt: ctx.tpt,
+            buffers: match ctx.srq.as_deref_mut() {
+                Some(s) => s,
+                None => &mut self.rq,
+            },
+            out: &mut self.out,
+        };
+        if let Err(f) = step(&mut self.rx, &mut deps) {
+            self.fail(f);
+        }
+    }
+
+    /// What the receive path needs next.
+    pub fn rx_need(&self) -> RxNeed {
+        self.rx.need()
+    }
+
+    /// Where to put the octets [`RxNeed::Internal`] asks for.
+    pub fn rx_buffer(&mut self) -> &mut [u8] {
+        self.rx.buffer()
+    }
+
+    /// `n` octets were written into [`Qp::rx_buffer`].
+    pub fn rx_filled(&mut self, n: usize, ctx: &mut RxCtx<'_>) {
+        self.rx_step(ctx, |rx, d| rx.filled(n, d));
+    }
+
+    /// Payload octets were read into the memory [`RxNeed::Place`] named; `placed` is
+    /// those octets (the CRC is computed over them while they are hot in cache).
+    pub fn rx_placed(&mut self, placed: &[u8]) {
+        self.rx.placed_with(placed.len(), |crc| {
+            softrnic_wire::crc::crc32c_append(crc, placed)
+        });
+    }
+
+    /// As [`Qp::rx_placed`] for an I/O layer that does not hold the octets as a slice:
+    /// `n` octets were placed, and `crc_append` extends a running CRC32c over them (it
+    /// is called only when CRC is on).
+    pub fn rx_placed_with(&mut self, n: usize, crc_append: impl FnOnce(u32) -> u32) {
+        self.rx.placed_with(n, crc_append);
+    }
+
+    /// Whether the stream is inside an FPDU: some of its octets have arrived, not all.
+    /// A stream that ends here was truncated (lost), not closed between messages.
+    pub fn rx_mid_fpdu(&self) -> bool {
+        self.rx.mid_fpdu()
+    }
+
+    /// Total payload octets placed so far by the in-order stream.
+    pub fn rx_placed_bytes(&self) -> u64 {
+        self.rx.placed_bytes()
+    }
+
+    /// Sequence number (octets since the first FPDU) of the next octet the stream
+    /// expects.
+    pub fn rx_position(&self) -> u64 {
+        self.rx.position()
+    }
+
+    /// Drives the receive path from the next octets of the stream: internal octets are
+    /// buffered, payload is handed to `place` with its destination. Returns the octets
+    /// consumed (all of them, unless receive processing stopped).
+    pub fn handle_input(
+        &mut self,
+        data: &[u8],
+        ctx: &mut RxCtx<'_>,
+        place: &mut dyn FnMut(Chunk, &[u8]),
+    ) -> usize {
+        let mut at = 0;
+        while at < data.len() {
+            match self.rx_need() {
+                RxNeed::Stopped => break,
+                RxNeed::Internal(n) => {
+                    let k = n.min(data.len() - at);
+                    self.rx_buffer()[..k].copy_from_slice(&data[at..at + k]);
+                    at += k;
+                    self.rx_filled(k, ctx);
+                }
+                RxNeed::Place(c) => {
+                    let k = c.len.min(data.len() - at);
+                    let bytes = &data[at..at + k];
+                    place(Chunk { len: k, ..c }, bytes);
+                    at += k;
+                    self.rx_placed(bytes);
+                }
+            }
+        }
+        at
+    }
+
+    /// Takes a TCP segment found at stream sequence number `seq` (octets since the first
+    /// FPDU), whether it is next in order, overlaps octets taken already, or lies ahead
+    /// of a hole. In-order octets are taken as by [`Qp::handle_input`]; a segment ahead
+    /// is placed at once if it holds whole FPDUs whose CRC checks (see
+    /// [`SegmentOutcome`]), and what those FPDUs complete is delivered when the stream
+    /// reaches them, so completions keep their order.
+    pub fn handle_segment(
+        &mut self,
+        seq: u64,
+        data: &[u8],
+        ctx: &mut RxCtx<'_>,
+        place: &mut dyn FnMut(Chunk, &[u8]),
+    ) -> SegmentOutcome {
+        if self.rx_need() == RxNeed::Stopped {
+            return SegmentOutcome::Stopped;
+        }
+        let pos = self.rx.position();
+        if seq > pos {
+            let crc = self.params.crc;
+            let mut taken = false;
+            self.rx_step(ctx, |rx, d| {
+                taken = rx.take_ahead(seq, data, crc, d, place);
+                Ok(())
+            });
+            return if taken {
+                SegmentOutcome::Taken
+            } else {
+                SegmentOutcome::Keep
+            };
+        }
+        // In order (perhaps partly seen): feed from the stream's position on, and step
+        // over FPDUs taken ahead as the stream reaches them.
+        let mut at_seq = seq;
+        let mut rest = data;
+        loop {
+            let pos = self.rx.position();
+            let seen = usize::try_from(pos - at_seq)
+                .unwrap_or(usize::MAX)
+                .min(rest.len());
+            rest = &rest[seen..];
+            at_seq += seen as u64;
+            if rest.is_empty() {
+                return SegmentOutcome::Taken;
+            }
+            // One need at a time: a step may skip FPDUs taken ahead.
+            let k = match self.rx_need() {
+                RxNeed::Stopped => return SegmentOutcome::Stopped,
+                RxNeed::Internal(n) => n.min(rest.len()),
+                RxNeed::Place(c) => c.len.min(rest.len()),
+            };
+            let used = self.handle_input(&rest[..k], ctx, place);
+            if used == 0 {
+                return SegmentOutcome::Stopped;
+            }
+            rest = &rest[used..];
+            at_seq += used as u64;
+        }
     }
 }
 

@@ -66,7 +66,7 @@ impl Side {
     fn next_fpdu(&mut self) -> Option<Vec<u8>> {
         let mut f = TxFpdu::default();
         if !self.qp.poll_transmit(&mut f) {
-            self.qp.run_local_ops(&mut self.tpt);
+            self.qp.run_local_ops(&self.tpt);
             if !self.qp.poll_transmit(&mut f) {
                 return None;
             }
@@ -98,10 +98,11 @@ impl Side {
             let (part, tail) = rest.split_at(step.min(rest.len()));
             rest = tail;
             let mem = &mut self.mem;
-            self.qp.handle_input(part, &mut self.tpt, &mut |c, data| {
-                let r = &mut mem[c.region.0 as usize];
-                r[c.offset as usize..c.offset as usize + data.len()].copy_from_slice(data);
-            });
+            self.qp
+                .handle_input(part, &mut RxCtx::new(&self.tpt), &mut |c, data| {
+                    let r = &mut mem[c.region.0 as usize];
+                    r[c.offset as usize..c.offset as usize + data.len()].copy_from_slice(data);
+                });
         }
     }
 }
@@ -211,7 +212,7 @@ fn send_recv_sizes_and_sg_lists() {
                             sge(src, sbase + half as u64, size - half),
                         ],
                     ),
-                    &mut a.tpt,
+                    &a.tpt,
                 )
                 .unwrap();
                 pump(&mut a, &mut b, one);
@@ -264,7 +265,7 @@ fn write_and_read_place_exact_bytes() {
             signaled: true,
             fence: false,
         },
-        &mut a.tpt,
+        &a.tpt,
     )
     .unwrap();
     a.qp.post_send(
@@ -278,7 +279,7 @@ fn write_and_read_place_exact_bytes() {
             signaled: true,
             fence: true,
         },
-        &mut a.tpt,
+        &a.tpt,
     )
     .unwrap();
     pump(&mut a, &mut b, false);
@@ -328,7 +329,7 @@ fn reads_beyond_ord_wait_and_complete_in_order() {
                 signaled: true,
                 fence: false,
             },
-            &mut a.tpt,
+            &a.tpt,
         )
         .unwrap();
     }
@@ -358,7 +359,7 @@ fn reads_beyond_ord_wait_and_complete_in_order() {
                 signaled: true,
                 fence: false,
             },
-            &mut a.tpt,
+            &a.tpt,
         )
         .unwrap();
     }
@@ -403,10 +404,10 @@ fn violation(
             signaled: true,
             fence: false,
         },
-        &mut a.tpt,
+        &a.tpt,
     )
     .unwrap();
-    a.qp.post_send(send_wr(2, vec![sge(local, lbase, 4)]), &mut a.tpt)
+    a.qp.post_send(send_wr(2, vec![sge(local, lbase, 4)]), &a.tpt)
         .unwrap();
     pump(&mut a, &mut b, false);
     assert_eq!(b.mem, before, "a refused access changes no memory");
@@ -508,7 +509,7 @@ fn tpt_violations_terminate_with_exact_codes_at_both_ends() {
     );
     assert_eq!(sent.unwrap().0, rdmap(1));
     let wrong_pd = |s: &mut Side, stag: STag| {
-        let mut e = *s.tpt.get(stag).unwrap();
+        let mut e = s.tpt.get(stag).unwrap();
         s.tpt.remove(stag);
         e.pd = PdId(99);
         assert_eq!(s.tpt.insert(e), Some(stag));
@@ -522,9 +523,9 @@ fn send_without_receive_is_fatal_and_everything_completes_once() {
     let (mut a, mut b) = pair(QpParams::default());
     let (s, base) = a.reg(16, Access::empty(), 0);
     let (d, dbase) = b.reg(16, Access::LOCAL_WRITE, 0);
-    a.qp.post_send(send_wr(1, vec![sge(s, base, 16)]), &mut a.tpt)
+    a.qp.post_send(send_wr(1, vec![sge(s, base, 16)]), &a.tpt)
         .unwrap();
-    a.qp.post_send(send_wr(2, vec![sge(s, base, 16)]), &mut a.tpt)
+    a.qp.post_send(send_wr(2, vec![sge(s, base, 16)]), &a.tpt)
         .unwrap();
     pump(&mut a, &mut b, false);
     let cause = TerminateCause::new(Layer::Ddp, 2, 0x02);
@@ -539,7 +540,7 @@ fn send_without_receive_is_fatal_and_everything_completes_once() {
         &b.tpt,
     )
     .unwrap();
-    a.qp.post_send(send_wr(3, vec![sge(s, base, 1)]), &mut a.tpt)
+    a.qp.post_send(send_wr(3, vec![sge(s, base, 1)]), &a.tpt)
         .unwrap();
     let ca: Vec<_> = a
         .completions()
@@ -578,7 +579,7 @@ fn crc_corruption_is_an_mpa_terminate() {
         &b.tpt,
     )
     .unwrap();
-    a.qp.post_send(send_wr(1, vec![sge(s, base, 100)]), &mut a.tpt)
+    a.qp.post_send(send_wr(1, vec![sge(s, base, 100)]), &a.tpt)
         .unwrap();
     let mut f = a.next_fpdu().unwrap();
     f[50] ^= 0x10;
@@ -654,7 +655,7 @@ fn send_with_invalidate_and_solicited_event() {
             signaled: true,
             fence: false,
         },
-        &mut a.tpt,
+        &a.tpt,
     )
     .unwrap();
     assert!(b.tpt.get(exposed).unwrap().valid);
@@ -707,7 +708,7 @@ fn rtr_holds_the_responder_until_it_arrives() {
         &a.tpt,
     )
     .unwrap();
-    b.qp.post_send(send_wr(2, vec![sge(s, base, 8)]), &mut b.tpt)
+    b.qp.post_send(send_wr(2, vec![sge(s, base, 8)]), &b.tpt)
         .unwrap();
     assert!(
         b.next_fpdu().is_none(),
@@ -746,7 +747,7 @@ fn graceful_close_waits_for_queued_sends() {
         &b.tpt,
     )
     .unwrap();
-    a.qp.post_send(send_wr(1, vec![sge(s, base, 5000)]), &mut a.tpt)
+    a.qp.post_send(send_wr(1, vec![sge(s, base, 5000)]), &a.tpt)
         .unwrap();
     a.qp.close();
     assert!(!a.qp.ready_to_fin());
@@ -802,7 +803,7 @@ fn send_completions_come_in_posting_order_across_reads() {
                     signaled: true,
                     fence: false,
                 },
-                &mut a.tpt,
+                &a.tpt,
             )
             .unwrap();
             a.qp.post_send(
@@ -816,7 +817,7 @@ fn send_completions_come_in_posting_order_across_reads() {
                     signaled: i != 1,
                     fence: false,
                 },
-                &mut a.tpt,
+                &a.tpt,
             )
             .unwrap();
             a.qp.post_send(
@@ -830,7 +831,7 @@ fn send_completions_come_in_posting_order_across_reads() {
                     signaled: true,
                     fence: false,
                 },
-                &mut a.tpt,
+                &a.tpt,
             )
             .unwrap();
         }
@@ -890,7 +891,7 @@ fn terminate_carries_the_offending_headers() {
                 signaled: true,
                 fence: false,
             },
-            &mut a.tpt,
+            &a.tpt,
         )
         .unwrap();
         let offending = a.next_fpdu().unwrap();

@@ -5,87 +5,16 @@
 //! RDMA Reads honour ORD: a Read that finds ORD Reads outstanding waits at the head of
 //! the send queue (it does not fail). A fenced request waits for all outstanding Reads.
 //! A Send or Write completes once its last FPDU has been handed to the transport
-//! ([`Qp::transmit_done`]), so its buffers are never reused while still being sent.
+//! (`Qp::transmit_done`), so its buffers are never reused while still being sent.
 
-use super::rx::CopiedHeaders;
-use super::{Qp, QpParams, RtrKind};
+use super::fpdu::{Chunk, CopiedHeaders, TxFpdu};
+use super::params::{QpParams, RtrKind};
 use crate::verbs::*;
-use softrnic_wire::ddp::{DdpRepr, Placement};
+use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use softrnic_wire::mpa;
 use softrnic_wire::rdmap::{Opcode, QN_READ_REQUEST, QN_SEND, QN_TERMINATE, ReadRequest};
 use softrnic_wire::terminate::{TerminateCause, TerminateLayout, TerminateRepr, TerminatedDdp};
 use std::collections::VecDeque;
-
-/// A piece of registered memory to gather into an FPDU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Chunk {
-    /// The region.
-    pub region: RegionId,
-    /// Offset in the region.
-    pub offset: u64,
-    /// Octets.
-    pub len: usize,
-}
-
-/// Longest header the transmit path builds: MPA length, untagged DDP header, and the
-/// largest control body (a Terminate copying a DDP header and a Read Request header).
-pub const MAX_TX_HEADER: usize = 2 + 18 + 4 + 2 + 18 + 28;
-
-/// One FPDU to send: header octets, then payload gathered from memory, then the trailer
-/// (pad and CRC) that [`TxFpdu::trailer`] builds once the CRC is known.
-#[derive(Debug, Clone)]
-pub struct TxFpdu {
-    /// MPA length, DDP/RDMAP header, and any control body.
-    pub header: [u8; MAX_TX_HEADER],
-    /// Octets of `header` in use.
-    pub header_len: usize,
-    /// Payload, in order.
-    pub chunks: Vec<Chunk>,
-    /// ULPDU length (header after the MPA length, plus payload).
-    pub ulpdu_len: usize,
-    /// Whether the CRC must be computed (else the field is zero).
-    pub crc: bool,
-}
-
-impl Default for TxFpdu {
-    fn default() -> Self {
-        TxFpdu {
-            header: [0; MAX_TX_HEADER],
-            header_len: 0,
-            chunks: Vec::with_capacity(MAX_SGE + 1),
-            ulpdu_len: 0,
-            crc: false,
-        }
-    }
-}
-
-impl TxFpdu {
-    /// Payload octets.
-    pub fn payload_len(&self) -> usize {
-        self.chunks.iter().map(|c| c.len).sum()
-    }
-
-    /// Pad octets after the payload (zero; the CRC covers them).
-    pub fn pad_len(&self) -> usize {
-        mpa::pad_len(self.ulpdu_len)
-    }
-
-    /// The pad and CRC octets; `crc` is the CRC32c over header, payload and pad (ignored
-    /// when CRC is off).
-    pub fn trailer(&self, crc: u32) -> ([u8; 7], usize) {
-        mpa::fpdu_trailer(self.ulpdu_len, if self.crc { crc } else { 0 })
-    }
-
-    /// Total octets on the wire.
-    pub fn wire_len(&self) -> usize {
-        mpa::fpdu_len(self.ulpdu_len)
-    }
-
-    /// The octets of the header in use.
-    pub fn header_bytes(&self) -> &[u8] {
-        &self.header[..self.header_len]
-    }
-}
 
 struct SqEntry {
     /// Posting order, for in-order completion.
@@ -198,8 +127,8 @@ pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
 impl TxState {
     pub(crate) fn start(&mut self, p: &QpParams) {
         let ulpdu = mpa::max_ulpdu_for(p.max_fpdu.max(64)).unwrap_or(42);
-        self.tagged_max = (ulpdu - 14) as u32;
-        self.untagged_max = (ulpdu - 18) as u32;
+        self.tagged_max = (ulpdu - TAGGED_HEADER_LEN) as u32;
+        self.untagged_max = (ulpdu - UNTAGGED_HEADER_LEN) as u32;
         self.crc = p.crc;
         self.ord = usize::from(p.ord);
         self.ird = usize::from(p.ird);
@@ -302,16 +231,6 @@ impl TxState {
     }
 }
 
-fn header(out: &mut TxFpdu, h: &DdpRepr, body: &[u8], payload_len: usize) {
-    let ulpdu_len = h.header_len() + body.len() + payload_len;
-    out.header[..2].copy_from_slice(&(ulpdu_len as u16).to_be_bytes());
-    // The header array always has room for the header plus the largest control body.
-    let n = h.emit(&mut out.header[2..]).unwrap_or(0);
-    out.header[2 + n..2 + n + body.len()].copy_from_slice(body);
-    out.header_len = 2 + n + body.len();
-    out.ulpdu_len = ulpdu_len;
-}
-
 /// Appends to `out` the chunks covering `len` octets from `skip` into `src`.
 fn slice_chunks(src: &[Chunk], mut skip: usize, mut len: usize, out: &mut Vec<Chunk>) {
     for c in src {
@@ -333,12 +252,13 @@ fn slice_chunks(src: &[Chunk], mut skip: usize, mut len: usize, out: &mut Vec<Ch
     }
 }
 
-impl Qp {
+impl TxState {
     /// Fills `out` with the next FPDU to send; false when there is nothing to send now.
-    /// After writing it completely, call [`Qp::transmit_done`]; until then this returns
-    /// false (one FPDU in flight at a time keeps completion ordering exact).
-    pub fn poll_transmit(&mut self, out: &mut TxFpdu) -> bool {
-        let tx = &mut self.tx;
+    /// `sending`: the QP is in a state that transmits (RTS or Closing); a Terminate goes
+    /// out regardless. One FPDU is in flight at a time (until [`TxState::transmit_done`]),
+    /// which keeps completion ordering exact.
+    pub(crate) fn poll(&mut self, sending: bool, out: &mut TxFpdu) -> bool {
+        let tx = self;
         if tx.in_flight != InFlight::Nothing {
             return false;
         }
@@ -367,13 +287,13 @@ impl Qp {
                 reserved: 0,
                 layout: TerminateLayout::Rfc5040,
             };
-            let mut body = [0u8; 4 + 2 + 18 + 28];
+            let mut body = [0u8; softrnic_wire::terminate::MAX_LEN];
             let n = t.emit(&mut body).unwrap_or(0);
-            header(out, &h, &body[..n], 0);
+            out.set_header(&h, &body[..n], 0);
             tx.in_flight = InFlight::Terminate;
             return true;
         }
-        if !matches!(self.state, QpState::Rts | QpState::Closing) {
+        if !sending {
             return false;
         }
         if let Some(kind) = tx.rtr.take() {
@@ -424,7 +344,7 @@ impl Qp {
                 }
                 RtrKind::Write => Vec::new(),
             };
-            header(out, &h, &body, 0);
+            out.set_header(&h, &body, 0);
             tx.in_flight = InFlight::Rtr;
             return true;
         }
@@ -444,7 +364,7 @@ impl Qp {
                 },
             };
             slice_chunks(&[r.source], r.sent as usize, n as usize, &mut out.chunks);
-            header(out, &h, &[], n as usize);
+            out.set_header(&h, &[], n as usize);
             r.sent += n;
             if last {
                 tx.in_flight = InFlight::ReadResponseDone;
@@ -480,7 +400,7 @@ impl Qp {
                     },
                 };
                 tx.read_msn = tx.read_msn.wrapping_add(1);
-                header(out, &h, &rr.to_bytes(), 0);
+                out.set_header(&h, &rr.to_bytes(), 0);
                 // The Read is outstanding from now on; it completes when its response
                 // has been placed.
                 let read = OutRead {
@@ -524,7 +444,7 @@ impl Qp {
                     },
                 };
                 slice_chunks(&e.chunks, e.sent as usize, n as usize, &mut out.chunks);
-                header(out, &h, &[], n as usize);
+                out.set_header(&h, &[], n as usize);
                 e.sent += n;
                 if last {
                     tx.in_flight = InFlight::SqHead;
@@ -544,7 +464,7 @@ impl Qp {
                     },
                 };
                 slice_chunks(&e.chunks, e.sent as usize, n as usize, &mut out.chunks);
-                header(out, &h, &[], n as usize);
+                out.set_header(&h, &[], n as usize);
                 e.sent += n;
                 if last {
                     tx.in_flight = InFlight::SqHead;
@@ -558,40 +478,41 @@ impl Qp {
         }
     }
 
-    /// The FPDU from the last [`Qp::poll_transmit`] has been written completely.
-    pub fn transmit_done(&mut self) {
-        match std::mem::replace(&mut self.tx.in_flight, InFlight::Nothing) {
-            InFlight::Nothing | InFlight::Rtr => {}
-            InFlight::Terminate => self.tx.terminate_done = true,
+    /// The FPDU from the last [`TxState::poll`] has been written completely; returns
+    /// the send-queue request it finished, if any: (seq, wr_id, opcode, octets, signaled).
+    pub(crate) fn transmit_done(&mut self) -> Option<(u64, u64, WcOpcode, u32, bool)> {
+        match std::mem::replace(&mut self.in_flight, InFlight::Nothing) {
+            InFlight::Nothing | InFlight::Rtr => None,
+            InFlight::Terminate => {
+                self.terminate_done = true;
+                None
+            }
             InFlight::ReadResponseDone => {
-                self.tx.irq.pop_front();
+                self.irq.pop_front();
+                None
             }
             InFlight::SqHead => {
-                if let Some(e) = self.tx.sq.pop_front() {
-                    let op = wc_opcode(&e.op);
-                    let c = self.completion(e.wr_id, WcStatus::Success, op, e.total);
-                    self.finish_send(e.seq, e.signaled.then_some(c));
-                }
+                let e = self.sq.pop_front()?;
+                Some((e.seq, e.wr_id, wc_opcode(&e.op), e.total, e.signaled))
             }
         }
     }
 
-    /// Runs local invalidates that reached the head of the send queue; the I/O layer
-    /// calls this (with the TPT) whenever [`Qp::poll_transmit`] returns false.
-    pub fn run_local_ops(&mut self, tpt: &mut crate::tpt::Tpt) -> bool {
-        let mut ran = false;
-        while self.tx.in_flight == InFlight::Nothing
-            && let Some(e) = self.tx.sq.front()
-            && let SendOp::LocalInvalidate { stag } = e.op
-        {
-            if e.fence && !self.tx.orq.is_empty() {
-                break;
-            }
-            let (seq, wr_id, signaled) = (e.seq, e.wr_id, e.signaled);
-            self.tx.sq.pop_front();
-            self.local_invalidate(seq, wr_id, stag, signaled, tpt);
-            ran = true;
+    /// The local invalidate at the head of the send queue, removed, if it may run now
+    /// (nothing in flight, no fence waiting on Reads): (seq, wr_id, stag, signaled).
+    pub(crate) fn next_local_op(&mut self) -> Option<(u64, u64, STag, bool)> {
+        if self.in_flight != InFlight::Nothing {
+            return None;
         }
-        ran
+        let e = self.sq.front()?;
+        let SendOp::LocalInvalidate { stag } = e.op else {
+            return None;
+        };
+        if e.fence && !self.orq.is_empty() {
+            return None;
+        }
+        let r = (e.seq, e.wr_id, stag, e.signaled);
+        self.sq.pop_front();
+        Some(r)
     }
 }

@@ -1,0 +1,111 @@
+//! What the core hands the I/O layer to send (an FPDU: header octets, memory chunks to
+//! gather, trailer) and what a receive failure keeps for the Terminate. The framing
+//! itself (length field, pad, CRC) is `softrnic_wire::mpa`'s, on both paths.
+
+use crate::verbs::*;
+use softrnic_wire::ddp::{DdpRepr, UNTAGGED_HEADER_LEN};
+use softrnic_wire::mpa;
+use softrnic_wire::rdmap::READ_REQUEST_LEN;
+
+/// A piece of registered memory to gather into an FPDU, or to place payload into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    /// The region.
+    pub region: RegionId,
+    /// Offset in the region.
+    pub offset: u64,
+    /// Octets.
+    pub len: usize,
+}
+
+/// Longest header the transmit path builds: MPA length field, untagged DDP header, and
+/// the largest control body (a Terminate copying a DDP header and a Read Request header).
+pub const MAX_TX_HEADER: usize =
+    mpa::ULPDU_LEN_LEN + UNTAGGED_HEADER_LEN + softrnic_wire::terminate::MAX_LEN;
+
+/// One FPDU to send: header octets, then payload gathered from memory, then the trailer
+/// (pad and CRC) that [`TxFpdu::trailer`] builds once the CRC is known.
+#[derive(Debug, Clone)]
+pub struct TxFpdu {
+    /// MPA length, DDP/RDMAP header, and any control body.
+    pub header: [u8; MAX_TX_HEADER],
+    /// Octets of `header` in use.
+    pub header_len: usize,
+    /// Payload, in order.
+    pub chunks: Vec<Chunk>,
+    /// ULPDU length (header after the MPA length, plus payload).
+    pub ulpdu_len: usize,
+    /// Whether the CRC must be computed (else the field is zero).
+    pub crc: bool,
+}
+
+impl Default for TxFpdu {
+    fn default() -> Self {
+        TxFpdu {
+            header: [0; MAX_TX_HEADER],
+            header_len: 0,
+            chunks: Vec::with_capacity(MAX_SGE + 1),
+            ulpdu_len: 0,
+            crc: false,
+        }
+    }
+}
+
+impl TxFpdu {
+    /// Payload octets.
+    pub fn payload_len(&self) -> usize {
+        self.chunks.iter().map(|c| c.len).sum()
+    }
+
+    /// Pad octets after the payload (zero; the CRC covers them).
+    pub fn pad_len(&self) -> usize {
+        mpa::pad_len(self.ulpdu_len)
+    }
+
+    /// The pad and CRC octets; `crc` is the CRC32c over header, payload and pad (ignored
+    /// when CRC is off).
+    pub fn trailer(&self, crc: u32) -> ([u8; 7], usize) {
+        mpa::fpdu_trailer(self.ulpdu_len, if self.crc { crc } else { 0 })
+    }
+
+    /// Total octets on the wire.
+    pub fn wire_len(&self) -> usize {
+        mpa::fpdu_len(self.ulpdu_len)
+    }
+
+    /// The octets of the header in use.
+    pub fn header_bytes(&self) -> &[u8] {
+        &self.header[..self.header_len]
+    }
+
+    /// Frames the header: MPA length field, DDP/RDMAP header `h`, control `body`, for a
+    /// ULPDU that `payload_len` octets of gathered payload complete. Bodies and payloads
+    /// come from the transmit path, which sizes them to the negotiated FPDU, so the ULPDU
+    /// always fits the length field.
+    pub(crate) fn set_header(&mut self, h: &DdpRepr, body: &[u8], payload_len: usize) {
+        let ulpdu_len = h.header_len() + body.len() + payload_len;
+        let prefix = mpa::fpdu_prefix(ulpdu_len).unwrap_or([0xff; 2]);
+        debug_assert!(
+            ulpdu_len <= mpa::MAX_ULPDU_LEN,
+            "ULPDU sized beyond the MPA field"
+        );
+        let at = prefix.len();
+        self.header[..at].copy_from_slice(&prefix);
+        // The header array has room for the longest DDP header and control body.
+        let n = h.emit(&mut self.header[at..]).unwrap_or(0);
+        self.header[at + n..at + n + body.len()].copy_from_slice(body);
+        self.header_len = at + n + body.len();
+        self.ulpdu_len = ulpdu_len;
+    }
+}
+
+/// Headers of the offending segment, copied into the Terminate we send.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopiedHeaders {
+    /// The offending segment's length (MPA ULPDU length), if it was read.
+    pub segment_len: Option<u16>,
+    /// The offending DDP header (with RDMAP control) and its length (0: none).
+    pub ddp_header: ([u8; UNTAGGED_HEADER_LEN], usize),
+    /// The offending Read Request header.
+    pub read_request: Option<[u8; READ_REQUEST_LEN]>,
+}

@@ -1,0 +1,57 @@
+//! The parameters a QP is created and connected with.
+
+use crate::verbs::*;
+
+/// Negotiated connection parameters the QP runs with (from the MPA exchange).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpParams {
+    /// CRC32c on in both directions.
+    pub crc: bool,
+    /// Inbound Read Requests accepted concurrently.
+    pub ird: u16,
+    /// Outbound Reads outstanding at most; more wait in the send queue.
+    pub ord: u16,
+    /// Largest FPDU to send (the TCP MSS by default).
+    pub max_fpdu: usize,
+    /// RFC 6581 peer-to-peer: this side sends the RTR message first.
+    pub send_rtr: Option<RtrKind>,
+    /// RFC 6581 peer-to-peer: this side must receive the RTR before it transmits.
+    pub await_rtr: bool,
+}
+
+impl Default for QpParams {
+    fn default() -> Self {
+        QpParams {
+            crc: false,
+            ird: 16,
+            ord: 16,
+            max_fpdu: 1448,
+            send_rtr: None,
+            await_rtr: false,
+        }
+    }
+}
+
+/// The zero-length message that serves as RFC 6581 ready-to-receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RtrKind {
+    /// Zero-length Send.
+    Send,
+    /// Zero-length RDMA Write.
+    Write,
+    /// Zero-length RDMA Read.
+    Read,
+}
+
+/// Static attributes of a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpConfig {
+    /// Its number.
+    pub id: QpId,
+    /// Its protection domain.
+    pub pd: PdId,
+    /// Send queue depth.
+    pub sq_depth: usize,
+    /// Receive queue depth.
+    pub rq_depth: usize,
+}

@@ -1,0 +1,391 @@
+//! The receive path, in three parts: [`stream`](super::stream) finds FPDUs in the MPA
+//! stream, [`place`](super::place) decides where each one's payload goes, and delivery
+//! (here, with [`Outbox`] and [`Deferred`]) completes what each FPDU finishes, in stream
+//! order. FPDUs found out of order ([`Receiver::take_ahead`]) are placed at once and
+//! delivered when the stream reaches them.
+//!
+//! Any violation stops receive processing for good: the caller queues a Terminate
+//! carrying the RFC's layer/type/code and the offending headers, and flushes.
+
+use super::deliver::{Deferred, Outbox, QpEvent};
+use super::fpdu::{Chunk, CopiedHeaders};
+use super::place::{
+    self, Arrival, SendSegment, Untagged, UntaggedFault, check_rdmap_rules, rdmap_op,
+};
+use super::rq::RecvSource;
+use super::stream::{MAX_BODY, RxNeed, RxStream, Step};
+use super::tx::TxState;
+use crate::tpt::Tpt;
+use crate::verbs::*;
+use softrnic_wire::WireError;
+use softrnic_wire::ddp::{DdpRepr, Placement};
+use softrnic_wire::mpa;
+use softrnic_wire::rdmap::{Opcode, READ_REQUEST_LEN, ReadRequest};
+use softrnic_wire::terminate::{TerminateCause, TerminateRepr, ddp_code, rdmap_code};
+
+/// FPDUs taken ahead of the stream and not yet delivered, at most (beyond, segments are
+/// left to arrive in order).
+const MAX_DEFERRED: usize = 1024;
+
+/// What a receive step borrows from the rest of the QP and from the device.
+pub(crate) struct RxDeps<'a> {
+    pub qp: QpId,
+    pub pd: PdId,
+    pub tx: &'a mut TxState,
+    pub tpt: &'a Tpt,
+    pub buffers: &'a mut dyn RecvSource,
+    pub out: &'a mut Outbox,
+}
+
+/// How receive processing ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fatal {
+    /// We detected a violation: send a Terminate with these headers.
+    Local(TerminateCause, CopiedHeaders),
+    /// The peer sent a Terminate.
+    Remote(TerminateCause),
+}
+
+/// Receive-side state of a QP.
+#[derive(Debug, Default)]
+pub(crate) struct Receiver {
+    stream: RxStream,
+    untagged: Untagged,
+    /// RFC 6581: transmission waits for the peer's RTR message.
+    await_rtr: bool,
+    deferred: Deferred,
+    scratch: Vec<Chunk>,
+}
+
+type Res = Result<(), Fatal>;
+
+impl Receiver {
+    pub(crate) fn start(&mut self, crc: bool, await_rtr: bool) {
+        self.stream.start(crc);
+        self.await_rtr = await_rtr;
+    }
+
+    pub(crate) fn need(&self) -> RxNeed {
+        self.stream.need()
+    }
+
+    pub(crate) fn buffer(&mut self) -> &mut [u8] {
+        self.stream.buffer()
+    }
+
+    pub(crate) fn placed_with(&mut self, n: usize, crc_append: impl FnOnce(u32) -> u32) {
+        self.stream.placed_with(n, crc_append);
+    }
+
+    pub(crate) fn mid_fpdu(&self) -> bool {
+        self.stream.mid_fpdu()
+    }
+
+    pub(crate) fn placed_bytes(&self) -> u64 {
+        self.stream.placed_bytes()
+    }
+
+    pub(crate) fn position(&self) -> u64 {
+        self.stream.position()
+    }
+
+    pub(crate) fn stop(&mut self) {
+        self.stream.stop();
+        self.deferred.clear();
+    }
+
+    pub(crate) fn untagged(&mut self) -> &mut Untagged {
+        &mut self.untagged
+    }
+
+    /// `n` octets were written into the internal buffer.
+    pub(crate) fn filled(&mut self, n: usize, d: &mut RxDeps<'_>) -> Res {
+        let step = self.stream.filled(n).map_err(|e| self.fail_wire(e))?;
+        match step {
+            Step::More => Ok(()),
+            Step::Header(h, rest) => self.on_header(h, rest, d),
+            Step::Body(h) => self.on_body(h, d),
+            Step::Done(h, len) => {
+                self.deliver(h, len, d)?;
+                self.deliver_deferred(d)
+            }
+        }
+    }
+
+    fn fail(&mut self, cause: TerminateCause) -> Fatal {
+        let copied = self.stream.copied();
+        self.stop();
+        Fatal::Local(cause, copied)
+    }
+
+    fn fail_wire(&mut self, e: WireError) -> Fatal {
+        self.fail(e.terminate_cause())
+    }
+
+    fn on_header(&mut self, h: DdpRepr, rest: usize, d: &mut RxDeps<'_>) -> Res {
+        let h = check_rdmap_rules(h).map_err(|e| self.fail_wire(e))?;
+        match h.opcode {
+            Opcode::ReadRequest | Opcode::Terminate => {
+                if h.opcode == Opcode::ReadRequest && rest != READ_REQUEST_LEN {
+                    return Err(self.fail_wire(WireError::BadReadRequestLength(rest)));
+                }
+                if rest > MAX_BODY {
+                    return Err(
+                        self.fail_wire(WireError::BadTerminate("longer than any Terminate"))
+                    );
+                }
+                match self.stream.expect_body(rest) {
+                    Step::Body(h) => self.on_body(h, d),
+                    _ => Ok(()),
+                }
+            }
+            Opcode::Write | Opcode::ReadResponse => {
+                let Placement::Tagged { stag, to } = h.placement else {
+                    return Err(self.fail(rdmap_op(rdmap_code::UNEXPECTED_OPCODE)));
+                };
+                let need = if h.opcode == Opcode::Write {
+                    Access::REMOTE_WRITE
+                } else {
+                    if d.tx.match_read_response(stag, to, rest as u32).is_none() {
+                        return Err(self.fail(place::unexpected_read_response()));
+                    }
+                    Access::LOCAL_WRITE
+                };
+                let dest =
+                    place::tagged(d.tpt, d.pd, stag, to, rest, need).map_err(|c| self.fail(c))?;
+                self.stream.expect_payload(dest, rest);
+                Ok(())
+            }
+            op if op.is_send() => self.send_destination(h, rest, d),
+            _ => Err(self.fail(rdmap_op(rdmap_code::UNEXPECTED_OPCODE))),
+        }
+    }
+
+    /// Whether a Send segment is an RFC 6581 RTR (a zero-length Send) we wait for.
+    fn is_rtr_send(&self, h: &DdpRepr, len: usize) -> bool {
+        matches!(h.placement, Placement::Untagged { mo: 0, .. })
+            && self.await_rtr
+            && h.opcode == Opcode::Send
+            && len == 0
+            && h.last
+    }
+
+    fn send_destination(&mut self, h: DdpRepr, len: usize, d: &mut RxDeps<'_>) -> Res {
+        let Placement::Untagged { msn, mo, .. } = h.placement else {
+            return Err(self.fail(rdmap_op(rdmap_code::UNEXPECTED_OPCODE)));
+        };
+        // In the stream, segments of one message arrive together and in MSN order.
+        if msn != self.untagged.recv_msn() {
+            return Err(self.fail(place::ddp_untagged(ddp_code::untagged::MSN_RANGE)));
+        }
+        if self.is_rtr_send(&h, len) {
+            // RFC 6581 RTR as a zero-length Send: consumes no receive buffer.
+            self.stream.expect_payload(std::iter::empty(), 0);
+            return Ok(());
+        }
+        let mut dest = std::mem::take(&mut self.scratch);
+        dest.clear();
+        let seg = SendSegment { msn, mo, len };
+        let r = self
+            .untagged
+            .send_dest(d.qp, seg, Arrival::InStream, d.buffers, &mut dest);
+        let r = match r {
+            Ok(()) => {
+                self.stream.expect_payload(dest.drain(..), len);
+                Ok(())
+            }
+            Err(UntaggedFault::Terminate(c)) => Err(self.fail(c)),
+            Err(UntaggedFault::TooLong(wqe)) => {
+                let c = d
+                    .out
+                    .completion(wqe.wr_id, WcStatus::LocalLengthError, WcOpcode::Recv, 0);
+                d.out.recv(c);
+                Err(self.fail(place::ddp_untagged(ddp_code::untagged::TOO_LONG)))
+            }
+        };
+        self.scratch = dest;
+        r
+    }
+
+    fn on_body(&mut self, h: DdpRepr, d: &mut RxDeps<'_>) -> Res {
+        match h.opcode {
+            Opcode::ReadRequest => {
+                let rr = ReadRequest::parse(self.stream.body()).map_err(|e| self.fail_wire(e))?;
+                let Placement::Untagged { msn, .. } = h.placement else {
+                    return Err(self.fail(rdmap_op(rdmap_code::UNEXPECTED_OPCODE)));
+                };
+                self.untagged.read_request(msn).map_err(|c| self.fail(c))?;
+                let source = place::read_source(d.tpt, d.pd, &rr).map_err(|c| self.fail(c))?;
+                if self.await_rtr && rr.size == 0 {
+                    // RFC 6581 RTR as a zero-length Read: answered like any Read.
+                    self.await_rtr = false;
+                    d.tx.hold_for_rtr = false;
+                }
+                if !d.tx.push_inbound_read(&rr, source) {
+                    // More Read Requests than the IRD we advertised.
+                    return Err(self.fail(place::ddp_untagged(ddp_code::untagged::NO_BUFFER)));
+                }
+            }
+            Opcode::Terminate => {
+                let parsed = TerminateRepr::parse(self.stream.body()).map(|t| t.cause);
+                return Err(match parsed {
+                    Ok(cause) => {
+                        self.stop();
+                        Fatal::Remote(cause)
+                    }
+                    Err(e) => self.fail_wire(e),
+                });
+            }
+            _ => {}
+        }
+        self.stream.body_done();
+        Ok(())
+    }
+
+    /// The FPDU is in place and intact, and every FPDU before it in the stream has been
+    /// delivered: complete what it finishes.
+    fn deliver(&mut self, h: DdpRepr, len: usize, d: &mut RxDeps<'_>) -> Res {
+        match h.opcode {
+            Opcode::Write if self.await_rtr && len == 0 => {
+                // RFC 6581 RTR as a zero-length Write: the responder may now send.
+                self.await_rtr = false;
+                d.tx.hold_for_rtr = false;
+            }
+            Opcode::ReadResponse => {
+                if let Some((seq, wr_id, total, signaled)) =
+                    d.tx.read_response_placed(len as u32, h.last)
+                {
+                    let c = d
+                        .out
+                        .completion(wr_id, WcStatus::Success, WcOpcode::Read, total);
+                    d.out.finish_send(seq, signaled.then_some(c));
+                }
+            }
+            op if op.is_send() => {
+                let Placement::Untagged { mo, rsvd_ulp, .. } = h.placement else {
+                    return Ok(());
+                };
+                if self.is_rtr_send(&h, len) {
+                    self.await_rtr = false;
+                    d.tx.hold_for_rtr = false;
+                    self.untagged.skip_rtr_send();
+                    return Ok(());
+                }
+                if !h.last {
+                    return Ok(());
+                }
+                if op.invalidates() && d.tpt.invalidate(rsvd_ulp, d.pd).is_err() {
+                    // The buffer stays bound and flushes with the rest.
+                    return Err(self.fail(place::cannot_invalidate()));
+                }
+                let Some(wqe) = self.untagged.deliver_send() else {
+                    return Ok(());
+                };
+                let mut c = d.out.completion(
+                    wqe.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::Recv,
+                    mo.wrapping_add(len as u32),
+                );
+                c.solicited = op.solicited();
+                c.invalidated = op.invalidates().then_some(rsvd_ulp);
+                d.out.recv(c);
+                if op.solicited() {
+                    d.out.event(QpEvent::Solicited);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Delivers the FPDUs taken ahead that the stream has now reached, and steps over
+    /// their octets.
+    pub(crate) fn deliver_deferred(&mut self, d: &mut RxDeps<'_>) -> Res {
+        while self.deferred.len() > 0 && self.stream.at_boundary() {
+            let at = self.stream.position();
+            let Some((end, h, len)) = self.deferred.take_at(at) else {
+                break;
+            };
+            self.stream.skip(end - at);
+            self.deliver(h, len, d)?;
+        }
+        Ok(())
+    }
+
+    /// A segment found at stream position `seq`, ahead of the stream (a hole before
+    /// it). It is taken only if it holds whole FPDUs that can be placed now without
+    /// risk: CRC negotiated and correct (nothing else tells that an FPDU starts at the
+    /// segment's first octet), RDMA Writes or Send segments whose buffers are known,
+    /// every check passed. Then their payload goes to `place` and their delivery waits
+    /// for the stream; otherwise nothing happens (false), and the segment must be
+    /// handed in again when the stream reaches it, where any fault is reported in order.
+    pub(crate) fn take_ahead(
+        &mut self,
+        seq: u64,
+        data: &[u8],
+        crc_on: bool,
+        d: &mut RxDeps<'_>,
+        place: &mut dyn FnMut(Chunk, &[u8]),
+    ) -> bool {
+        if !crc_on || seq <= self.stream.position() || data.is_empty() {
+            return false;
+        }
+        // First pass: every FPDU whole, intact and placeable; nothing changes yet.
+        let mut plan: Vec<(u64, u64, DdpRepr, usize, Vec<Chunk>, usize)> = Vec::new();
+        let mut no_markers: [u8; 0] = [];
+        let mut at = 0;
+        while at < data.len() {
+            let Ok(f) = mpa::parse_fpdu(&data[at..], None, true, &mut no_markers) else {
+                return false;
+            };
+            if f.check_crc().is_err() {
+                return false;
+            }
+            let Ok(h) = DdpRepr::parse_bytes(f.ulpdu).and_then(check_rdmap_rules) else {
+                return false;
+            };
+            let hl = h.header_len();
+            let len = f.ulpdu.len() - hl;
+            let (start, end) = (seq + at as u64, seq + (at + f.consumed) as u64);
+            if !self.deferred.is_free(start, end)
+                || self.deferred.len() + plan.len() >= MAX_DEFERRED
+            {
+                return false;
+            }
+            let mut dest = Vec::new();
+            match (h.opcode, h.placement) {
+                (Opcode::Write, Placement::Tagged { stag, to }) => {
+                    match place::tagged(d.tpt, d.pd, stag, to, len, Access::REMOTE_WRITE) {
+                        Ok(c) => dest.extend(c),
+                        Err(_) => return false,
+                    }
+                }
+                (op, Placement::Untagged { msn, mo, .. })
+                    if op.is_send() && !self.is_rtr_send(&h, len) && !self.await_rtr =>
+                {
+                    let seg = SendSegment { msn, mo, len };
+                    let ok =
+                        self.untagged
+                            .send_dest(d.qp, seg, Arrival::Ahead, d.buffers, &mut dest);
+                    if ok.is_err() {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
+            plan.push((start, end, h, len, dest, at + mpa::ULPDU_LEN_LEN + hl));
+            at += f.consumed;
+        }
+        // Second pass: place, and remember what each FPDU completes.
+        for (start, end, h, len, dest, payload_at) in plan {
+            let mut p = payload_at;
+            for c in dest {
+                place(c, &data[p..p + c.len]);
+                p += c.len;
+            }
+            self.deferred.insert(start, end, h, len);
+        }
+        true
+    }
+}
