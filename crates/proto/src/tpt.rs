@@ -458,4 +458,26 @@ mod tests {
         t.remove(b);
         assert_eq!(t.len(), 1);
     }
+
+    #[test]
+    fn shards_hand_out_distinct_indices_and_find_each_entry() {
+        let t = Tpt::new();
+        let stags: Vec<STag> = (0..100u32)
+            .map(|i| {
+                let mut e = entry(1, Access::REMOTE_WRITE);
+                e.region = RegionId(i);
+                t.insert(e).unwrap()
+            })
+            .collect();
+        let mut indices: Vec<u32> = stags.iter().map(|s| s >> 8).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        assert_eq!(indices.len(), 100, "distinct indices");
+        assert!(indices[0] >= 1, "index 0 is never handed out");
+        assert_eq!(t.len(), 100);
+        for (i, s) in stags.iter().enumerate() {
+            assert_eq!(t.get(*s).map(|e| e.region), Some(RegionId(i as u32)));
+        }
+        assert!(t.get(0).is_none());
+    }
 }

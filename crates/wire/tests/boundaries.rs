@@ -163,3 +163,46 @@ fn rfc6581_word_needs_four_octets() {
 fn largest_fpdu_is_length_field_ulpdu_pad_and_crc() {
     assert_eq!(mpa::MAX_FPDU_LEN, 2 + 65535 + 3 + 4);
 }
+
+/// The incremental receive check (`mpa::FpduCheck`) agrees with the whole-FPDU deframer
+/// on every length's padding and CRC, and catches a flipped octet anywhere.
+#[test]
+fn fpdu_check_agrees_with_the_deframer() {
+    use softrnic_wire::mpa::FpduCheck;
+    for len in [0usize, 1, 2, 3, 4, 5, 17, 1000] {
+        let ulpdu: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        let mut f = vec![0u8; mpa::fpdu_len(len)];
+        let n = mpa::emit_fpdu(&[&ulpdu], true, None, &mut f).unwrap();
+        assert_eq!(n, f.len());
+        assert_eq!(
+            mpa::fpdu_prefix(len).unwrap(),
+            [f[0], f[1]],
+            "prefix of {len}"
+        );
+        let check = |f: &[u8]| {
+            let mut c = FpduCheck::begin([f[0], f[1]], true);
+            let end = 2 + c.ulpdu_len();
+            // Fed in two pieces, as a receiver that places payload does.
+            let mid = 2 + c.ulpdu_len() / 2;
+            c.update(&f[2..mid]);
+            c.update_with(|crc| softrnic_wire::crc::crc32c_append(crc, &f[mid..end]));
+            assert_eq!(c.trailer_len(), f.len() - end);
+            c.finish(&f[end..])
+        };
+        assert_eq!(check(&f), Ok(()), "len {len}");
+        for at in 2..f.len() {
+            let mut bad = f.clone();
+            bad[at] ^= 0x20;
+            let pad = (2 + len..2 + len + mpa::pad_len(len)).contains(&at);
+            assert!(
+                matches!(check(&bad), Err(WireError::CrcMismatch { .. })),
+                "len {len}, octet {at} flipped{}",
+                if pad { " (pad)" } else { "" }
+            );
+        }
+        // CRC off: the field is not checked.
+        let c = FpduCheck::begin([f[0], f[1]], false);
+        assert_eq!(c.finish(&[0; 7][..c.trailer_len()]), Ok(()));
+    }
+    assert!(mpa::fpdu_prefix(65536).is_err());
+}

@@ -925,3 +925,5 @@ fn terminate_carries_the_offending_headers() {
         }
     }
 }
+
+mod segments;
