@@ -2,17 +2,34 @@
 //! a QP when its socket becomes readable or writable. After activity it spins (polling
 //! with a zero timeout) for a configurable time before blocking, so a steady stream
 //! costs no wake-up per message, while an idle device costs no CPU.
+//!
+//! Engine `i` serves completion vector `i`: a QP is registered with the engine of its
+//! receive CQ's vector. An engine given a CPU pins itself to it before serving anything.
 
 use crate::device::Shared;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::sys::affinity;
 use mio::{Events, Interest, Poll, Token, Waker};
 use softrnic_proto::QpId;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const WAKER: Token = Token(usize::MAX);
+
+/// What an engine thread looks like from outside (`Device::engines`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// Its index, which is the completion vector it serves.
+    pub vector: usize,
+    /// The CPU it is pinned to, if any.
+    pub cpu: Option<usize>,
+    /// The kernel's thread id (`/proc/self/task/<tid>`).
+    pub tid: i32,
+    /// Socket readiness events it has handled for QPs.
+    pub events: u64,
+}
 
 pub(crate) struct Engine {
     registry: mio::Registry,
@@ -20,30 +37,69 @@ pub(crate) struct Engine {
     stop: Arc<AtomicBool>,
     dev: Arc<OnceLock<Weak<Shared>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    cpu: Option<usize>,
+    tid: i32,
+    events: Arc<AtomicU64>,
 }
 
 impl Engine {
-    pub(crate) fn start(index: usize, spin: Duration) -> Result<Engine> {
+    /// Starts engine `index`; with a `cpu`, the thread pins itself there first, and a
+    /// CPU it cannot have fails the start.
+    pub(crate) fn start(index: usize, spin: Duration, cpu: Option<usize>) -> Result<Engine> {
         let poll = Poll::new()?;
         let registry = poll.registry().try_clone()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let stop = Arc::new(AtomicBool::new(false));
         let dev: Arc<OnceLock<Weak<Shared>>> = Arc::new(OnceLock::new());
-        let (s, d) = (stop.clone(), dev.clone());
+        let events = Arc::new(AtomicU64::new(0));
+        let (s, d, n) = (stop.clone(), dev.clone(), events.clone());
+        let (started_tx, started) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name(format!("softrnic-engine-{index}"))
-            .spawn(move || run(poll, s, d, spin))?;
+            .spawn(move || {
+                let pinned = cpu.map_or(Ok(()), affinity::pin_thread);
+                let ok = pinned.is_ok();
+                let _ = started_tx.send(pinned.map(|()| affinity::thread_id()));
+                if ok {
+                    run(poll, s, d, n, spin);
+                }
+            })?;
+        let tid = match started.recv() {
+            Ok(Ok(tid)) => tid,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(match e.kind() {
+                    std::io::ErrorKind::InvalidInput => {
+                        Error::InvalidArgument("engine CPU does not exist or is not allowed")
+                    }
+                    _ => Error::Io(e),
+                });
+            }
+            Err(_) => return Err(Error::BadState("engine thread ended at start")),
+        };
         Ok(Engine {
             registry,
             waker,
             stop,
             dev,
             thread: Mutex::new(Some(thread)),
+            cpu,
+            tid,
+            events,
         })
     }
 
     pub(crate) fn attach(&self, dev: Weak<Shared>) {
         let _ = self.dev.set(dev);
+    }
+
+    pub(crate) fn info(&self, vector: usize) -> EngineInfo {
+        EngineInfo {
+            vector,
+            cpu: self.cpu,
+            tid: self.tid,
+            events: self.events.load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn register(&self, sock: &mut mio::net::TcpStream, qp: QpId) -> Result<()> {
@@ -59,7 +115,7 @@ impl Engine {
         let _ = self.registry.deregister(sock);
     }
 
-    pub(crate) fn stop(&self) {
+    fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         let _ = self.waker.wake();
         if let Ok(mut t) = self.thread.lock()
@@ -71,7 +127,21 @@ impl Engine {
     }
 }
 
-fn run(mut poll: Poll, stop: Arc<AtomicBool>, dev: Arc<OnceLock<Weak<Shared>>>, spin: Duration) {
+impl Drop for Engine {
+    /// Stops the thread (and waits for it, unless this is the thread itself), so an
+    /// engine never outlives its device, nor a device whose opening failed half-way.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run(
+    mut poll: Poll,
+    stop: Arc<AtomicBool>,
+    dev: Arc<OnceLock<Weak<Shared>>>,
+    handled: Arc<AtomicU64>,
+    spin: Duration,
+) {
     let mut events = Events::with_capacity(256);
     let mut last_busy = Instant::now();
     loop {
@@ -92,6 +162,9 @@ fn run(mut poll: Poll, stop: Arc<AtomicBool>, dev: Arc<OnceLock<Weak<Shared>>>, 
         let Some(d) = dev.get().and_then(Weak::upgrade) else {
             continue;
         };
+        // Counted before the work, so whoever sees its results sees the count too.
+        let n = events.iter().filter(|e| e.token() != WAKER).count();
+        handled.fetch_add(n as u64, Ordering::Relaxed);
         for ev in events.iter() {
             if ev.token() == WAKER {
                 continue;

@@ -250,7 +250,7 @@ impl QpShared {
                 staging: Staging::default(),
                 disconnected: false,
             }),
-            engine: id.0 as usize % dev.engines.len().max(1),
+            engine: init.recv_cq.shared.vector,
         })
     }
 
