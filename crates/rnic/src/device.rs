@@ -163,15 +163,10 @@ impl Shared {
     }
 
     pub(crate) fn reserve_region_id(&self) -> Result<RegionId> {
-        if let Some(i) = self
-            .free_regions
-            .lock()
-            .map_err(|_| Error::Limit("poisoned"))?
-            .pop()
-        {
+        if let Some(i) = self.free_regions.lock()?.pop() {
             return Ok(RegionId(i));
         }
-        let mut r = self.regions.write().map_err(|_| Error::Limit("poisoned"))?;
+        let mut r = self.regions.write()?;
         let id = u32::try_from(r.len()).map_err(|_| Error::Limit("regions"))?;
         r.push(None);
         Ok(RegionId(id))
@@ -326,11 +321,7 @@ impl Device {
         if !Arc::ptr_eq(&pd.dev, &self.shared) {
             return Err(Error::InvalidArgument("PD of another device"));
         }
-        let mut qps = self
-            .shared
-            .qps
-            .lock()
-            .map_err(|_| Error::Limit("poisoned"))?;
+        let mut qps = self.shared.qps.lock()?;
         if qps.len() >= self.shared.cfg.max_qp as usize {
             return Err(Error::Limit("max_qp"));
         }

@@ -5,18 +5,29 @@
 //!
 //! Engine `i` serves completion vector `i`: a QP is registered with the engine of its
 //! receive CQ's vector. An engine given a CPU pins itself to it before serving anything.
+//!
+//! Each engine has its own token -> QP map, filled when a QP's socket is registered and
+//! emptied when it is deregistered; the event loop looks a batch of events up under one
+//! lock of that map, which only registrations on the same engine ever contend for, and
+//! takes no device-wide lock.
 
 use crate::device::Shared;
 use crate::error::{Error, Result};
+use crate::qp::QpShared;
 use crate::sys::affinity;
 use mio::{Events, Interest, Poll, Token, Waker};
 use softrnic_proto::QpId;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const WAKER: Token = Token(usize::MAX);
+
+/// The QPs an engine serves, by the token their socket is registered with (the QP id).
+/// Weak: a QP dropped without deregistering is never kept alive, only skipped.
+type QpMap = Mutex<HashMap<Token, Weak<QpShared>>>;
 
 /// What an engine thread looks like from outside (`Device::engines`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +40,8 @@ pub struct EngineInfo {
     pub tid: i32,
     /// Socket readiness events it has handled for QPs.
     pub events: u64,
+    /// QPs whose sockets it serves now.
+    pub qps: usize,
 }
 
 pub(crate) struct Engine {
@@ -37,6 +50,7 @@ pub(crate) struct Engine {
     stop: Arc<AtomicBool>,
     dev: Arc<OnceLock<Weak<Shared>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    qps: Arc<QpMap>,
     cpu: Option<usize>,
     tid: i32,
     events: Arc<AtomicU64>,
@@ -52,7 +66,8 @@ impl Engine {
         let stop = Arc::new(AtomicBool::new(false));
         let dev: Arc<OnceLock<Weak<Shared>>> = Arc::new(OnceLock::new());
         let events = Arc::new(AtomicU64::new(0));
-        let (s, d, n) = (stop.clone(), dev.clone(), events.clone());
+        let qps: Arc<QpMap> = Arc::default();
+        let (s, d, n, q) = (stop.clone(), dev.clone(), events.clone(), qps.clone());
         let (started_tx, started) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name(format!("softrnic-engine-{index}"))
@@ -61,7 +76,7 @@ impl Engine {
                 let ok = pinned.is_ok();
                 let _ = started_tx.send(pinned.map(|()| affinity::thread_id()));
                 if ok {
-                    run(poll, s, d, n, spin);
+                    run(poll, s, d, q, n, spin);
                 }
             })?;
         let tid = match started.recv() {
@@ -83,6 +98,7 @@ impl Engine {
             stop,
             dev,
             thread: Mutex::new(Some(thread)),
+            qps,
             cpu,
             tid,
             events,
@@ -99,20 +115,39 @@ impl Engine {
             cpu: self.cpu,
             tid: self.tid,
             events: self.events.load(Ordering::Relaxed),
+            qps: self.qps.lock().map_or(0, |m| m.len()),
         }
     }
 
-    pub(crate) fn register(&self, sock: &mut mio::net::TcpStream, qp: QpId) -> Result<()> {
-        self.registry.register(
-            sock,
-            Token(qp.0 as usize),
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
+    /// Serves `qp` from now on: its socket joins this engine's epoll set.
+    pub(crate) fn register(
+        &self,
+        sock: &mut mio::net::TcpStream,
+        qp: &Arc<QpShared>,
+    ) -> Result<()> {
+        let token = token_of(qp.id);
+        // In the map before the socket can report anything.
+        self.qps.lock()?.insert(token, Arc::downgrade(qp));
+        if let Err(e) = self
+            .registry
+            .register(sock, token, Interest::READABLE | Interest::WRITABLE)
+        {
+            self.forget(token);
+            return Err(e.into());
+        }
         Ok(())
     }
 
-    pub(crate) fn deregister(&self, sock: &mut mio::net::TcpStream) {
+    /// Stops serving `qp`'s socket; events already fetched for it are dropped.
+    pub(crate) fn deregister(&self, sock: &mut mio::net::TcpStream, qp: QpId) {
         let _ = self.registry.deregister(sock);
+        self.forget(token_of(qp));
+    }
+
+    fn forget(&self, token: Token) {
+        if let Ok(mut m) = self.qps.lock() {
+            m.remove(&token);
+        }
     }
 
     fn stop(&self) {
@@ -135,14 +170,20 @@ impl Drop for Engine {
     }
 }
 
+fn token_of(qp: QpId) -> Token {
+    Token(qp.0 as usize)
+}
+
 fn run(
     mut poll: Poll,
     stop: Arc<AtomicBool>,
     dev: Arc<OnceLock<Weak<Shared>>>,
+    qps: Arc<QpMap>,
     handled: Arc<AtomicU64>,
     spin: Duration,
 ) {
     let mut events = Events::with_capacity(256);
+    let mut ready: Vec<Arc<QpShared>> = Vec::with_capacity(256);
     let mut last_busy = Instant::now();
     loop {
         let timeout = (last_busy.elapsed() < spin).then_some(Duration::ZERO);
@@ -162,23 +203,25 @@ fn run(
         let Some(d) = dev.get().and_then(Weak::upgrade) else {
             continue;
         };
-        // Counted before the work, so whoever sees its results sees the count too.
-        let n = events.iter().filter(|e| e.token() != WAKER).count();
-        handled.fetch_add(n as u64, Ordering::Relaxed);
-        for ev in events.iter() {
-            if ev.token() == WAKER {
-                continue;
-            }
-            let qp = d
-                .qps
-                .lock()
-                .ok()
-                .and_then(|q| q.get(&(ev.token().0 as u32)).cloned());
-            if let Some(qp) = qp {
-                qp.progress(&d);
-                last_busy = Instant::now();
-            }
+        // One look-up of this engine's map for the whole batch (epoll reports a socket
+        // at most once per batch).
+        if let Ok(m) = qps.lock() {
+            ready.extend(
+                events
+                    .iter()
+                    .filter(|e| e.token() != WAKER)
+                    .filter_map(|e| m.get(&e.token())?.upgrade()),
+            );
         }
+        if ready.is_empty() {
+            continue;
+        }
+        // Counted before the work, so whoever sees its results sees the count too.
+        handled.fetch_add(ready.len() as u64, Ordering::Relaxed);
+        for qp in ready.drain(..) {
+            qp.progress(&d);
+        }
+        last_busy = Instant::now();
         drop(d);
     }
 }

@@ -100,13 +100,7 @@ impl Pd {
             valid: true,
         };
         self.dev.install_region(id, region.clone());
-        let stag = match self
-            .dev
-            .tpt
-            .lock()
-            .map_err(|_| Error::Limit("TPT poisoned"))?
-            .insert(entry)
-        {
+        let stag = match self.dev.tpt.lock()?.insert(entry) {
             Some(s) => s,
             None => {
                 self.dev.remove_region(id);

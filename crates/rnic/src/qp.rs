@@ -255,9 +255,7 @@ impl QpShared {
     }
 
     pub(crate) fn lock(&self) -> Result<std::sync::MutexGuard<'_, QpInner>> {
-        self.inner
-            .lock()
-            .map_err(|_| Error::BadState("QP lock poisoned"))
+        Ok(self.inner.lock()?)
     }
 
     /// Progress if nobody else is; true if anything moved.
@@ -590,7 +588,7 @@ impl QpShared {
             // a reset or our own Terminate this changes nothing.)
             let _ = c.sock.shutdown(std::net::Shutdown::Both);
             if let Some(e) = dev.engines.get(self.engine) {
-                e.deregister(&mut c.sock);
+                e.deregister(&mut c.sock, self.id);
             }
             c.closed = true;
             return true;
@@ -605,7 +603,7 @@ impl QpShared {
             set_linger_zero(&c.sock);
         }
         if let Some(e) = dev.engines.get(self.engine) {
-            e.deregister(&mut c.sock);
+            e.deregister(&mut c.sock, self.id);
         }
         drop(c);
     }
@@ -631,7 +629,7 @@ impl QpShared {
     /// Connects the QP to an established MPA stream: parameters, leftover octets that
     /// arrived with the MPA frame, and the socket, handed to the engine.
     pub(crate) fn attach(
-        &self,
+        self: &Arc<Self>,
         dev: &Shared,
         sock: std::net::TcpStream,
         params: QpParams,
@@ -657,7 +655,7 @@ impl QpShared {
             .engines
             .get(self.engine)
             .ok_or(Error::BadState("no engine"))?;
-        engine.register(&mut sock, self.id)?;
+        engine.register(&mut sock, self)?;
         g.conn = Some(Conn {
             sock,
             pending: None,
@@ -890,10 +888,7 @@ impl Qp {
         let dev = self.dev()?;
         let mut g = self.shared.lock()?;
         {
-            let t = dev
-                .tpt
-                .lock()
-                .map_err(|_| Error::BadState("TPT poisoned"))?;
+            let t = dev.tpt.lock()?;
             g.core.post_recv(wr, &t)?;
         }
         if g.core.state() == QpState::Error {
@@ -917,10 +912,7 @@ impl Qp {
         let dev = self.dev()?;
         let mut g = self.shared.lock()?;
         {
-            let mut t = dev
-                .tpt
-                .lock()
-                .map_err(|_| Error::BadState("TPT poisoned"))?;
+            let mut t = dev.tpt.lock()?;
             for wr in wrs {
                 g.core.post_send(wr, &mut t)?;
             }

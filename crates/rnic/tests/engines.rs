@@ -175,3 +175,71 @@ fn cpus_and_vectors_that_cannot_be_had_are_errors() {
     });
     assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
 }
+
+/// Waits for `qp`'s Disconnected event on `dev`.
+fn disconnected(dev: &Device, qp: &Qp) {
+    let id = qp.id();
+    let e = dev.wait_event_matching(
+        WAIT,
+        |e| matches!(e, AsyncEvent::Disconnected { qp } if *qp == id),
+    );
+    assert_eq!(e, Some(AsyncEvent::Disconnected { qp: id }));
+}
+
+#[test]
+fn an_engine_serves_exactly_the_connected_qps_of_its_vector() {
+    const QPS: usize = 6;
+    let dev = Device::open(engine_mode(2)).unwrap();
+    let peer = Device::open(DeviceConfig::default()).unwrap();
+    let (pd, ppd) = (dev.alloc_pd(), peer.alloc_pd());
+    let cqs = [
+        dev.create_cq_on(64, 0).unwrap(),
+        dev.create_cq_on(64, 1).unwrap(),
+    ];
+    let pcq = peer.create_cq(64).unwrap();
+    let init = |cq| QpInit {
+        send_cq: cq,
+        recv_cq: cq,
+        sq_depth: 4,
+        rq_depth: 4,
+    };
+    // QP i receives into the CQ of vector i % 2 (its send CQ is the other one: the
+    // receive CQ decides).
+    let qps: Vec<Qp> = (0..QPS)
+        .map(|i| {
+            let qi = QpInit {
+                send_cq: &cqs[(i + 1) % 2],
+                ..init(&cqs[i % 2])
+            };
+            dev.create_qp(&pd, qi).unwrap()
+        })
+        .collect();
+    let peers: Vec<Qp> = (0..QPS)
+        .map(|_| peer.create_qp(&ppd, init(&pcq)).unwrap())
+        .collect();
+    assert!(
+        dev.engines().iter().all(|e| e.qps == 0),
+        "none connected yet"
+    );
+    let listener = dev.listen("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    for (q, p) in qps.iter().zip(&peers) {
+        std::thread::scope(|s| {
+            let h = s.spawn(|| listener.accept().unwrap().accept(q, b"").unwrap());
+            peer.connect(addr, p, b"").unwrap();
+            h.join().unwrap();
+        });
+    }
+    let per_engine = |dev: &Device| dev.engines().iter().map(|e| e.qps).collect::<Vec<_>>();
+    assert_eq!(per_engine(&dev), vec![QPS / 2, QPS / 2]);
+    // A graceful close (from the peer) and an abortive one (here) each deregister.
+    peers[0].disconnect().unwrap();
+    disconnected(&dev, &qps[0]);
+    assert_eq!(per_engine(&dev), vec![QPS / 2 - 1, QPS / 2]);
+    qps[1].abort().unwrap();
+    disconnected(&dev, &qps[1]);
+    assert_eq!(per_engine(&dev), vec![QPS / 2 - 1, QPS / 2 - 1]);
+    // Destroying a connected QP deregisters it too.
+    drop(qps);
+    assert_eq!(per_engine(&dev), vec![0, 0]);
+}
