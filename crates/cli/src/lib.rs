@@ -1,7 +1,7 @@
 //! Library side of the `softrnic` command, so that tests drive the same code the
 //! subcommands run.
-// `bench::affinity` holds the one `unsafe` of this crate (CPU pinning via libc).
-#![deny(unsafe_code)]
+// CPU pinning is softrnic_rnic's (`affinity`): this crate has no `unsafe`.
+#![forbid(unsafe_code)]
 
 pub mod bench;
 pub mod decode;

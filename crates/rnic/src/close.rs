@@ -50,7 +50,7 @@ pub(crate) fn close_if_done(
         // a reset or our own Terminate this changes nothing.)
         let _ = c.transport.shutdown(Shutdown::Both);
         if let Some(e) = dev.engines.get(engine) {
-            e.deregister(&mut *c.transport);
+            e.deregister(&mut *c.transport, core.id());
         }
         c.closed = true;
         return true;
@@ -74,12 +74,12 @@ pub(crate) fn connection_lost(
 
 /// Closes a connection's transport for good: the engine forgets it, and if the connection
 /// was still open, it is reset (zero linger time: close sends RST).
-pub(crate) fn drop_conn(mut c: Conn, engine: usize, dev: &Shared) {
+pub(crate) fn drop_conn(mut c: Conn, qp: QpId, engine: usize, dev: &Shared) {
     if !c.closed {
         c.transport.abort();
     }
     if let Some(e) = dev.engines.get(engine) {
-        e.deregister(&mut *c.transport);
+        e.deregister(&mut *c.transport, qp);
     }
     drop(c);
 }

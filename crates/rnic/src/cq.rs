@@ -18,6 +18,8 @@ const ARMED_SOLICITED: u8 = 2;
 
 pub(crate) struct CqShared {
     pub(crate) id: u32,
+    /// The completion vector: the engine that drives the QPs receiving into this CQ.
+    pub(crate) vector: usize,
     ring: CqRing,
     depth: usize,
     /// Completions that found the ring full: kept (never dropped), delivered after the
@@ -32,10 +34,11 @@ pub(crate) struct CqShared {
 }
 
 impl CqShared {
-    pub(crate) fn new(id: u32, depth: usize, dev: Arc<Shared>) -> Result<CqShared> {
+    pub(crate) fn new(id: u32, depth: usize, vector: usize, dev: Arc<Shared>) -> Result<CqShared> {
         let ring = CqRing::new(depth).map_err(|_| crate::Error::InvalidArgument("CQ depth"))?;
         Ok(CqShared {
             id,
+            vector,
             ring,
             depth,
             overflow: Mutex::new(VecDeque::new()),
@@ -174,6 +177,11 @@ impl Cq {
     /// The depth asked for at creation.
     pub fn depth(&self) -> usize {
         self.shared.depth
+    }
+
+    /// Its completion vector (see [`crate::Device::create_cq_on`]).
+    pub fn vector(&self) -> usize {
+        self.shared.vector
     }
 
     /// Moves up to `out.len()` completions into `out`, oldest first; returns how many.

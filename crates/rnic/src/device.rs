@@ -3,7 +3,7 @@
 
 use crate::cq::{Cq, CqShared};
 
-use crate::engine::Engine;
+use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
 use crate::mr::Pd;
 use crate::qp::{Qp, QpInit, QpShared};
@@ -30,8 +30,13 @@ pub enum ProgressMode {
 /// Device configuration.
 #[derive(Debug, Clone)]
 pub struct DeviceConfig {
-    /// Engine threads serving sockets (QPs are spread over them).
+    /// Engine threads serving sockets, when `engine_cpus` is empty; engine `i` serves
+    /// completion vector `i` (the QPs whose receive CQ is on it).
     pub engine_threads: usize,
+    /// The CPUs of the engine threads: empty leaves them unpinned (they inherit the
+    /// affinity of the thread that opens the device); otherwise one engine per entry,
+    /// pinned to that CPU (an entry may repeat), and `engine_threads` is not used.
+    pub engine_cpus: Vec<usize>,
     /// How long an idle engine thread spins before it blocks in epoll.
     pub engine_spin: Duration,
     /// Progress model.
@@ -59,6 +64,7 @@ impl Default for DeviceConfig {
     fn default() -> Self {
         DeviceConfig {
             engine_threads: 1,
+            engine_cpus: Vec::new(),
             engine_spin: Duration::from_micros(50),
             progress: ProgressMode::Hybrid,
             max_fpdu: None,
@@ -96,7 +102,7 @@ pub struct DeviceAttr {
     pub max_ird: u16,
     /// Outbound RDMA Read depth per QP.
     pub max_ord: u16,
-    /// Completion handlers (vectors).
+    /// Completion vectors, one per engine thread (see [`Device::create_cq_on`]).
     pub num_comp_vectors: usize,
     /// Shared receive queues (coming with the SRQ manager).
     pub max_srq: u32,
@@ -161,15 +167,10 @@ impl Shared {
     }
 
     pub(crate) fn reserve_region_id(&self) -> Result<RegionId> {
-        if let Some(i) = self
-            .free_regions
-            .lock()
-            .map_err(|_| Error::Limit("poisoned"))?
-            .pop()
-        {
+        if let Some(i) = self.free_regions.lock()?.pop() {
             return Ok(RegionId(i));
         }
-        let mut r = self.regions.write().map_err(|_| Error::Limit("poisoned"))?;
+        let mut r = self.regions.write()?;
         let id = u32::try_from(r.len()).map_err(|_| Error::Limit("regions"))?;
         r.push(None);
         Ok(RegionId(id))
@@ -224,14 +225,22 @@ impl std::fmt::Debug for Device {
 }
 
 impl Device {
-    /// Opens a device with its engine threads.
+    /// Opens a device with its engine threads. A CPU in `engine_cpus` that does not
+    /// exist or that this process may not use is an [`Error::InvalidArgument`].
     pub fn open(cfg: DeviceConfig) -> Result<Device> {
-        if cfg.engine_threads == 0 {
+        if cfg.engine_cpus.is_empty() && cfg.engine_threads == 0 {
             return Err(Error::InvalidArgument("engine_threads must be at least 1"));
         }
         cfg.mpa.validate().map_err(Error::Mpa)?;
-        let engines = (0..cfg.engine_threads)
-            .map(|i| Engine::start(i, cfg.engine_spin))
+        let cpus: Vec<Option<usize>> = if cfg.engine_cpus.is_empty() {
+            vec![None; cfg.engine_threads]
+        } else {
+            cfg.engine_cpus.iter().copied().map(Some).collect()
+        };
+        let engines = cpus
+            .into_iter()
+            .enumerate()
+            .map(|(i, cpu)| Engine::start(i, cfg.engine_spin, cpu))
             .collect::<Result<Vec<_>>>()?;
         let shared = Arc::new(Shared {
             cfg,
@@ -267,7 +276,7 @@ impl Device {
             max_inline: 0,
             max_ird: softrnic_proto::cm::MpaConfig::MAX_DEPTH,
             max_ord: softrnic_proto::cm::MpaConfig::MAX_DEPTH,
-            num_comp_vectors: c.engine_threads,
+            num_comp_vectors: self.shared.engines.len(),
             max_srq: 0,
         }
     }
@@ -280,15 +289,35 @@ impl Device {
         }
     }
 
-    /// Creates a completion queue with room for `depth` completions.
+    /// Creates a completion queue with room for `depth` completions, on completion
+    /// vector 0 (as `ibv_create_cq` with `comp_vector` 0).
     pub fn create_cq(&self, depth: usize) -> Result<Cq> {
+        self.create_cq_on(depth, 0)
+    }
+
+    /// Creates a completion queue on completion `vector` (below
+    /// [`DeviceAttr::num_comp_vectors`]): the QPs whose receive CQ it is are driven by
+    /// engine thread `vector`, on that engine's CPU.
+    pub fn create_cq_on(&self, depth: usize, vector: usize) -> Result<Cq> {
         if depth == 0 || depth > self.shared.cfg.max_cqe {
             return Err(Error::InvalidArgument("CQ depth out of range"));
         }
+        if vector >= self.shared.engines.len() {
+            return Err(Error::InvalidArgument(
+                "completion vector out of range (see num_comp_vectors)",
+            ));
+        }
         let id = self.shared.next_cq.fetch_add(1, Ordering::Relaxed);
         Ok(Cq {
-            shared: Arc::new(CqShared::new(id, depth, self.shared.clone())?),
+            shared: Arc::new(CqShared::new(id, depth, vector, self.shared.clone())?),
         })
+    }
+
+    /// The engine threads, in completion-vector order: where they run and how much
+    /// they have done.
+    pub fn engines(&self) -> Vec<EngineInfo> {
+        let e = &self.shared.engines;
+        e.iter().enumerate().map(|(i, e)| e.info(i)).collect()
     }
 
     /// Creates a QP in `pd` (state Idle; connect it with the connection manager).
@@ -296,11 +325,7 @@ impl Device {
         if !Arc::ptr_eq(&pd.dev, &self.shared) {
             return Err(Error::InvalidArgument("PD of another device"));
         }
-        let mut qps = self
-            .shared
-            .qps
-            .lock()
-            .map_err(|_| Error::Limit("poisoned"))?;
+        let mut qps = self.shared.qps.lock()?;
         if qps.len() >= self.shared.cfg.max_qp as usize {
             return Err(Error::Limit("max_qp"));
         }
@@ -360,14 +385,6 @@ impl Device {
                 .wait_timeout(q, deadline - now)
                 .ok()?
                 .0;
-        }
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        for e in &self.engines {
-            e.stop();
         }
     }
 }

@@ -2,17 +2,47 @@
 //! a QP when its socket becomes readable or writable. After activity it spins (polling
 //! with a zero timeout) for a configurable time before blocking, so a steady stream
 //! costs no wake-up per message, while an idle device costs no CPU.
+//!
+//! Engine `i` serves completion vector `i`: a QP is registered with the engine of its
+//! receive CQ's vector. An engine given a CPU pins itself to it before serving anything.
+//!
+//! Each engine has its own token -> QP map, filled when a QP's socket is registered and
+//! emptied when it is deregistered; the event loop looks a batch of events up under one
+//! lock of that map, which only registrations on the same engine ever contend for, and
+//! takes no device-wide lock.
 
 use crate::device::Shared;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::qp::QpShared;
+use crate::sys::affinity;
 use mio::{Events, Interest, Poll, Token, Waker};
 use softrnic_proto::QpId;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const WAKER: Token = Token(usize::MAX);
+
+/// The QPs an engine serves, by the token their socket is registered with (the QP id).
+/// Weak: a QP dropped without deregistering is never kept alive, only skipped.
+type QpMap = Mutex<HashMap<Token, Weak<QpShared>>>;
+
+/// What an engine thread looks like from outside (`Device::engines`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// Its index, which is the completion vector it serves.
+    pub vector: usize,
+    /// The CPU it is pinned to, if any.
+    pub cpu: Option<usize>,
+    /// The kernel's thread id (`/proc/self/task/<tid>`).
+    pub tid: i32,
+    /// Socket readiness events it has handled for QPs.
+    pub events: u64,
+    /// QPs whose sockets it serves now.
+    pub qps: usize,
+}
 
 pub(crate) struct Engine {
     registry: mio::Registry,
@@ -20,25 +50,58 @@ pub(crate) struct Engine {
     stop: Arc<AtomicBool>,
     dev: Arc<OnceLock<Weak<Shared>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    qps: Arc<QpMap>,
+    cpu: Option<usize>,
+    tid: i32,
+    events: Arc<AtomicU64>,
 }
 
 impl Engine {
-    pub(crate) fn start(index: usize, spin: Duration) -> Result<Engine> {
+    /// Starts engine `index`; with a `cpu`, the thread pins itself there first, and a
+    /// CPU it cannot have fails the start.
+    pub(crate) fn start(index: usize, spin: Duration, cpu: Option<usize>) -> Result<Engine> {
         let poll = Poll::new()?;
         let registry = poll.registry().try_clone()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let stop = Arc::new(AtomicBool::new(false));
         let dev: Arc<OnceLock<Weak<Shared>>> = Arc::new(OnceLock::new());
-        let (s, d) = (stop.clone(), dev.clone());
+        let events = Arc::new(AtomicU64::new(0));
+        let qps: Arc<QpMap> = Arc::default();
+        let (s, d, n, q) = (stop.clone(), dev.clone(), events.clone(), qps.clone());
+        let (started_tx, started) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name(format!("softrnic-engine-{index}"))
-            .spawn(move || run(poll, s, d, spin))?;
+            .spawn(move || {
+                let pinned = cpu.map_or(Ok(()), affinity::pin_thread);
+                let ok = pinned.is_ok();
+                let _ = started_tx.send(pinned.map(|()| affinity::thread_id()));
+                if ok {
+                    run(poll, s, d, q, n, spin);
+                }
+            })?;
+        let tid = match started.recv() {
+            Ok(Ok(tid)) => tid,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(match e.kind() {
+                    std::io::ErrorKind::InvalidInput => {
+                        Error::InvalidArgument("engine CPU does not exist or is not allowed")
+                    }
+                    _ => Error::Io(e),
+                });
+            }
+            Err(_) => return Err(Error::BadState("engine thread ended at start")),
+        };
         Ok(Engine {
             registry,
             waker,
             stop,
             dev,
             thread: Mutex::new(Some(thread)),
+            qps,
+            cpu,
+            tid,
+            events,
         })
     }
 
@@ -46,24 +109,48 @@ impl Engine {
         let _ = self.dev.set(dev);
     }
 
+    pub(crate) fn info(&self, vector: usize) -> EngineInfo {
+        EngineInfo {
+            vector,
+            cpu: self.cpu,
+            tid: self.tid,
+            events: self.events.load(Ordering::Relaxed),
+            qps: self.qps.lock().map_or(0, |m| m.len()),
+        }
+    }
+
+    /// Serves `qp` from now on: its socket joins this engine's epoll set.
     pub(crate) fn register(
         &self,
         sock: &mut (impl mio::event::Source + ?Sized),
-        qp: QpId,
+        qp: &Arc<QpShared>,
     ) -> Result<()> {
-        self.registry.register(
-            sock,
-            Token(qp.0 as usize),
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
+        let token = token_of(qp.id);
+        // In the map before the socket can report anything.
+        self.qps.lock()?.insert(token, Arc::downgrade(qp));
+        if let Err(e) = self
+            .registry
+            .register(sock, token, Interest::READABLE | Interest::WRITABLE)
+        {
+            self.forget(token);
+            return Err(e.into());
+        }
         Ok(())
     }
 
-    pub(crate) fn deregister(&self, sock: &mut (impl mio::event::Source + ?Sized)) {
+    /// Stops serving `qp`'s socket; events already fetched for it are dropped.
+    pub(crate) fn deregister(&self, sock: &mut (impl mio::event::Source + ?Sized), qp: QpId) {
         let _ = self.registry.deregister(sock);
+        self.forget(token_of(qp));
     }
 
-    pub(crate) fn stop(&self) {
+    fn forget(&self, token: Token) {
+        if let Ok(mut m) = self.qps.lock() {
+            m.remove(&token);
+        }
+    }
+
+    fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         let _ = self.waker.wake();
         if let Ok(mut t) = self.thread.lock()
@@ -75,8 +162,28 @@ impl Engine {
     }
 }
 
-fn run(mut poll: Poll, stop: Arc<AtomicBool>, dev: Arc<OnceLock<Weak<Shared>>>, spin: Duration) {
+impl Drop for Engine {
+    /// Stops the thread (and waits for it, unless this is the thread itself), so an
+    /// engine never outlives its device, nor a device whose opening failed half-way.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn token_of(qp: QpId) -> Token {
+    Token(qp.0 as usize)
+}
+
+fn run(
+    mut poll: Poll,
+    stop: Arc<AtomicBool>,
+    dev: Arc<OnceLock<Weak<Shared>>>,
+    qps: Arc<QpMap>,
+    handled: Arc<AtomicU64>,
+    spin: Duration,
+) {
     let mut events = Events::with_capacity(256);
+    let mut ready: Vec<Arc<QpShared>> = Vec::with_capacity(256);
     let mut last_busy = Instant::now();
     loop {
         let timeout = (last_busy.elapsed() < spin).then_some(Duration::ZERO);
@@ -96,20 +203,25 @@ fn run(mut poll: Poll, stop: Arc<AtomicBool>, dev: Arc<OnceLock<Weak<Shared>>>, 
         let Some(d) = dev.get().and_then(Weak::upgrade) else {
             continue;
         };
-        for ev in events.iter() {
-            if ev.token() == WAKER {
-                continue;
-            }
-            let qp = d
-                .qps
-                .lock()
-                .ok()
-                .and_then(|q| q.get(&(ev.token().0 as u32)).cloned());
-            if let Some(qp) = qp {
-                qp.progress(&d);
-                last_busy = Instant::now();
-            }
+        // One look-up of this engine's map for the whole batch (epoll reports a socket
+        // at most once per batch).
+        if let Ok(m) = qps.lock() {
+            ready.extend(
+                events
+                    .iter()
+                    .filter(|e| e.token() != WAKER)
+                    .filter_map(|e| m.get(&e.token())?.upgrade()),
+            );
         }
+        if ready.is_empty() {
+            continue;
+        }
+        // Counted before the work, so whoever sees its results sees the count too.
+        handled.fetch_add(ready.len() as u64, Ordering::Relaxed);
+        for qp in ready.drain(..) {
+            qp.progress(&d);
+        }
+        last_busy = Instant::now();
         drop(d);
     }
 }

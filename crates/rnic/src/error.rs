@@ -1,4 +1,9 @@
 //! The error type of the verbs API: every misuse is an error value, never UB.
+//!
+//! Lock poisoning (a thread panicked while holding one of softrnic's locks, which is a
+//! bug) is handled one way: a verb that can fail returns [`Error::Poisoned`] (through
+//! the `From<PoisonError>` conversion, so `lock()?` says it all), and the paths that
+//! cannot report (engine threads, drops, event posting) leave the object alone.
 
 use crate::region::RegionError;
 use softrnic_proto::cm::CmError;
@@ -47,4 +52,45 @@ pub enum Error {
     /// Timed out.
     #[error("timed out")]
     Timeout,
+    /// A thread panicked while holding a lock this verb needs (a bug in softrnic, or
+    /// a panic in a closure passed to it): the object it guards can no longer be used.
+    #[error("internal error: a lock was poisoned by a thread that panicked holding it")]
+    Poisoned,
+}
+
+impl<T> From<std::sync::PoisonError<T>> for Error {
+    fn from(_: std::sync::PoisonError<T>) -> Error {
+        Error::Poisoned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poisoned_lock_is_one_error() {
+        let m = std::sync::Mutex::new(0u8);
+        let _ = std::thread::scope(|s| {
+            s.spawn(|| {
+                let _g = m.lock().unwrap();
+                panic!("poison it");
+            })
+            .join()
+        });
+        let e: Error = m.lock().unwrap_err().into();
+        assert!(matches!(e, Error::Poisoned), "{e:?}");
+        let rw = std::sync::RwLock::new(());
+        let _ = std::thread::scope(|s| {
+            s.spawn(|| {
+                let _g = rw.write().unwrap();
+                panic!("poison it");
+            })
+            .join()
+        });
+        assert!(matches!(
+            Error::from(rw.read().unwrap_err()),
+            Error::Poisoned
+        ));
+    }
 }

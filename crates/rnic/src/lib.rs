@@ -58,6 +58,7 @@ mod transport;
 pub use cm::{ConnRequest, Connection, Listener};
 pub use cq::Cq;
 pub use device::{AsyncEvent, Device, DeviceAttr, DeviceConfig, ProgressMode};
+pub use engine::EngineInfo;
 pub use error::{Error, Result};
 pub use mr::{Mr, Pd};
 pub use qp::{Qp, QpInit, QpStats, RX_DIRECT_MIN, RX_STAGING_LEN, TX_GATHER_MAX};
@@ -66,4 +67,5 @@ pub use softrnic_proto::{
     Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };
 pub use softrnic_wire::TerminateCause;
+pub use sys::affinity;
 pub use transport::fault::{FaultEnd, FaultPlan};

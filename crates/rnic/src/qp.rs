@@ -119,14 +119,12 @@ impl QpShared {
                 staging: Staging::default(),
                 disconnected: false,
             }),
-            engine: id.0 as usize % dev.engines.len().max(1),
+            engine: init.recv_cq.shared.vector,
         })
     }
 
     pub(crate) fn lock(&self) -> Result<std::sync::MutexGuard<'_, QpInner>> {
-        self.inner
-            .lock()
-            .map_err(|_| Error::BadState("QP lock poisoned"))
+        Ok(self.inner.lock()?)
     }
 
     /// Progress if nobody else is; true if anything moved.
@@ -229,7 +227,7 @@ impl QpShared {
     /// Connects the QP to an established MPA stream: parameters, leftover octets that
     /// arrived with the MPA frame, and the socket, handed to the engine.
     pub(crate) fn attach(
-        &self,
+        self: &Arc<Self>,
         dev: &Shared,
         sock: std::net::TcpStream,
         params: QpParams,
@@ -256,7 +254,7 @@ impl QpShared {
             .engines
             .get(self.engine)
             .ok_or(Error::BadState("no engine"))?;
-        engine.register(&mut *transport, self.id)?;
+        engine.register(&mut *transport, self)?;
         g.conn = Some(Conn {
             transport,
             tx: TxQueue::default(),
@@ -381,7 +379,7 @@ impl Qp {
             // Closing the socket with a zero linger time sends RST, not FIN (a
             // `shutdown` would send FIN, and the peer would take it for a graceful
             // close). The engine forgets the socket before it is closed.
-            drop_conn(c, self.shared.engine, &dev);
+            drop_conn(c, self.shared.id, self.shared.engine, &dev);
             disconnected = !std::mem::replace(&mut g.disconnected, true);
         }
         // The flushes reach the CQ before Disconnected is posted.
@@ -400,7 +398,7 @@ impl Drop for Qp {
                 && let Some(c) = g.conn.take()
             {
                 // Destroying a connected QP is an abortive close: RST.
-                drop_conn(c, self.shared.engine, &dev);
+                drop_conn(c, self.shared.id, self.shared.engine, &dev);
             }
             if let Ok(mut q) = dev.qps.lock() {
                 q.remove(&self.shared.id.0);

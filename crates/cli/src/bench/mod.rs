@@ -13,7 +13,6 @@
 //! when the clock stops, what the peak is made of) is [`Clock`], printed in the header
 //! of every run and as `clock` in every JSON result.
 
-pub mod affinity;
 pub mod meta;
 pub mod perftest;
 pub mod rdma;
@@ -23,7 +22,7 @@ pub mod stats;
 pub mod tcp;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use softrnic_rnic::{CrcPolicy, Device, DeviceConfig, ProgressMode};
+use softrnic_rnic::{CrcPolicy, Device, DeviceConfig, ProgressMode, affinity};
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::time::Duration;
@@ -742,13 +741,14 @@ fn run_server(cfg: &BenchConfig, bind: &str) -> Result<Vec<ResultRow>, String> {
 fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>, String> {
     let cpus = pick_cpus();
     // Engine threads inherit the affinity of the thread that opens their device: opened
-    // here unpinned, they may run anywhere; with --pin-engines, each side's engines share
-    // that side's CPU.
+    // here unpinned, they may run anywhere; with --pin-engines, each side's engines pin
+    // themselves to that side's CPU.
     let open = |cpu: Option<usize>| {
-        let _pin = cpu
-            .filter(|_| cfg.pin_engines)
-            .and_then(|c| affinity::pin_current(c).ok());
-        Device::open(cfg.device_config()).map_err(|e| format!("device: {e}"))
+        let mut dc = cfg.device_config();
+        if let Some(c) = cpu.filter(|_| cfg.pin_engines) {
+            dc.engine_cpus = vec![c; cfg.engine_threads];
+        }
+        Device::open(dc).map_err(|e| format!("device: {e}"))
     };
     let sdev = open(cpus.map(|(_, s)| s))?;
     let cdev = open(cpus.map(|(c, _)| c))?;

@@ -2,4 +2,5 @@
 //! these and holds no `libc` call of its own, so each `unsafe` contract is checked in
 //! one place.
 
+pub mod affinity;
 pub(crate) mod socket;

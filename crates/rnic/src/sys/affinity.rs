@@ -1,0 +1,162 @@
+//! CPU affinity: the CPUs a thread may run on, pinning a thread to one of them (engine
+//! threads, and the benchmark's busy-polling sides, which must sit on different CPUs),
+//! and where a thread runs now. Linux `sched_*` calls on a plain-data CPU set.
+
+use std::io;
+
+fn empty_set() -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    unsafe { std::mem::zeroed() }
+}
+
+fn get() -> io::Result<libc::cpu_set_t> {
+    let mut set = empty_set();
+    // SAFETY: pid 0 is the calling thread; `set` is a valid, correctly sized out-buffer.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r == 0 {
+        Ok(set)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn set(set: &libc::cpu_set_t) -> io::Result<()> {
+    // SAFETY: pid 0 is the calling thread; `set` is a valid, correctly sized CPU set.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The CPUs the calling thread may run on, ascending (empty if unknown).
+pub fn allowed_cpus() -> Vec<usize> {
+    let Ok(s) = get() else {
+        return Vec::new();
+    };
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `c` is below CPU_SETSIZE, so the bit lies inside `s`.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &s) })
+        .collect()
+}
+
+/// Pins the calling thread to `cpu` for good. A CPU beyond what a CPU set can name is
+/// `InvalidInput`; one that does not exist or that this process may not use is the
+/// kernel's `EINVAL` (`InvalidInput` too).
+pub fn pin_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "CPU out of range",
+        ));
+    }
+    let mut s = empty_set();
+    // SAFETY: `cpu` is below CPU_SETSIZE (checked above), so the bit lies inside `s`.
+    unsafe { libc::CPU_SET(cpu, &mut s) };
+    set(&s)
+}
+
+/// Restores the thread's previous affinity when dropped.
+pub struct PinGuard {
+    previous: Option<libc::cpu_set_t>,
+}
+
+impl std::fmt::Debug for PinGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PinGuard")
+    }
+}
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        if let Some(p) = self.previous.take() {
+            let _ = set(&p);
+        }
+    }
+}
+
+/// Pins the calling thread to `cpu` until the guard is dropped.
+pub fn pin_current(cpu: usize) -> io::Result<PinGuard> {
+    let previous = get()?;
+    pin_thread(cpu)?;
+    Ok(PinGuard {
+        previous: Some(previous),
+    })
+}
+
+/// The CPU the calling thread runs on at this instant (it may move at once unless it is
+/// pinned); `None` if the kernel cannot say.
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu takes no arguments and only reads the calling thread's state.
+    let c = unsafe { libc::sched_getcpu() };
+    usize::try_from(c).ok()
+}
+
+/// The kernel's id of the calling thread (what `/proc/self/task/<tid>` names).
+pub fn thread_id() -> i32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pin_and_restore() {
+        let before = allowed_cpus();
+        assert!(!before.is_empty());
+        std::thread::spawn(move || {
+            {
+                let _g = pin_current(before[0]).unwrap();
+                assert_eq!(allowed_cpus(), vec![before[0]]);
+                assert_eq!(current_cpu(), Some(before[0]));
+            }
+            assert_eq!(allowed_cpus(), before);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn pin_for_good() {
+        let last = *allowed_cpus().last().unwrap();
+        std::thread::spawn(move || {
+            pin_thread(last).unwrap();
+            assert_eq!(allowed_cpus(), vec![last]);
+            assert_eq!(current_cpu(), Some(last));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn cpus_that_cannot_be_had_are_errors() {
+        std::thread::spawn(|| {
+            let before = allowed_cpus();
+            let too_big = libc::CPU_SETSIZE as usize;
+            assert_eq!(
+                pin_thread(too_big).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput
+            );
+            // Nameable but not a CPU of this machine: the kernel says EINVAL.
+            let absent = too_big - 1;
+            if !before.contains(&absent) {
+                let e = pin_current(absent).unwrap_err();
+                assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+            }
+            assert_eq!(allowed_cpus(), before, "a failed pin changes nothing");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn thread_ids_differ_between_threads() {
+        let here = thread_id();
+        let there = std::thread::spawn(thread_id).join().unwrap();
+        assert!(here > 0 && there > 0);
+        assert_ne!(here, there);
+    }
+}
