@@ -18,6 +18,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::qp::Qp;
 use crate::sys;
+use crate::transport::pcap::ConnRecorder;
 use softrnic_proto::cm::{
     ConnectRequest, Initiator, InitiatorProgress, MpaConfig, Negotiated, Responder,
     ResponderProgress,
@@ -59,6 +60,8 @@ pub struct ConnRequest {
     request: ConnectRequest,
     responder: Responder,
     peer_addr: SocketAddr,
+    /// The recording of the connection, when the device records to a pcap file.
+    rec: Option<ConnRecorder>,
 }
 
 /// Reads one MPA frame exactly: the fixed header, then its private data. On a bad key
@@ -120,7 +123,26 @@ fn read_frame(s: &mut TcpStream) -> Result<Vec<u8>> {
 /// does worse.
 const LOOPBACK_FPDU: usize = 65000;
 
+/// Records into a connection's recording, if it has one.
+fn record(rec: &mut Option<ConnRecorder>, f: impl FnOnce(&mut ConnRecorder)) {
+    if let Some(r) = rec.as_mut() {
+        f(r);
+    }
+}
+
 impl Device {
+    /// Starts recording a connection, when the device records to a pcap file: from
+    /// here on, the MPA exchange and then the QP's stream go into the file.
+    fn recorder(&self, s: &TcpStream, active: bool) -> Option<ConnRecorder> {
+        let sink = self.shared.pcap.as_ref()?;
+        Some(ConnRecorder::start(
+            sink,
+            s.local_addr().ok()?,
+            s.peer_addr().ok()?,
+            active,
+        ))
+    }
+
     fn qp_params(&self, s: &TcpStream, n: &Negotiated) -> Result<QpParams> {
         if n.markers_rx || n.markers_tx {
             return Err(Error::InvalidArgument(
@@ -201,8 +223,12 @@ impl Device {
         s.set_read_timeout(Some(self.shared.cfg.connect_timeout))?;
         s.set_nodelay(true)?;
         let mut init = Initiator::new(cfg)?;
-        s.write_all(&init.request())?;
+        let mut rec = self.recorder(&s, true);
+        let request = init.request();
+        s.write_all(&request)?;
+        record(&mut rec, |r| r.sent(&request));
         let frame = read_frame(&mut s)?;
+        record(&mut rec, |r| r.received(&frame));
         match init.handle_input(&frame)? {
             InitiatorProgress::Established {
                 negotiated,
@@ -213,7 +239,7 @@ impl Device {
                 let peer_addr = s.peer_addr()?;
                 s.set_read_timeout(None)?;
                 qp.shared
-                    .attach(&self.shared, s, params, &frame[consumed..])?;
+                    .attach(&self.shared, s, params, &frame[consumed..], rec)?;
                 Ok(Connection {
                     negotiated,
                     peer_addr,
@@ -241,9 +267,12 @@ impl Device {
     pub fn convert_passive(&self, mut s: TcpStream) -> Result<ConnRequest> {
         s.set_read_timeout(Some(self.shared.cfg.connect_timeout))?;
         let mut responder = Responder::new();
+        let mut rec = self.recorder(&s, false);
         let frame = read_frame(&mut s)?;
+        record(&mut rec, |r| r.received(&frame));
         match responder.handle_input(&frame)? {
             ResponderProgress::Request { request, .. } => Ok(ConnRequest {
+                rec,
                 dev: self.clone(),
                 peer_addr: s.peer_addr()?,
                 stream: s,
@@ -298,7 +327,9 @@ impl ConnRequest {
         self.dev.check_qp(qp)?;
         if self.request.markers {
             let reply = self.responder.reject(&self.request, &[])?;
-            let _ = self.stream.write_all(&reply);
+            if self.stream.write_all(&reply).is_ok() {
+                record(&mut self.rec, |r| r.sent(&reply));
+            }
             return Err(Error::InvalidArgument(
                 "peer asked for MPA markers, which kernel TCP sockets cannot insert",
             ));
@@ -306,7 +337,9 @@ impl ConnRequest {
         let (reply, negotiated) = match self.responder.accept(&self.request, &cfg) {
             Ok(v) => v,
             Err(softrnic_proto::cm::CmError::Refused { reply, reason }) => {
-                let _ = self.stream.write_all(&reply);
+                if self.stream.write_all(&reply).is_ok() {
+                    record(&mut self.rec, |r| r.sent(&reply));
+                }
                 return Err(Error::Mpa(softrnic_proto::cm::CmError::Refused {
                     reply,
                     reason,
@@ -316,10 +349,11 @@ impl ConnRequest {
         };
         let params = self.dev.qp_params(&self.stream, &negotiated)?;
         self.stream.write_all(&reply)?;
+        record(&mut self.rec, |r| r.sent(&reply));
         sys::socket::set_keepalive(self.stream.as_raw_fd(), self.dev.shared.cfg.keepalive);
         self.stream.set_read_timeout(None)?;
         qp.shared
-            .attach(&self.dev.shared, self.stream, params, &[])?;
+            .attach(&self.dev.shared, self.stream, params, &[], self.rec)?;
         Ok(Connection {
             negotiated,
             peer_addr: self.peer_addr,
@@ -330,7 +364,10 @@ impl ConnRequest {
     pub fn reject(mut self, private_data: &[u8]) -> Result<()> {
         let reply = self.responder.reject(&self.request, private_data)?;
         self.stream.write_all(&reply)?;
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        record(&mut self.rec, |r| r.sent(&reply));
+        if self.stream.shutdown(std::net::Shutdown::Both).is_ok() {
+            record(&mut self.rec, |r| r.fin_sent());
+        }
         Ok(())
     }
 }

@@ -58,6 +58,10 @@ pub struct DeviceConfig {
     pub max_mr_size: u64,
     /// For testing: faults injected into every connection of the device.
     pub fault: Option<crate::FaultPlan>,
+    /// Record every connection of the device (MPA exchange and FPDUs, with synthetic
+    /// TCP/IP headers) into this pcap file, created when the device opens. Complete
+    /// once the device and its QPs are dropped.
+    pub pcap: Option<std::path::PathBuf>,
 }
 
 impl Default for DeviceConfig {
@@ -75,6 +79,7 @@ impl Default for DeviceConfig {
             max_cqe: 1 << 20,
             max_mr_size: 1 << 40,
             fault: None,
+            pcap: None,
         }
     }
 }
@@ -159,6 +164,8 @@ pub(crate) struct Shared {
     events: Mutex<VecDeque<AsyncEvent>>,
     events_cv: Condvar,
     pub(crate) engines: Vec<Engine>,
+    /// Where connections are recorded ([`DeviceConfig::pcap`]).
+    pub(crate) pcap: Option<Arc<crate::transport::pcap::PcapSink>>,
 }
 
 impl Shared {
@@ -242,7 +249,12 @@ impl Device {
             .enumerate()
             .map(|(i, cpu)| Engine::start(i, cfg.engine_spin, cpu))
             .collect::<Result<Vec<_>>>()?;
+        let pcap = match &cfg.pcap {
+            Some(path) => Some(Arc::new(crate::transport::pcap::PcapSink::create(path)?)),
+            None => None,
+        };
         let shared = Arc::new(Shared {
+            pcap,
             cfg,
             tpt: Tpt::new(),
             regions: RwLock::new(Vec::new()),

@@ -19,6 +19,7 @@ use crate::receive::{Staging, feed, receive};
 use crate::transmit::{TxQueue, transmit};
 use crate::transport::Transport;
 use crate::transport::fault::FaultTransport;
+use crate::transport::pcap::{ConnRecorder, PcapTransport};
 use crate::transport::socket::SocketTransport;
 use softrnic_proto::qp::{CqSide, QpConfig, QpEvent, QpParams};
 use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
@@ -225,15 +226,21 @@ impl QpShared {
     }
 
     /// Connects the QP to an established MPA stream: parameters, leftover octets that
-    /// arrived with the MPA frame, and the socket, handed to the engine.
+    /// arrived with the MPA frame, and the socket, handed to the engine (under the
+    /// recording of the connection, if there is one, and the device's fault plan).
     pub(crate) fn attach(
         self: &Arc<Self>,
         dev: &Shared,
         sock: std::net::TcpStream,
         params: QpParams,
         leftover: &[u8],
+        rec: Option<ConnRecorder>,
     ) -> Result<()> {
         let mut transport: Box<dyn Transport> = Box::new(SocketTransport::new(sock)?);
+        if let Some(rec) = rec {
+            // Innermost: the recording shows what really crossed the socket.
+            transport = Box::new(PcapTransport::new(transport, rec));
+        }
         if let Some(plan) = &dev.cfg.fault {
             transport = Box::new(FaultTransport::new(transport, plan.clone()));
         }

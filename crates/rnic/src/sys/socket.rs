@@ -81,6 +81,29 @@ impl<'a> IoVecs<'a> {
         // Every entry is a leading part of an entry of `self`, readable for `'a`.
         IoVecs { iov: storage }
     }
+
+    /// Calls `f` with the first `len` octets of the list, piece by piece, e.g. to
+    /// record what a send took.
+    ///
+    /// Region memory among them may be changed by the program meanwhile (against the
+    /// rules of a posted send); `f` then sees some mix of old and new octets, as the
+    /// kernel does.
+    pub(crate) fn for_each_piece(&self, len: usize, mut f: impl FnMut(&[u8])) {
+        let mut left = len;
+        for v in self.iov {
+            if left == 0 {
+                break;
+            }
+            let take = v.iov_len.min(left);
+            // SAFETY: by `IoVecs::new`'s contract the entry is readable for `'a`, which
+            // outlives this call, and `take <= iov_len`; the slice lives only for `f`.
+            // Nothing in the RNIC writes octets being sent; the program can only by
+            // breaking the rule not to touch a buffer while its send is outstanding,
+            // the race the transmit path's CRC over the same memory documents.
+            f(unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, take) });
+            left -= take;
+        }
+    }
 }
 
 /// Sends a gather list with one `sendmsg(2)` (without SIGPIPE).

@@ -9,6 +9,7 @@
 //! at `WouldBlock` and waits for an event that would never come.
 
 pub(crate) mod fault;
+pub(crate) mod pcap;
 pub(crate) mod socket;
 
 use crate::region::RegionSlice;
