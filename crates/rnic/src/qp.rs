@@ -654,7 +654,7 @@ impl QpShared {
         let engine = dev
             .engines
             .get(self.engine)
-            .ok_or(Error::BadState("no engine"))?;
+            .ok_or(Error::Internal("no engine for the CQ's vector"))?;
         engine.register(&mut sock, self)?;
         g.conn = Some(Conn {
             sock,
