@@ -59,7 +59,7 @@ mod initiator;
 mod responder;
 
 pub use config::{CrcPolicy, MpaConfig, RtrType, RtrTypes};
-pub use error::{CmError, refusal};
+pub use error::{CmError, RefusalReason};
 pub use initiator::{Initiator, InitiatorProgress};
 pub use responder::{ConnectRequest, Responder, ResponderProgress};
 

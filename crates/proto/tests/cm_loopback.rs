@@ -2,7 +2,7 @@
 
 use softrnic_proto::cm::{
     CmError, ConnectRequest, CrcPolicy, Initiator, InitiatorProgress, MpaConfig, Negotiated,
-    Responder, ResponderProgress, Rtr, RtrType, RtrTypes, refusal,
+    RefusalReason, Responder, ResponderProgress, Rtr, RtrType, RtrTypes,
 };
 use softrnic_wire::terminate::{Layer, llp_code};
 use softrnic_wire::{MpaFrameKind, MpaFrameRepr, Rfc6581};
@@ -196,7 +196,7 @@ fn crc_policy_matrix() {
                 assert_eq!((init.crc, resp.crc), (crc, crc), "{ip:?} vs {rp:?}");
             }
             (Outcome::Refused(CmError::Refused { reply, reason }), None) => {
-                assert_eq!(reason, refusal::CRC_POLICY);
+                assert_eq!(reason, RefusalReason::CrcPolicy);
                 let f = MpaFrameRepr::parse(&reply).unwrap();
                 assert!(f.reject && !f.crc && f.enhanced);
                 assert_eq!(f.rfc6581, Some(Rfc6581::default()));
@@ -342,7 +342,7 @@ fn p2p_no_match_refuses() {
     let CmError::Refused { reply, reason } = err else {
         panic!("wrong error");
     };
-    assert_eq!(reason, refusal::NO_MATCHING_RTR);
+    assert_eq!(reason, RefusalReason::NoMatchingRtr);
     let f = MpaFrameRepr::parse(&reply).unwrap();
     assert!(f.reject);
 }

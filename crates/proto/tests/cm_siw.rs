@@ -3,8 +3,8 @@
 //! capture crate).
 
 use softrnic_proto::cm::{
-    CmError, CrcPolicy, Initiator, InitiatorProgress, MpaConfig, Responder, ResponderProgress, Rtr,
-    RtrType, refusal,
+    CmError, CrcPolicy, Initiator, InitiatorProgress, MpaConfig, RefusalReason, Responder,
+    ResponderProgress, Rtr, RtrType,
 };
 
 /// key ++ flags ++ revision ++ PD_Length ++ PD, as siw sends them.
@@ -224,7 +224,7 @@ fn our_refusal_looks_like_siws() {
         err,
         CmError::Refused {
             reply: frame(REP, 0x30, 2, &[0, 0, 0, 0]),
-            reason: refusal::CRC_POLICY
+            reason: RefusalReason::CrcPolicy
         }
     );
     // The plain reject() produces the same frame.

@@ -208,6 +208,8 @@ impl Device {
         cfg: MpaConfig,
     ) -> Result<Connection> {
         self.check_qp(qp)?;
+        // A bad configuration is the caller's error, whether or not a peer listens.
+        cfg.validate()?;
         let addr = addr
             .to_socket_addrs()?
             .next()

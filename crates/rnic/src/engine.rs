@@ -90,7 +90,7 @@ impl Engine {
                     _ => Error::Io(e),
                 });
             }
-            Err(_) => return Err(Error::BadState("engine thread ended at start")),
+            Err(_) => return Err(Error::Internal("engine thread ended before it started")),
         };
         Ok(Engine {
             registry,

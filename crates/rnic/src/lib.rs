@@ -59,10 +59,10 @@ pub use cm::{ConnRequest, Connection, Listener};
 pub use cq::Cq;
 pub use device::{AsyncEvent, Device, DeviceAttr, DeviceConfig, ProgressMode};
 pub use engine::EngineInfo;
-pub use error::{Error, Result};
+pub use error::{Error, Fault, Result};
 pub use mr::{Mr, Pd};
 pub use qp::{Qp, QpInit, QpStats, RX_DIRECT_MIN, RX_STAGING_LEN, TX_GATHER_MAX};
-pub use softrnic_proto::cm::{CrcPolicy, MpaConfig, RtrTypes};
+pub use softrnic_proto::cm::{CmError, CrcPolicy, MpaConfig, RefusalReason, RtrTypes};
 pub use softrnic_proto::{
     Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };

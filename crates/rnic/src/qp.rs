@@ -260,7 +260,7 @@ impl QpShared {
         let engine = dev
             .engines
             .get(self.engine)
-            .ok_or(Error::BadState("no engine"))?;
+            .ok_or(Error::Internal("no engine for the CQ's vector"))?;
         engine.register(&mut *transport, self)?;
         g.conn = Some(Conn {
             transport,

@@ -3,16 +3,39 @@
 use softrnic_wire::WireError;
 use softrnic_wire::terminate::{Layer, TerminateCause, llp_code, llp_etype};
 
-/// The reasons [`CmError::Refused`] carries. They are constants so that callers can
-/// compare against them and so that [`CmError::terminate_cause`] can map each to its
-/// RFC 6581 code.
-pub mod refusal {
+/// Why our policy refused an initiator's MPA Request ([`CmError::Refused`]). Each maps
+/// to the RFC 6581 LLP/MPA code that reports it ([`RefusalReason::llp_code`]); `Display`
+/// says it in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefusalReason {
     /// [`crate::cm::CrcPolicy::Strict`]: the initiator did not set C.
-    pub const CRC_POLICY: &str = "CRC policy conflict: strict responder, request without C";
+    CrcPolicy,
     /// The initiator offered only RTR types we do not accept.
-    pub const NO_MATCHING_RTR: &str = "no RTR type in common with the initiator";
+    NoMatchingRtr,
     /// Only a Read RTR matched, and an IRD or ORD of zero cannot carry it.
-    pub const INSUFFICIENT_IRD: &str = "Read RTR impossible with an IRD or ORD of zero";
+    InsufficientIrd,
+}
+
+impl RefusalReason {
+    /// The LLP/MPA error code (RFC 5044 section 8, RFC 6581) of a Terminate that
+    /// reports this refusal.
+    pub fn llp_code(self) -> u8 {
+        match self {
+            RefusalReason::CrcPolicy => llp_code::INVALID_REQ_REP,
+            RefusalReason::NoMatchingRtr => llp_code::NO_MATCHING_RTR,
+            RefusalReason::InsufficientIrd => llp_code::INSUFFICIENT_IRD,
+        }
+    }
+}
+
+impl std::fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RefusalReason::CrcPolicy => "CRC policy conflict: strict responder, request without C",
+            RefusalReason::NoMatchingRtr => "no RTR type in common with the initiator",
+            RefusalReason::InsufficientIrd => "Read RTR impossible with an IRD or ORD of zero",
+        })
+    }
 }
 
 /// Why an MPA exchange failed. After any of these the connection is over: send what the
@@ -37,13 +60,13 @@ pub enum CmError {
     #[error("the chosen Read RTR needs an ORD of at least 1 (peer IRD is 0)")]
     InsufficientIrd,
     /// Our policy refuses the request. `reply` is a reject frame (R=1) to send before
-    /// closing; `reason` is one of the [`refusal`] constants.
+    /// closing.
     #[error("connection refused: {reason}")]
     Refused {
         /// The reject reply to send.
         reply: Vec<u8>,
-        /// Why, as one of the [`refusal`] constants.
-        reason: &'static str,
+        /// Why.
+        reason: RefusalReason,
     },
     /// A frame of the wrong kind: a Request where a Reply is due, or the reverse.
     #[error("unexpected MPA frame kind")]
@@ -75,11 +98,44 @@ impl CmError {
             }
             CmError::NoMatchingRtr => llp(llp_code::NO_MATCHING_RTR),
             CmError::InsufficientIrd => llp(llp_code::INSUFFICIENT_IRD),
-            CmError::Refused { reason, .. } => llp(match *reason {
-                r if r == refusal::NO_MATCHING_RTR => llp_code::NO_MATCHING_RTR,
-                r if r == refusal::INSUFFICIENT_IRD => llp_code::INSUFFICIENT_IRD,
-                _ => llp_code::INVALID_REQ_REP,
-            }),
+            CmError::Refused { reason, .. } => llp(reason.llp_code()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_keep_their_words_and_codes() {
+        for (r, text, code) in [
+            (
+                RefusalReason::CrcPolicy,
+                "CRC policy conflict: strict responder, request without C",
+                llp_code::INVALID_REQ_REP,
+            ),
+            (
+                RefusalReason::NoMatchingRtr,
+                "no RTR type in common with the initiator",
+                llp_code::NO_MATCHING_RTR,
+            ),
+            (
+                RefusalReason::InsufficientIrd,
+                "Read RTR impossible with an IRD or ORD of zero",
+                llp_code::INSUFFICIENT_IRD,
+            ),
+        ] {
+            assert_eq!(r.to_string(), text);
+            let e = CmError::Refused {
+                reply: Vec::new(),
+                reason: r,
+            };
+            assert_eq!(e.to_string(), format!("connection refused: {text}"));
+            assert_eq!(
+                e.terminate_cause(),
+                TerminateCause::new(Layer::Llp, llp_etype::MPA, code)
+            );
         }
     }
 }

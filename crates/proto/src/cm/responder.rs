@@ -1,7 +1,7 @@
 //! The passive side: waits for the MPA Request, then accepts or rejects it.
 
 use super::{
-    CmError, CrcPolicy, MpaConfig, Negotiated, Rtr, RtrType, RtrTypes, emit_frame, refusal,
+    CmError, CrcPolicy, MpaConfig, Negotiated, RefusalReason, Rtr, RtrType, RtrTypes, emit_frame,
     take_frame,
 };
 use softrnic_wire::{MpaFrameKind, MpaFrameRepr, Rfc6581, WireError};
@@ -98,7 +98,7 @@ impl Responder {
         cfg.check_private_data(enhanced)?;
 
         if cfg.crc == CrcPolicy::Strict && !req.crc {
-            return Err(refuse(req, revision, refusal::CRC_POLICY));
+            return Err(refuse(req, revision, RefusalReason::CrcPolicy));
         }
         // Echo C=1 even when our own policy would not ask for it, as siw does: CRC is on
         // if either side wants it.
@@ -198,7 +198,7 @@ fn reject_frame(
 }
 
 /// [`CmError::Refused`] with a reject reply (no private data) of `revision`.
-fn refuse(req: &ConnectRequest, revision: u8, reason: &'static str) -> CmError {
+fn refuse(req: &ConnectRequest, revision: u8, reason: RefusalReason) -> CmError {
     match reject_frame(req, revision, &[]) {
         Ok(reply) => CmError::Refused { reply, reason },
         Err(e) => e,
@@ -207,8 +207,8 @@ fn refuse(req: &ConnectRequest, revision: u8, reason: &'static str) -> CmError {
 
 /// Picks the RTR type for a peer-to-peer request: the most preferred one the initiator
 /// offered and `cfg` accepts. A Read RTR is only possible when our IRD and the
-/// initiator's ORD leave room for one Read. Errs with a [`refusal`] reason.
-fn choose_rtr(offer: &Rfc6581, cfg: &MpaConfig) -> Result<RtrType, &'static str> {
+/// initiator's ORD leave room for one Read. Errs with the reason for refusing.
+fn choose_rtr(offer: &Rfc6581, cfg: &MpaConfig) -> Result<RtrType, RefusalReason> {
     let common = RtrTypes::from_rfc6581(offer) & cfg.rtr_types;
     let read_fits = cfg.ird >= 1 && offer.ord >= 1;
     RtrType::PREFERENCE
@@ -216,8 +216,8 @@ fn choose_rtr(offer: &Rfc6581, cfg: &MpaConfig) -> Result<RtrType, &'static str>
         .filter(|t| common.contains(t.flag()))
         .find(|&t| t != RtrType::Read || read_fits)
         .ok_or(if common.contains(RtrTypes::READ) {
-            refusal::INSUFFICIENT_IRD
+            RefusalReason::InsufficientIrd
         } else {
-            refusal::NO_MATCHING_RTR
+            RefusalReason::NoMatchingRtr
         })
 }
