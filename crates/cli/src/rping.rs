@@ -10,6 +10,7 @@
 use clap::{Args, ValueEnum};
 use softrnic_rnic::*;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// `softrnic rping`'s command line: rping's flags with their meaning, plus the MPA
@@ -76,6 +77,10 @@ pub struct RpingArgs {
     /// Seconds to wait for each step before giving up.
     #[arg(long, default_value_t = 10)]
     pub timeout: u64,
+    /// Record this side's connections (MPA exchange and FPDUs, with synthetic TCP/IP
+    /// headers) into a pcap file, for `softrnic decode` or Wireshark.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
 }
 
 /// `--crc` values.
@@ -148,6 +153,7 @@ impl RpingArgs {
             mpa,
             persistent: self.persistent,
             inject: self.inject,
+            pcap: self.pcap.clone(),
         })
     }
 
@@ -279,6 +285,8 @@ pub struct RpingOpts {
     /// Server: make a bad remote access into the client's memory on purpose, to see
     /// the peer's Terminate.
     pub inject: Option<Fault>,
+    /// `--pcap`: record the connections into this pcap file.
+    pub pcap: Option<PathBuf>,
 }
 
 /// A bad remote access the server can make on purpose (`--inject`): checks that the
@@ -331,6 +339,7 @@ impl Default for RpingOpts {
             mpa,
             persistent: false,
             inject: None,
+            pcap: None,
         }
     }
 }
@@ -402,6 +411,7 @@ struct Ends {
 fn open_device(opts: &RpingOpts) -> Result<Device> {
     Ok(Device::open(DeviceConfig {
         mpa: opts.mpa.clone(),
+        pcap: opts.pcap.clone(),
         ..DeviceConfig::default()
     })?)
 }

@@ -25,6 +25,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use softrnic_rnic::{CrcPolicy, Device, DeviceConfig, ProgressMode, affinity};
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub use stats::{BwResult, LatResult, LatStats};
@@ -355,6 +356,11 @@ pub struct BenchArgs {
     /// (`ib_write_bw -R ...`). Both sides need the same flags; one size, -n only.
     #[arg(short = 'R', long = "rdma-cm")]
     pub rdma_cm: bool,
+    /// Record this side's connections (with --loopback, the client's) into a pcap file,
+    /// with synthetic TCP/IP headers, for `softrnic decode` or Wireshark. Every octet
+    /// is recorded: keep runs short. The TCP baseline is not recorded.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
 }
 
 /// The benchmark subcommands.
@@ -493,6 +499,8 @@ pub struct BenchConfig {
     pub verbose: bool,
     /// perftest's -R exchange instead of softrnic's own.
     pub rdma_cm: bool,
+    /// Record this side's connections (the client's in loopback) into this pcap file.
+    pub pcap: Option<PathBuf>,
 }
 
 /// Largest message size (and the top of `-a`).
@@ -582,6 +590,7 @@ impl BenchConfig {
             show_progress: !a.quiet,
             verbose: a.verbose,
             rdma_cm: a.rdma_cm,
+            pcap: a.pcap.clone(),
         })
         .and_then(|c| {
             if c.rdma_cm {
@@ -606,6 +615,7 @@ impl BenchConfig {
             engine_threads: self.engine_threads,
             progress: self.progress_mode,
             max_fpdu: self.fpdu,
+            pcap: self.pcap.clone(),
             ..DeviceConfig::default()
         };
         if let Some(s) = self.engine_spin {
@@ -743,15 +753,19 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     // Engine threads inherit the affinity of the thread that opens their device: opened
     // here unpinned, they may run anywhere; with --pin-engines, each side's engines pin
     // themselves to that side's CPU.
-    let open = |cpu: Option<usize>| {
+    // Only the client's device records (--pcap): one side shows the whole exchange.
+    let open = |cpu: Option<usize>, record: bool| {
         let mut dc = cfg.device_config();
         if let Some(c) = cpu.filter(|_| cfg.pin_engines) {
             dc.engine_cpus = vec![c; cfg.engine_threads];
         }
+        if !record {
+            dc.pcap = None;
+        }
         Device::open(dc).map_err(|e| format!("device: {e}"))
     };
-    let sdev = open(cpus.map(|(_, s)| s))?;
-    let cdev = open(cpus.map(|(c, _)| c))?;
+    let sdev = open(cpus.map(|(_, s)| s), false)?;
+    let cdev = open(cpus.map(|(c, _)| c), true)?;
     let listener = sdev
         .listen("127.0.0.1:0")
         .map_err(|e| format!("listen: {e}"))?;

@@ -1286,7 +1286,11 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>, Str
             Ok(serve(cfg, &dev, &l, out)?.into_iter().collect())
         }
         Mode::Loopback => {
-            let sdev = open_device(cfg)?;
+            // Only the client's device records (--pcap).
+            let sdev = open_device(&BenchConfig {
+                pcap: None,
+                ..cfg.clone()
+            })?;
             let cdev = open_device(cfg)?;
             let l = sdev
                 .listen("127.0.0.1:0")
