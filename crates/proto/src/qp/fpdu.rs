@@ -18,6 +18,33 @@ pub struct Chunk {
     pub len: usize,
 }
 
+/// Appends to `out` the chunks covering `len` octets from `skip` on into the memory that
+/// `pieces` name in order (a work request's SGEs, a Read source, a receive buffer).
+pub(crate) fn covering(
+    pieces: impl IntoIterator<Item = Chunk>,
+    mut skip: usize,
+    mut len: usize,
+    out: &mut Vec<Chunk>,
+) {
+    for c in pieces {
+        if len == 0 {
+            break;
+        }
+        if skip >= c.len {
+            skip -= c.len;
+            continue;
+        }
+        let take = (c.len - skip).min(len);
+        out.push(Chunk {
+            region: c.region,
+            offset: c.offset + skip as u64,
+            len: take,
+        });
+        skip = 0;
+        len -= take;
+    }
+}
+
 /// Longest header the transmit path builds: MPA length field, untagged DDP header, and
 /// the largest control body (a Terminate copying a DDP header and a Read Request header).
 pub const MAX_TX_HEADER: usize =

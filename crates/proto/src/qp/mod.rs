@@ -344,12 +344,10 @@ impl Qp {
         // Buffers bound to messages in progress first (they were posted first), then
         // the rest of the own queue. Buffers of a shared queue that no message took
         // stay there for the other QPs.
-        let bound: Vec<RecvWqe> = self.rx.untagged().unbind_all().collect();
-        for r in bound.into_iter().chain(self.rq.drain().collect::<Vec<_>>()) {
-            let c = self
-                .out
-                .completion(r.wr_id, WcStatus::WrFlushError, WcOpcode::Recv, 0);
-            self.out.recv(c);
+        let Qp { rx, rq, out, .. } = self;
+        for r in rx.untagged().unbind_all().chain(rq.drain()) {
+            let c = out.completion(r.wr_id, WcStatus::WrFlushError, WcOpcode::Recv, 0);
+            out.recv(c);
         }
     }
 

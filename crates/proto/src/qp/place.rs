@@ -9,7 +9,7 @@
 //!
 //! Every refusal is the Terminate cause RFC 5040/5041 name for it.
 
-use super::fpdu::Chunk;
+use super::fpdu::{Chunk, covering};
 use super::rq::{RecvSource, RecvWqe};
 use crate::tpt::{RemoteAccess, Tpt};
 use crate::verbs::*;
@@ -204,12 +204,15 @@ impl Untagged {
                 None => UntaggedFault::Terminate(ddp_untagged(ddp_code::untagged::TOO_LONG)),
             });
         }
-        sge_chunks(
-            &self.bound[ahead].sges,
-            u64::from(seg.mo),
-            seg.len as u64,
-            out,
-        );
+        let sges = self.bound[ahead]
+            .sges
+            .iter()
+            .map(|&(region, offset, len)| Chunk {
+                region,
+                offset,
+                len: len as usize,
+            });
+        covering(sges, seg.mo as usize, seg.len, out);
         Ok(())
     }
 
@@ -255,26 +258,4 @@ pub(crate) fn unexpected_read_response() -> TerminateCause {
         ddp_etype::TAGGED_BUFFER,
         ddp_code::tagged::INVALID_STAG,
     )
-}
-
-/// Appends the chunks covering `[skip, skip + len)` of a receive's SGEs.
-fn sge_chunks(sges: &[(RegionId, u64, u32)], mut skip: u64, mut len: u64, out: &mut Vec<Chunk>) {
-    for &(region, offset, l) in sges {
-        if len == 0 {
-            break;
-        }
-        let l = u64::from(l);
-        if skip >= l {
-            skip -= l;
-            continue;
-        }
-        let take = (l - skip).min(len);
-        out.push(Chunk {
-            region,
-            offset: offset + skip,
-            len: take as usize,
-        });
-        skip = 0;
-        len -= take;
-    }
 }

@@ -7,7 +7,7 @@
 //! A Send or Write completes once its last FPDU has been handed to the transport
 //! (`Qp::transmit_done`), so its buffers are never reused while still being sent.
 
-use super::fpdu::{Chunk, CopiedHeaders, TxFpdu};
+use super::fpdu::{Chunk, CopiedHeaders, TxFpdu, covering};
 use super::params::{QpParams, RtrKind};
 use crate::verbs::*;
 use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
@@ -231,27 +231,6 @@ impl TxState {
     }
 }
 
-/// Appends to `out` the chunks covering `len` octets from `skip` into `src`.
-fn slice_chunks(src: &[Chunk], mut skip: usize, mut len: usize, out: &mut Vec<Chunk>) {
-    for c in src {
-        if len == 0 {
-            break;
-        }
-        if skip >= c.len {
-            skip -= c.len;
-            continue;
-        }
-        let take = (c.len - skip).min(len);
-        out.push(Chunk {
-            region: c.region,
-            offset: c.offset + skip as u64,
-            len: take,
-        });
-        skip = 0;
-        len -= take;
-    }
-}
-
 impl TxState {
     /// Fills `out` with the next FPDU to send; false when there is nothing to send now.
     /// `sending`: the QP is in a state that transmits (RTS or Closing); a Terminate goes
@@ -363,7 +342,7 @@ impl TxState {
                     to: r.sink_to.wrapping_add(u64::from(r.sent)),
                 },
             };
-            slice_chunks(&[r.source], r.sent as usize, n as usize, &mut out.chunks);
+            covering([r.source], r.sent as usize, n as usize, &mut out.chunks);
             out.set_header(&h, &[], n as usize);
             r.sent += n;
             if last {
@@ -443,7 +422,12 @@ impl TxState {
                         mo: e.sent,
                     },
                 };
-                slice_chunks(&e.chunks, e.sent as usize, n as usize, &mut out.chunks);
+                covering(
+                    e.chunks.iter().copied(),
+                    e.sent as usize,
+                    n as usize,
+                    &mut out.chunks,
+                );
                 out.set_header(&h, &[], n as usize);
                 e.sent += n;
                 if last {
@@ -463,7 +447,12 @@ impl TxState {
                         to: remote_addr.wrapping_add(u64::from(e.sent)),
                     },
                 };
-                slice_chunks(&e.chunks, e.sent as usize, n as usize, &mut out.chunks);
+                covering(
+                    e.chunks.iter().copied(),
+                    e.sent as usize,
+                    n as usize,
+                    &mut out.chunks,
+                );
                 out.set_header(&h, &[], n as usize);
                 e.sent += n;
                 if last {

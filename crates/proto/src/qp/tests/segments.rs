@@ -201,3 +201,16 @@ fn a_bad_segment_ahead_is_kept_and_terminates_in_order() {
         Some((TerminateCause::new(Layer::Ddp, 1, 0), false))
     );
 }
+
+#[test]
+fn after_to_error_nothing_more_is_taken_or_placed() {
+    let (mut a, mut b, [_, wdst, _]) = workload(true);
+    let before = b.region(wdst).to_vec();
+    let segs = segments(&mut a);
+    b.qp.to_error();
+    assert_eq!(b.qp.rx_need(), RxNeed::Stopped);
+    for (seq, f) in &segs {
+        assert_eq!(b.segment(*seq, f), SegmentOutcome::Stopped);
+    }
+    assert_eq!(b.region(wdst), &before[..], "nothing placed after to_error");
+}
