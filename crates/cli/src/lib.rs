@@ -6,4 +6,5 @@
 pub mod bench;
 pub mod decode;
 pub mod fuzz_checks;
+pub mod logging;
 pub mod rping;

@@ -11,6 +11,11 @@ mod decode_cmd;
 #[derive(Parser)]
 #[command(version, about, long_about = None)]
 struct Cli {
+    /// Diagnostic events on stderr, by target and level (RUST_LOG syntax without
+    /// regexes), e.g. `softrnic_rnic=debug` or `softrnic_rnic::cm=info` [default: the
+    /// RUST_LOG variable; none if unset].
+    #[arg(long, global = true, value_name = "FILTER")]
+    log: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -34,6 +39,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = softrnic_cli::logging::init(cli.log.as_deref()) {
+        eprintln!("softrnic: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Decode { file, json } => decode_cmd::run(&file, json),
         Command::Rping(r) => softrnic_cli::rping::main(&r),

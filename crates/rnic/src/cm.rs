@@ -18,10 +18,11 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::qp::Qp;
 use crate::sys;
+use crate::trace;
 use crate::transport::pcap::ConnRecorder;
 use softrnic_proto::cm::{
-    ConnectRequest, Initiator, InitiatorProgress, MpaConfig, Negotiated, Responder,
-    ResponderProgress,
+    CmError, ConnectRequest, Initiator, InitiatorProgress, MpaConfig, Negotiated, RefusalReason,
+    Responder, ResponderProgress,
 };
 use softrnic_proto::qp::{QpParams, RtrKind};
 use softrnic_wire::mpa::FRAME_HEADER_LEN;
@@ -104,7 +105,7 @@ fn read_frame(s: &mut TcpStream) -> Result<Vec<u8>> {
     }
     let pd_len = usize::from(u16::from_be_bytes([buf[18], buf[19]]));
     if pd_len > softrnic_wire::mpa::MAX_PRIVATE_DATA {
-        return Err(Error::Mpa(softrnic_proto::cm::CmError::Wire(
+        return Err(Error::Mpa(CmError::Wire(
             softrnic_wire::WireError::PrivateDataTooLong(pd_len as u16),
         )));
     }
@@ -220,15 +221,23 @@ impl Device {
 
     /// Converts a connected stream into RDMA mode as the MPA initiator: the next octets
     /// this side sends are the MPA Request.
-    pub fn convert_active(&self, mut s: TcpStream, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
+    pub fn convert_active(&self, s: TcpStream, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
         self.check_qp(qp)?;
+        self.initiate(s, qp, cfg)
+            .inspect_err(|e| trace::mpa_failed(self.shared.serial, e))
+    }
+
+    fn initiate(&self, mut s: TcpStream, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
         s.set_read_timeout(Some(self.shared.cfg.connect_timeout))?;
         s.set_nodelay(true)?;
         let mut init = Initiator::new(cfg)?;
+        let peer_addr = s.peer_addr()?;
         let mut rec = self.recorder(&s, true);
         let request = init.request();
         s.write_all(&request)?;
         record(&mut rec, |r| r.sent(&request));
+        let serial = self.shared.serial;
+        trace::mpa_request_sent(serial, qp.id(), peer_addr, init.config());
         let frame = read_frame(&mut s)?;
         record(&mut rec, |r| r.received(&frame));
         match init.handle_input(&frame)? {
@@ -238,8 +247,8 @@ impl Device {
             } => {
                 let params = self.qp_params(&s, &negotiated)?;
                 sys::socket::set_keepalive(s.as_raw_fd(), self.shared.cfg.keepalive);
-                let peer_addr = s.peer_addr()?;
                 s.set_read_timeout(None)?;
+                trace::mpa_established(serial, qp.id(), peer_addr, &negotiated, false);
                 qp.shared
                     .attach(&self.shared, s, params, &frame[consumed..], rec)?;
                 Ok(Connection {
@@ -250,9 +259,7 @@ impl Device {
             InitiatorProgress::Rejected { private_data, .. } => {
                 Err(Error::Rejected { private_data })
             }
-            InitiatorProgress::NeedMore => {
-                Err(Error::Mpa(softrnic_proto::cm::CmError::UnexpectedFrame))
-            }
+            InitiatorProgress::NeedMore => Err(Error::Mpa(CmError::UnexpectedFrame)),
         }
     }
 
@@ -266,24 +273,31 @@ impl Device {
 
     /// Converts a connected stream into RDMA mode as the MPA responder: the next octets
     /// the peer sends must be its MPA Request.
-    pub fn convert_passive(&self, mut s: TcpStream) -> Result<ConnRequest> {
+    pub fn convert_passive(&self, s: TcpStream) -> Result<ConnRequest> {
+        self.respond(s)
+            .inspect_err(|e| trace::mpa_failed(self.shared.serial, e))
+    }
+
+    fn respond(&self, mut s: TcpStream) -> Result<ConnRequest> {
         s.set_read_timeout(Some(self.shared.cfg.connect_timeout))?;
         let mut responder = Responder::new();
         let mut rec = self.recorder(&s, false);
         let frame = read_frame(&mut s)?;
         record(&mut rec, |r| r.received(&frame));
         match responder.handle_input(&frame)? {
-            ResponderProgress::Request { request, .. } => Ok(ConnRequest {
-                rec,
-                dev: self.clone(),
-                peer_addr: s.peer_addr()?,
-                stream: s,
-                request,
-                responder,
-            }),
-            ResponderProgress::NeedMore => {
-                Err(Error::Mpa(softrnic_proto::cm::CmError::UnexpectedFrame))
+            ResponderProgress::Request { request, .. } => {
+                let peer_addr = s.peer_addr()?;
+                trace::mpa_request_received(self.shared.serial, peer_addr, &request);
+                Ok(ConnRequest {
+                    rec,
+                    dev: self.clone(),
+                    peer_addr,
+                    stream: s,
+                    request,
+                    responder,
+                })
             }
+            ResponderProgress::NeedMore => Err(Error::Mpa(CmError::UnexpectedFrame)),
         }
     }
 }
@@ -325,27 +339,35 @@ impl ConnRequest {
     }
 
     /// Accepts with explicit MPA settings.
-    pub fn accept_with(mut self, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
+    pub fn accept_with(self, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
         self.dev.check_qp(qp)?;
-        if self.request.markers {
-            let reply = self.responder.reject(&self.request, &[])?;
-            if self.stream.write_all(&reply).is_ok() {
-                record(&mut self.rec, |r| r.sent(&reply));
+        let serial = self.dev.shared.serial;
+        self.accept_checked(qp, cfg)
+            .inspect_err(|e| trace::mpa_failed(serial, e))
+    }
+
+    fn accept_checked(mut self, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
+        let serial = self.dev.shared.serial;
+        let accepted = if self.request.markers {
+            // Kernel TCP sockets do not say where segments start, so no markers.
+            match self.responder.reject(&self.request, &[]) {
+                Ok(reply) => Err(CmError::Refused {
+                    reply,
+                    reason: RefusalReason::Markers,
+                }),
+                Err(e) => Err(e),
             }
-            return Err(Error::InvalidArgument(
-                "peer asked for MPA markers, which kernel TCP sockets cannot insert",
-            ));
-        }
-        let (reply, negotiated) = match self.responder.accept(&self.request, &cfg) {
+        } else {
+            self.responder.accept(&self.request, &cfg)
+        };
+        let (reply, negotiated) = match accepted {
             Ok(v) => v,
-            Err(softrnic_proto::cm::CmError::Refused { reply, reason }) => {
+            Err(CmError::Refused { reply, reason }) => {
                 if self.stream.write_all(&reply).is_ok() {
                     record(&mut self.rec, |r| r.sent(&reply));
                 }
-                return Err(Error::Mpa(softrnic_proto::cm::CmError::Refused {
-                    reply,
-                    reason,
-                }));
+                trace::mpa_reject_sent(serial, self.peer_addr, Some(reason));
+                return Err(Error::Mpa(CmError::Refused { reply, reason }));
             }
             Err(e) => return Err(e.into()),
         };
@@ -354,6 +376,7 @@ impl ConnRequest {
         record(&mut self.rec, |r| r.sent(&reply));
         sys::socket::set_keepalive(self.stream.as_raw_fd(), self.dev.shared.cfg.keepalive);
         self.stream.set_read_timeout(None)?;
+        trace::mpa_established(serial, qp.id(), self.peer_addr, &negotiated, true);
         qp.shared
             .attach(&self.dev.shared, self.stream, params, &[], self.rec)?;
         Ok(Connection {
@@ -367,6 +390,7 @@ impl ConnRequest {
         let reply = self.responder.reject(&self.request, private_data)?;
         self.stream.write_all(&reply)?;
         record(&mut self.rec, |r| r.sent(&reply));
+        trace::mpa_reject_sent(self.dev.shared.serial, self.peer_addr, None);
         if self.stream.shutdown(std::net::Shutdown::Both).is_ok() {
             record(&mut self.rec, |r| r.fin_sent());
         }

@@ -150,8 +150,13 @@ pub enum AsyncEvent {
     },
 }
 
+/// Numbers devices in the process, for the `dev` field of tracing events.
+static NEXT_DEVICE: AtomicU32 = AtomicU32::new(1);
+
 pub(crate) struct Shared {
     pub(crate) cfg: DeviceConfig,
+    /// This device's number in the process (tracing events name it).
+    pub(crate) serial: u32,
     /// The TPT: sharded, so lookups on the data path take no device-wide lock.
     pub(crate) tpt: Tpt,
     regions: RwLock<Vec<Option<Arc<Region>>>>,
@@ -211,6 +216,7 @@ impl Shared {
     }
 
     pub(crate) fn post_event(&self, e: AsyncEvent) {
+        crate::trace::async_event(self.serial, &e);
         if let Ok(mut q) = self.events.lock() {
             q.push_back(e);
             self.events_cv.notify_all();
@@ -256,6 +262,7 @@ impl Device {
         let shared = Arc::new(Shared {
             pcap,
             cfg,
+            serial: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
             tpt: Tpt::new(),
             regions: RwLock::new(Vec::new()),
             free_regions: Mutex::new(Vec::new()),
@@ -268,10 +275,17 @@ impl Device {
             events_cv: Condvar::new(),
             engines,
         });
-        for e in &shared.engines {
+        for (i, e) in shared.engines.iter().enumerate() {
             e.attach(Arc::downgrade(&shared));
+            crate::trace::engine_started(shared.serial, &e.info(i));
         }
         Ok(Device { shared })
+    }
+
+    /// This device's number in the process (the `dev` field of its tracing events:
+    /// QP numbers repeat across devices).
+    pub fn serial(&self) -> u32 {
+        self.shared.serial
     }
 
     /// Device attributes.

@@ -52,6 +52,7 @@ pub mod qp;
 mod receive;
 pub mod region;
 mod sys;
+mod trace;
 mod transmit;
 mod transport;
 

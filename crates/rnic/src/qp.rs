@@ -75,6 +75,8 @@ pub(crate) struct QpInner {
     stats: QpStats,
     staging: Staging,
     disconnected: bool,
+    /// The state last reported to tracing.
+    traced_state: QpState,
 }
 
 pub(crate) struct QpShared {
@@ -119,6 +121,7 @@ impl QpShared {
                 stats: QpStats::default(),
                 staging: Staging::default(),
                 disconnected: false,
+                traced_state: QpState::Idle,
             }),
             engine: init.recv_cq.shared.vector,
         })
@@ -208,6 +211,7 @@ impl QpShared {
     }
 
     fn deliver(&self, g: &mut QpInner, dev: &Shared) {
+        crate::trace::qp_state(dev.serial, self.id, &mut g.traced_state, g.core.state());
         while let Some(e) = g.core.poll_event() {
             if let QpEvent::Fatal { cause, remote } = e {
                 dev.post_event(AsyncEvent::QpFatal {

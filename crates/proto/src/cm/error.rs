@@ -14,6 +14,9 @@ pub enum RefusalReason {
     NoMatchingRtr,
     /// Only a Read RTR matched, and an IRD or ORD of zero cannot carry it.
     InsufficientIrd,
+    /// The initiator asked for markers (M=1) in what we send, and our transport cannot
+    /// insert them (a kernel TCP socket does not tell where segments start).
+    Markers,
 }
 
 impl RefusalReason {
@@ -21,7 +24,7 @@ impl RefusalReason {
     /// reports this refusal.
     pub fn llp_code(self) -> u8 {
         match self {
-            RefusalReason::CrcPolicy => llp_code::INVALID_REQ_REP,
+            RefusalReason::CrcPolicy | RefusalReason::Markers => llp_code::INVALID_REQ_REP,
             RefusalReason::NoMatchingRtr => llp_code::NO_MATCHING_RTR,
             RefusalReason::InsufficientIrd => llp_code::INSUFFICIENT_IRD,
         }
@@ -34,6 +37,7 @@ impl std::fmt::Display for RefusalReason {
             RefusalReason::CrcPolicy => "CRC policy conflict: strict responder, request without C",
             RefusalReason::NoMatchingRtr => "no RTR type in common with the initiator",
             RefusalReason::InsufficientIrd => "Read RTR impossible with an IRD or ORD of zero",
+            RefusalReason::Markers => "markers requested, which this transport cannot insert",
         })
     }
 }
@@ -124,6 +128,11 @@ mod tests {
                 RefusalReason::InsufficientIrd,
                 "Read RTR impossible with an IRD or ORD of zero",
                 llp_code::INSUFFICIENT_IRD,
+            ),
+            (
+                RefusalReason::Markers,
+                "markers requested, which this transport cannot insert",
+                llp_code::INVALID_REQ_REP,
             ),
         ] {
             assert_eq!(r.to_string(), text);
