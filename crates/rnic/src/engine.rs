@@ -138,7 +138,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Stops serving `qp`'s socket; events already fetched for it are dropped.
+    /// Stops serving `qp`'s socket. Events fetched later find no entry and are dropped;
+    /// a batch already looked up may drive the QP once more, which finds nothing to do.
     pub(crate) fn deregister(&self, sock: &mut (impl mio::event::Source + ?Sized), qp: QpId) {
         let _ = self.registry.deregister(sock);
         self.forget(token_of(qp));
