@@ -1,51 +1,85 @@
 //! Completion queues: a lock-free ring ([`crate::cq_ring`]) the QPs push into, a
-//! consumer that polls it, and notification (arm for the next completion or for
-//! solicited ones only) for consumers that block.
+//! consumer that polls it, and notification for consumers that block: the CQ is armed
+//! for the next completion or for solicited ones only ([`crate::cq_notify`]), and the
+//! one event an arm raises goes to the CQ's handler ([`crate::Handler`]: a callback on
+//! a CPU, or a [`crate::CompChannel`]) or, for a CQ without one, to
+//! [`Cq::wait_notify`]. `Device::modify_cq` moves a CQ between handlers.
 
+use crate::channel::CqEvent;
+use crate::cq_notify::{Arm, Armed};
 use crate::cq_ring::{CqRing, Full};
 use crate::device::{AsyncEvent, ProgressMode, Shared};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::qp::QpShared;
-use softrnic_proto::Completion;
+use softrnic_proto::{Completion, WcStatus};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-const DISARMED: u8 = 0;
-const ARMED_NEXT: u8 = 1;
-const ARMED_SOLICITED: u8 = 2;
+/// A CQ's event counts ([`Cq::event_counts`]), as libibverbs keeps them: events raised
+/// by arms, handed to the program, and acknowledged by it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventCounts {
+    /// Events raised (at most one per arm).
+    pub raised: u64,
+    /// Events handed to the program: taken from a channel, given to a callback, or
+    /// returned by [`Cq::wait_notify`].
+    pub delivered: u64,
+    /// Events acknowledged: with [`Cq::ack_events`] for channel events, when the
+    /// callback returned for handler events, at once for [`Cq::wait_notify`].
+    pub acked: u64,
+}
 
 pub(crate) struct CqShared {
     pub(crate) id: u32,
-    /// The completion vector: the engine that drives the QPs receiving into this CQ.
-    pub(crate) vector: usize,
+    /// The completion vector: its handler's CPU (or the vector number) decides which
+    /// engine drives the QPs receiving into this CQ. Changes only under `route`.
+    vector: AtomicUsize,
+    /// The handler id events go to (`None`: detached, events go to the CQ's own
+    /// waiters). Held while an event is routed, so a move never splits one.
+    route: Mutex<Option<usize>>,
     ring: CqRing,
     depth: usize,
     /// Completions that found the ring full: kept (never dropped), delivered after the
     /// ring's, and reported once as [`AsyncEvent::CqOverflow`].
     overflow: Mutex<VecDeque<Completion>>,
     overflowed: AtomicBool,
-    armed: AtomicU8,
-    notified: Mutex<u64>,
-    notify_cv: Condvar,
+    arm: Arm,
+    /// Events for the CQ's own waiters (detached, or bound to an id with no handler
+    /// registered), as the instants they were raised.
+    local: Mutex<VecDeque<Instant>>,
+    local_cv: Condvar,
+    raised: AtomicU64,
+    delivered: AtomicU64,
+    acked: AtomicU64,
     dev: Weak<Shared>,
     pub(crate) qps: Mutex<Vec<Weak<QpShared>>>,
 }
 
 impl CqShared {
-    pub(crate) fn new(id: u32, depth: usize, vector: usize, dev: Arc<Shared>) -> Result<CqShared> {
+    pub(crate) fn new(
+        id: u32,
+        depth: usize,
+        vector: usize,
+        handler: Option<usize>,
+        dev: Arc<Shared>,
+    ) -> Result<CqShared> {
         let ring = CqRing::new(depth).map_err(|_| crate::Error::InvalidArgument("CQ depth"))?;
         Ok(CqShared {
             id,
-            vector,
+            vector: AtomicUsize::new(vector),
+            route: Mutex::new(handler),
             ring,
             depth,
             overflow: Mutex::new(VecDeque::new()),
             overflowed: AtomicBool::new(false),
-            armed: AtomicU8::new(DISARMED),
-            notified: Mutex::new(0),
-            notify_cv: Condvar::new(),
+            arm: Arm::new(),
+            local: Mutex::new(VecDeque::new()),
+            local_cv: Condvar::new(),
+            raised: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
             dev: Arc::downgrade(&dev),
             qps: Mutex::new(Vec::new()),
         })
@@ -55,10 +89,24 @@ impl CqShared {
         std::ptr::eq(self.dev.as_ptr(), Arc::as_ptr(dev))
     }
 
-    /// Adds a completion; `solicited` marks a received Send with the SE flag.
-    pub(crate) fn push(&self, c: Completion, solicited: bool) {
+    pub(crate) fn vector(&self) -> usize {
+        self.vector.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn handler(&self) -> Option<usize> {
+        self.route.lock().ok().and_then(|r| *r)
+    }
+
+    /// Adds a completion; `solicited` marks a received Send with the SE flag. An
+    /// armed CQ raises its event after the completion is in the ring (see
+    /// [`crate::cq_notify`] for why that order loses no wake-up).
+    pub(crate) fn push(self: &Arc<Self>, c: Completion, solicited: bool) {
+        // A completion in error is solicited too (the libibverbs rule).
+        let solicited = solicited || c.status != WcStatus::Success;
         let mut over = false;
         let mut pending = Some(c);
+        // The ring position taken, if the completion went into the ring.
+        let mut pos = None;
         if self.overflowed.load(Ordering::Acquire)
             && let Ok(mut o) = self.overflow.lock()
             // Re-checked under the lock: the consumer clears the flag while holding it,
@@ -69,7 +117,7 @@ impl CqShared {
             o.push_back(c);
         }
         if let Some(c) = pending
-            && let Err(Full(c)) = self.ring.push(c)
+            && let Err(Full(c)) = self.ring.push_pos(c).map(|p| pos = Some(p))
             && let Ok(mut o) = self.overflow.lock()
         {
             // Once overflowed, everything goes to the overflow list so order is kept;
@@ -80,14 +128,98 @@ impl CqShared {
         if over && let Some(d) = self.dev.upgrade() {
             d.post_event(AsyncEvent::CqOverflow { cq: self.id });
         }
-        let armed = self.armed.load(Ordering::Acquire);
-        if armed == ARMED_NEXT || (armed == ARMED_SOLICITED && solicited) {
-            self.armed.store(DISARMED, Ordering::Release);
-            if let Ok(mut n) = self.notified.lock() {
-                *n += 1;
-                self.notify_cv.notify_all();
+        let later = || pos.is_some_and(|p| self.ring.claimed_after(p));
+        if self.arm.completion_added(solicited, later) {
+            self.raised.fetch_add(1, Ordering::Relaxed);
+            let at = Instant::now();
+            if let Ok(route) = self.route.lock() {
+                self.deliver_locked(*route, [at]);
             }
         }
+    }
+
+    /// Hands events (by the instant each was raised) to the handler `route` names, or
+    /// to the CQ's own waiters if it names none. The caller holds the routing lock.
+    fn deliver_locked(
+        self: &Arc<Self>,
+        route: Option<usize>,
+        events: impl IntoIterator<Item = Instant>,
+    ) {
+        let mut events = events.into_iter().peekable();
+        if events.peek().is_none() {
+            return;
+        }
+        if let Some(id) = route
+            && let Some(dev) = self.dev.upgrade()
+        {
+            let cq = Cq {
+                shared: self.clone(),
+            };
+            let left = dev.handlers.push_to(id, &mut events, &cq);
+            if !left {
+                return;
+            }
+        }
+        if let Ok(mut l) = self.local.lock() {
+            l.extend(events);
+            self.local_cv.notify_all();
+        }
+    }
+
+    /// Binds the CQ to handler `to` (`None`: detaches it), moving every event of it
+    /// still queued (at its old handler, or with its own waiters) to where it now
+    /// belongs, under the routing lock: an event raised meanwhile waits for the lock
+    /// and goes to the new place. With `to == self.handler()` this re-routes queued
+    /// events (a handler was registered or replaced).
+    pub(crate) fn rebind(self: &Arc<Self>, dev: &Shared, to: Option<usize>) -> Result<()> {
+        let mut route = self.route.lock()?;
+        let from = *route;
+        let mut moved: Vec<Instant> = Vec::new();
+        if let Some(h) = from.and_then(|id| dev.handlers.get(id)) {
+            let me = Arc::as_ptr(self);
+            moved.extend(
+                h.take_where(|e| std::ptr::eq(Arc::as_ptr(&e.cq.shared), me))
+                    .iter()
+                    .map(CqEvent::raised_at),
+            );
+        }
+        moved.extend(self.local.lock()?.drain(..));
+        moved.sort_unstable();
+        if let Some(v) = to {
+            self.vector.store(v, Ordering::Release);
+        }
+        *route = to;
+        self.deliver_locked(to, moved);
+        Ok(())
+    }
+
+    /// Delivers events taken from a handler that is gone, by the CQ's binding now.
+    pub(crate) fn redeliver(self: &Arc<Self>, events: Vec<Instant>) {
+        if let Ok(route) = self.route.lock() {
+            self.deliver_locked(*route, events);
+        }
+    }
+
+    pub(crate) fn event_delivered(&self) {
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn event_acked_by_handler(&self) {
+        self.acked.fetch_add(1, Ordering::Release);
+    }
+
+    /// The QPs receiving into this CQ.
+    pub(crate) fn receiving_qps(&self) -> Vec<Arc<QpShared>> {
+        let me: *const CqShared = self;
+        self.qps
+            .lock()
+            .map(|q| {
+                q.iter()
+                    .filter_map(Weak::upgrade)
+                    .filter(|qp| std::ptr::eq(Arc::as_ptr(qp.recv_cq()), me))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn pop_into(&self, out: &mut [Completion]) -> usize {
@@ -179,9 +311,17 @@ impl Cq {
         self.shared.depth
     }
 
-    /// Its completion vector (see [`crate::Device::create_cq_on`]).
+    /// Its completion vector: the handler it is bound to, or was last bound to (see
+    /// [`crate::Device::create_cq_on`], [`crate::Device::modify_cq`]).
     pub fn vector(&self) -> usize {
-        self.shared.vector
+        self.shared.vector()
+    }
+
+    /// The handler its events go to; `None` when detached (events go to
+    /// [`Cq::wait_notify`]). Bound to an id with no handler registered, events also go
+    /// to `wait_notify`, until a handler is registered there.
+    pub fn handler(&self) -> Option<usize> {
+        self.shared.handler()
     }
 
     /// Moves up to `out.len()` completions into `out`, oldest first; returns how many.
@@ -203,43 +343,99 @@ impl Cq {
         (self.poll(&mut one) == 1).then_some(one[0])
     }
 
-    /// Arms the CQ: the next completion (or the next solicited one) notifies waiters.
+    /// Arms the CQ (`ibv_req_notify_cq`): the next completion added, or with
+    /// `solicited_only` the next solicited one (a receive of a Send with the Solicited
+    /// Event bit, or a completion in error), raises one event. One-shot: arm again
+    /// after each event. Poll once more after arming: a completion added before the
+    /// arm is found by that poll, one added after raises the event, and none falls
+    /// between the two.
     pub fn req_notify(&self, solicited_only: bool) {
-        let v = if solicited_only {
-            ARMED_SOLICITED
-        } else {
-            ARMED_NEXT
-        };
-        self.shared.armed.store(v, Ordering::Release);
+        self.shared.arm.arm(solicited_only);
     }
 
-    /// Waits up to `timeout` for a notification after [`Cq::req_notify`]; true if one came.
+    /// What the CQ is armed for now.
+    pub fn armed(&self) -> Armed {
+        self.shared.arm.armed()
+    }
+
+    /// Waits up to `timeout` for an event of this CQ that no handler takes (the CQ is
+    /// detached, or no handler is registered under its id) and consumes it; true if
+    /// one came (possibly raised before the call: none is missed).
     pub fn wait_notify(&self, timeout: Duration) -> bool {
-        let Ok(g) = self.shared.notified.lock() else {
+        let Ok(l) = self.shared.local.lock() else {
             return false;
         };
-        let start = *g;
-        match self
+        let Ok((mut l, _)) = self
             .shared
-            .notify_cv
-            .wait_timeout_while(g, timeout, |n| *n == start)
-        {
-            Ok((_, r)) => !r.timed_out(),
-            Err(_) => false,
+            .local_cv
+            .wait_timeout_while(l, timeout, |l| l.is_empty())
+        else {
+            return false;
+        };
+        if l.pop_front().is_none() {
+            return false;
+        }
+        drop(l);
+        self.shared.event_delivered();
+        self.shared.event_acked_by_handler();
+        true
+    }
+
+    /// Its events: raised, delivered, acknowledged.
+    pub fn event_counts(&self) -> EventCounts {
+        let s = &self.shared;
+        EventCounts {
+            raised: s.raised.load(Ordering::Relaxed),
+            delivered: s.delivered.load(Ordering::Relaxed),
+            acked: s.acked.load(Ordering::Acquire),
         }
     }
 
+    /// Acknowledges `n` events taken from a completion channel (`ibv_ack_cq_events`),
+    /// best in batches: one call for many events. Acknowledging more than were
+    /// delivered and not yet acknowledged is an error, and acknowledges nothing.
+    pub fn ack_events(&self, n: u64) -> Result<()> {
+        let s = &self.shared;
+        let mut cur = s.acked.load(Ordering::Relaxed);
+        loop {
+            let delivered = s.delivered.load(Ordering::Relaxed);
+            if cur.checked_add(n).is_none_or(|x| x > delivered) {
+                return Err(Error::InvalidArgument(
+                    "acknowledging more CQ events than were delivered",
+                ));
+            }
+            match s
+                .acked
+                .compare_exchange_weak(cur, cur + n, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Whether `self` and `other` are the same CQ.
+    pub fn same_as(&self, other: &Cq) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// Collects `n` completions, waiting up to `timeout` in all (busy-polling in hybrid
-    /// mode, otherwise blocking on notifications). Returns what arrived.
+    /// mode or when a handler takes the CQ's events, otherwise blocking on
+    /// notifications). Returns what arrived.
     pub fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Completion> {
         let deadline = Instant::now() + timeout;
         let mut got = Vec::with_capacity(n);
         let mut buf = vec![empty_completion(); n.clamp(1, 64)];
-        let hybrid = self
-            .shared
-            .dev
-            .upgrade()
+        let dev = self.shared.dev.upgrade();
+        let hybrid = dev
+            .as_ref()
             .is_some_and(|d| d.cfg.progress == ProgressMode::Hybrid);
+        // Arming a CQ whose events a handler takes would hand that handler events it
+        // did not ask for.
+        let handled = dev
+            .as_ref()
+            .zip(self.handler())
+            .is_some_and(|(d, id)| d.handlers.get(id).is_some());
         while got.len() < n {
             let want = (n - got.len()).min(buf.len());
             let k = self.poll(&mut buf[..want]);
@@ -251,7 +447,7 @@ impl Cq {
             if now >= deadline {
                 break;
             }
-            if hybrid {
+            if hybrid || handled {
                 std::thread::yield_now();
             } else {
                 self.req_notify(false);
@@ -259,7 +455,7 @@ impl Cq {
                 let k = self.poll(&mut buf[..want]);
                 got.extend_from_slice(&buf[..k]);
                 if k == 0 {
-                    self.wait_notify((deadline - now).min(Duration::from_millis(10)));
+                    self.wait_notify(deadline - now);
                 }
             }
         }

@@ -52,12 +52,13 @@ pub const MIN_CAPACITY: usize = 2;
 /// The largest capacity that may be requested.
 pub const MAX_CAPACITY: usize = 1 << 20;
 
-/// Atomics and cells: `std`'s normally, `loom`'s when built with `--cfg loom`.
-mod sync {
+/// Atomics and cells: `std`'s normally, `loom`'s when built with `--cfg loom` (the
+/// CQ's notification state, `cq_notify`, uses them too).
+pub(crate) mod sync {
     #[cfg(loom)]
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
     #[cfg(not(loom))]
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
     /// An `UnsafeCell` with loom's closure-based API, so the ring's code is the same
     /// in both builds and loom can track every access to slot contents.
@@ -183,6 +184,12 @@ impl CqRing {
     /// Fails with [`Full`] (returning `c`) when every slot is occupied — by published
     /// completions or by pushes still in progress — and never overwrites.
     pub fn push(&self, c: Completion) -> Result<(), Full> {
+        self.push_pos(c).map(|_| ())
+    }
+
+    /// [`push`](Self::push), returning the position the completion took (for
+    /// [`claimed_after`](Self::claimed_after)).
+    pub fn push_pos(&self, c: Completion) -> Result<usize, Full> {
         let mut pos = self.tail.0.load(Ordering::Relaxed);
         loop {
             let slot = &self.slots[pos & self.mask];
@@ -210,7 +217,7 @@ impl CqRing {
                             .with_mut(|p| unsafe { p.write(MaybeUninit::new(c)) });
                         // Release: publishes the value to the consumer.
                         slot.seq.store(pos.wrapping_add(1), Ordering::Release);
-                        return Ok(());
+                        return Ok(pos);
                     }
                     Err(current) => pos = current,
                 }
@@ -224,6 +231,13 @@ impl CqRing {
                 pos = self.tail.0.load(Ordering::Relaxed);
             }
         }
+    }
+
+    /// Whether a producer has claimed a position after `pos` (a position returned by
+    /// [`push_pos`](Self::push_pos)). While `pos` was being written, the consumer could
+    /// not see those (completions come out in position order).
+    pub fn claimed_after(&self, pos: usize) -> bool {
+        self.tail.0.load(Ordering::Acquire) != pos.wrapping_add(1)
     }
 
     /// Claims the consumer role. Returns `None` while another [`CqConsumer`] of this

@@ -37,6 +37,11 @@ pub struct DeviceConfig {
     /// affinity of the thread that opens the device); otherwise one engine per entry,
     /// pinned to that CPU (an entry may repeat), and `engine_threads` is not used.
     pub engine_cpus: Vec<usize>,
+    /// Completion vectors, which are the ids of completion handlers
+    /// ([`Device::set_handler`]); 0: one per CPU the process may run on, and at least
+    /// one per engine. Vector `v` is served by the engine pinned to the CPU of handler
+    /// `v`, if there is one, else by engine `v % engines`.
+    pub comp_vectors: usize,
     /// How long an idle engine thread spins before it blocks in epoll.
     pub engine_spin: Duration,
     /// Progress model.
@@ -69,6 +74,7 @@ impl Default for DeviceConfig {
         DeviceConfig {
             engine_threads: 1,
             engine_cpus: Vec::new(),
+            comp_vectors: 0,
             engine_spin: Duration::from_micros(50),
             progress: ProgressMode::Hybrid,
             max_fpdu: None,
@@ -107,8 +113,12 @@ pub struct DeviceAttr {
     pub max_ird: u16,
     /// Outbound RDMA Read depth per QP.
     pub max_ord: u16,
-    /// Completion vectors, one per engine thread (see [`Device::create_cq_on`]).
+    /// Completion vectors, which are the completion handler ids (see
+    /// [`Device::create_cq_on`], [`Device::set_handler`]).
     pub num_comp_vectors: usize,
+    /// The highest handler priority (see [`crate::Handler::priority`]); events of
+    /// higher priorities are dispatched first on a shared CPU.
+    pub max_handler_priority: u8,
     /// Shared receive queues (coming with the SRQ manager).
     pub max_srq: u32,
 }
@@ -169,6 +179,10 @@ pub(crate) struct Shared {
     events: Mutex<VecDeque<AsyncEvent>>,
     events_cv: Condvar,
     pub(crate) engines: Vec<Engine>,
+    /// Completion handlers by id, and their dispatcher threads.
+    pub(crate) handlers: crate::handler::Handlers,
+    /// Every CQ created, to find those bound to a handler.
+    pub(crate) cqs: Mutex<Vec<std::sync::Weak<CqShared>>>,
     /// Where connections are recorded ([`DeviceConfig::pcap`]).
     pub(crate) pcap: Option<Arc<crate::transport::pcap::PcapSink>>,
 }
@@ -215,6 +229,30 @@ impl Shared {
         (self.next_key.fetch_add(0x3b, Ordering::Relaxed) & 0xff) as u8
     }
 
+    /// The engine that drives the QPs receiving into CQs of `vector`: one pinned to
+    /// the CPU of the vector's handler if there is one (several there: spread by
+    /// vector), else engine `vector % engines`.
+    pub(crate) fn engine_for(&self, vector: usize) -> usize {
+        let n = self.engines.len().max(1);
+        if let Some(cpu) = self.handlers.get(vector).and_then(|h| h.cpu) {
+            let on: Vec<usize> = (0..self.engines.len())
+                .filter(|&i| self.engines[i].cpu() == Some(cpu))
+                .collect();
+            if !on.is_empty() {
+                return on[vector % on.len()];
+            }
+        }
+        vector % n
+    }
+
+    /// The CQs still alive.
+    pub(crate) fn live_cqs(&self) -> Vec<Arc<CqShared>> {
+        self.cqs
+            .lock()
+            .map(|c| c.iter().filter_map(std::sync::Weak::upgrade).collect())
+            .unwrap_or_default()
+    }
+
     pub(crate) fn post_event(&self, e: AsyncEvent) {
         crate::trace::async_event(self.serial, &e);
         if let Ok(mut q) = self.events.lock() {
@@ -255,6 +293,12 @@ impl Device {
             .enumerate()
             .map(|(i, cpu)| Engine::start(i, cfg.engine_spin, cpu))
             .collect::<Result<Vec<_>>>()?;
+        let vectors = match cfg.comp_vectors {
+            0 => crate::sys::affinity::process_cpus()
+                .len()
+                .max(engines.len()),
+            n => n,
+        };
         let pcap = match &cfg.pcap {
             Some(path) => Some(Arc::new(crate::transport::pcap::PcapSink::create(path)?)),
             None => None,
@@ -274,6 +318,8 @@ impl Device {
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
             engines,
+            handlers: crate::handler::Handlers::new(vectors),
+            cqs: Mutex::new(Vec::new()),
         });
         for (i, e) in shared.engines.iter().enumerate() {
             e.attach(Arc::downgrade(&shared));
@@ -302,7 +348,8 @@ impl Device {
             max_inline: 0,
             max_ird: softrnic_proto::cm::MpaConfig::MAX_DEPTH,
             max_ord: softrnic_proto::cm::MpaConfig::MAX_DEPTH,
-            num_comp_vectors: self.shared.engines.len(),
+            num_comp_vectors: self.shared.handlers.count(),
+            max_handler_priority: u8::MAX,
             max_srq: 0,
         }
     }
@@ -316,27 +363,42 @@ impl Device {
     }
 
     /// Creates a completion queue with room for `depth` completions, on completion
-    /// vector 0 (as `ibv_create_cq` with `comp_vector` 0).
+    /// vector 0 and bound to no handler (as `ibv_create_cq` without a channel): its
+    /// events go to [`Cq::wait_notify`].
     pub fn create_cq(&self, depth: usize) -> Result<Cq> {
-        self.create_cq_on(depth, 0)
+        self.new_cq(depth, 0, None)
     }
 
     /// Creates a completion queue on completion `vector` (below
-    /// [`DeviceAttr::num_comp_vectors`]): the QPs whose receive CQ it is are driven by
-    /// engine thread `vector`, on that engine's CPU.
+    /// [`DeviceAttr::num_comp_vectors`]), bound to the handler of that id: its events
+    /// go to that handler once one is registered ([`Device::set_handler`]), and the QPs
+    /// whose receive CQ it is are driven by the engine of the handler's CPU (or by
+    /// engine `vector % engines` while the handler has no CPU).
     pub fn create_cq_on(&self, depth: usize, vector: usize) -> Result<Cq> {
-        if depth == 0 || depth > self.shared.cfg.max_cqe {
-            return Err(Error::InvalidArgument("CQ depth out of range"));
-        }
-        if vector >= self.shared.engines.len() {
+        if vector >= self.shared.handlers.count() {
             return Err(Error::InvalidArgument(
                 "completion vector out of range (see num_comp_vectors)",
             ));
         }
+        self.new_cq(depth, vector, Some(vector))
+    }
+
+    fn new_cq(&self, depth: usize, vector: usize, handler: Option<usize>) -> Result<Cq> {
+        if depth == 0 || depth > self.shared.cfg.max_cqe {
+            return Err(Error::InvalidArgument("CQ depth out of range"));
+        }
         let id = self.shared.next_cq.fetch_add(1, Ordering::Relaxed);
-        Ok(Cq {
-            shared: Arc::new(CqShared::new(id, depth, vector, self.shared.clone())?),
-        })
+        let cq = Arc::new(CqShared::new(
+            id,
+            depth,
+            vector,
+            handler,
+            self.shared.clone(),
+        )?);
+        let mut all = self.shared.cqs.lock()?;
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&cq));
+        Ok(Cq { shared: cq })
     }
 
     /// The engine threads, in completion-vector order: where they run and how much

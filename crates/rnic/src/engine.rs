@@ -109,6 +109,11 @@ impl Engine {
         let _ = self.dev.set(dev);
     }
 
+    /// The CPU it is pinned to.
+    pub(crate) fn cpu(&self) -> Option<usize> {
+        self.cpu
+    }
+
     pub(crate) fn info(&self, vector: usize) -> EngineInfo {
         EngineInfo {
             vector,

@@ -40,13 +40,17 @@
 //! (A Write completes when handed to TCP; an application learns that the data is in
 //! place from a later Send, as with any RDMA Write.)
 
+pub mod channel;
 mod close;
 pub mod cm;
 pub mod cq;
+pub mod cq_notify;
 pub mod cq_ring;
 pub mod device;
 mod engine;
 pub mod error;
+pub mod handler;
+mod handler_verbs;
 pub mod mr;
 pub mod qp;
 mod receive;
@@ -56,11 +60,14 @@ mod trace;
 mod transmit;
 mod transport;
 
+pub use channel::{CompChannel, CqEvent};
 pub use cm::{ConnRequest, Connection, Listener};
-pub use cq::Cq;
+pub use cq::{Cq, EventCounts};
+pub use cq_notify::Armed;
 pub use device::{AsyncEvent, Device, DeviceAttr, DeviceConfig, ProgressMode};
 pub use engine::EngineInfo;
 pub use error::{Error, Fault, Result};
+pub use handler::{Handler, HandlerInfo, HandlerKind};
 pub use mr::{Mr, Pd};
 pub use qp::{Qp, QpInit, QpStats, RX_DIRECT_MIN, RX_STAGING_LEN, TX_GATHER_MAX};
 pub use softrnic_proto::cm::{CmError, CrcPolicy, MpaConfig, RefusalReason, RtrTypes};

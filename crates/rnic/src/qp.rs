@@ -23,6 +23,7 @@ use crate::transport::pcap::{ConnRecorder, PcapTransport};
 use crate::transport::socket::SocketTransport;
 use softrnic_proto::qp::{CqSide, QpConfig, QpEvent, QpParams};
 use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 pub use crate::receive::{RX_DIRECT_MIN, RX_STAGING_LEN};
@@ -86,7 +87,9 @@ pub(crate) struct QpShared {
     send_cq: Arc<CqShared>,
     recv_cq: Arc<CqShared>,
     pub(crate) inner: Mutex<QpInner>,
-    pub(crate) engine: usize,
+    /// The engine serving the socket: chosen when the connection is attached, by the
+    /// receive CQ's vector, and changed (under the QP lock) when that CQ moves.
+    engine: AtomicUsize,
 }
 
 impl QpShared {
@@ -123,8 +126,48 @@ impl QpShared {
                 disconnected: false,
                 traced_state: QpState::Idle,
             }),
-            engine: init.recv_cq.shared.vector,
+            engine: AtomicUsize::new(0),
         })
+    }
+
+    pub(crate) fn recv_cq(&self) -> &Arc<CqShared> {
+        &self.recv_cq
+    }
+
+    /// The engine serving the QP's socket.
+    pub(crate) fn engine(&self) -> usize {
+        self.engine.load(Ordering::Relaxed)
+    }
+
+    /// Moves the QP's socket to engine `to` (its receive CQ moved to a handler on
+    /// another CPU). Under the QP lock: the old engine forgets the socket, the new one
+    /// registers it (epoll reports a socket that is ready at registration, so nothing
+    /// that arrived in between is missed), and the QP is driven once. An event the old
+    /// engine already fetched drives the QP once more, which finds nothing to do.
+    pub(crate) fn move_to_engine(self: &Arc<Self>, dev: &Shared, to: usize) -> Result<()> {
+        let mut g = self.lock()?;
+        let from = self.engine();
+        if from == to {
+            return Ok(());
+        }
+        let Some(conn) = g.conn.as_mut().filter(|c| !c.closed) else {
+            // Not attached (attach chooses by the CQ's vector then) or closed for good
+            // (deregistered already).
+            self.engine.store(to, Ordering::Relaxed);
+            return Ok(());
+        };
+        let (Some(old), Some(new)) = (dev.engines.get(from), dev.engines.get(to)) else {
+            return Err(Error::Internal("no such engine"));
+        };
+        old.deregister(&mut *conn.transport, self.id);
+        if let Err(e) = new.register(&mut *conn.transport, self) {
+            // Stay where it was rather than with no engine at all.
+            old.register(&mut *conn.transport, self)?;
+            return Err(e);
+        }
+        self.engine.store(to, Ordering::Relaxed);
+        self.progress_locked(&mut g, dev);
+        Ok(())
     }
 
     pub(crate) fn lock(&self) -> Result<std::sync::MutexGuard<'_, QpInner>> {
@@ -205,7 +248,7 @@ impl QpShared {
             ..
         } = g;
         match conn.as_mut() {
-            Some(c) => close_if_done(core, c, disconnected, self.engine, dev),
+            Some(c) => close_if_done(core, c, disconnected, self.engine(), dev),
             None => false,
         }
     }
@@ -261,11 +304,13 @@ impl QpShared {
             // A failed placement leaves the QP in error; the first progress closes it.
             let _ = feed(core, stats, staging, dev, leftover);
         }
+        let index = dev.engine_for(self.recv_cq.vector());
         let engine = dev
             .engines
-            .get(self.engine)
+            .get(index)
             .ok_or(Error::Internal("no engine for the CQ's vector"))?;
         engine.register(&mut *transport, self)?;
+        self.engine.store(index, Ordering::Relaxed);
         g.conn = Some(Conn {
             transport,
             tx: TxQueue::default(),
@@ -390,7 +435,7 @@ impl Qp {
             // Closing the socket with a zero linger time sends RST, not FIN (a
             // `shutdown` would send FIN, and the peer would take it for a graceful
             // close). The engine forgets the socket before it is closed.
-            drop_conn(c, self.shared.id, self.shared.engine, &dev);
+            drop_conn(c, self.shared.id, self.shared.engine(), &dev);
             disconnected = !std::mem::replace(&mut g.disconnected, true);
         }
         // The flushes reach the CQ before Disconnected is posted.
@@ -409,7 +454,7 @@ impl Drop for Qp {
                 && let Some(c) = g.conn.take()
             {
                 // Destroying a connected QP is an abortive close: RST.
-                drop_conn(c, self.shared.id, self.shared.engine, &dev);
+                drop_conn(c, self.shared.id, self.shared.engine(), &dev);
             }
             if let Ok(mut q) = dev.qps.lock() {
                 q.remove(&self.shared.id.0);

@@ -41,6 +41,28 @@ pub fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
+/// The CPUs the process may run on (its main thread's affinity, which threads inherit
+/// unless they change theirs), ascending; empty if unknown.
+pub fn process_cpus() -> Vec<usize> {
+    let mut s = empty_set();
+    // SAFETY: the pid names the main thread of this process; `s` is a valid, correctly
+    // sized out-buffer.
+    let r = unsafe {
+        libc::sched_getaffinity(
+            libc::getpid(),
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &mut s,
+        )
+    };
+    if r != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `c` is below CPU_SETSIZE, so the bit lies inside `s`.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &s) })
+        .collect()
+}
+
 /// Pins the calling thread to `cpu` for good. A CPU beyond what a CPU set can name is
 /// `InvalidInput`; one that does not exist or that this process may not use is the
 /// kernel's `EINVAL` (`InvalidInput` too).
@@ -150,6 +172,19 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn a_pinned_thread_does_not_narrow_the_process_cpus() {
+        let all = process_cpus();
+        assert!(!all.is_empty());
+        let got = std::thread::spawn(move || {
+            pin_thread(all[0]).unwrap();
+            process_cpus()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(got, process_cpus());
     }
 
     #[test]
