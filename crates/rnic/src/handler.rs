@@ -175,7 +175,7 @@ impl HandlerInner {
             priority: self.priority,
             channel,
             dispatcher_tid: tid,
-            events: self.events.load(Ordering::Relaxed),
+            events: self.events.load(Ordering::Acquire),
             panics: self.panics.load(Ordering::Relaxed),
             cqs,
         }
@@ -194,8 +194,10 @@ impl HandlerInner {
                 self.panics.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.events.fetch_add(1, Ordering::Relaxed);
+        // Acknowledged before it is counted here, so whoever sees the count sees the
+        // acknowledgement too.
         ev.cq.shared.event_acked_by_handler();
+        self.events.fetch_add(1, Ordering::Release);
     }
 }
 
