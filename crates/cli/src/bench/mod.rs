@@ -13,6 +13,7 @@
 //! when the clock stops, what the peak is made of) is [`Clock`], printed in the header
 //! of every run and as `clock` in every JSON result.
 
+pub mod cqs;
 pub mod meta;
 pub mod perftest;
 pub mod rdma;

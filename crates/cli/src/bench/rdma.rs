@@ -22,11 +22,12 @@
 //!   polling its CQ in between (in hybrid progress mode that is what drives the socket).
 //! - send_lat: ping-pong of Sends. read_lat: one Read at a time, full round trip.
 
+use super::cqs::CqSet;
 use super::meta::{FLAG_LAST, Meta};
 use super::stats::{BwMeter, BwResult, LatResult, LatStats, Progress};
 use super::{BenchConfig, MAX_SIZE, Measured, Test};
 use softrnic_rnic::{
-    Access, AsyncEvent, Completion, Cq, Device, Listener, Mr, Qp, QpId, QpInit, QpStats, RecvWr,
+    Access, AsyncEvent, Completion, Device, Listener, Mr, Qp, QpId, QpInit, QpStats, RecvWr,
     SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };
 use std::net::SocketAddr;
@@ -250,7 +251,7 @@ pub fn client_round(
     } else {
         64
     };
-    let cq = dev.create_cq(cq_depth).map_err(e2s("create CQ"))?;
+    let cq = CqSet::new(dev, q, cq_depth)?;
     let sq_depth = if bw { cfg.tx_depth as usize + 2 } else { 16 };
     let rq_depth = if test == Test::SendLat { 16 } else { 1 };
     let mut eps = Vec::with_capacity(q);
@@ -259,8 +260,8 @@ pub fn client_round(
             .create_qp(
                 &pd,
                 QpInit {
-                    send_cq: &cq,
-                    recv_cq: &cq,
+                    send_cq: cq.for_qp(i),
+                    recv_cq: cq.for_qp(i),
                     sq_depth,
                     rq_depth,
                 },
@@ -346,10 +347,11 @@ pub fn client_round(
             Err(_) => 0,
         };
         eprintln!(
-            "[{} {} B client] {}",
+            "[{} {} B client] {}, {}",
             test.name(),
             size,
-            stats_line(eps.iter().map(|e| e.qp.stats()), msgs)
+            stats_line(eps.iter().map(|e| e.qp.stats()), msgs),
+            engines_line(dev)
         );
     }
     // Graceful close, then wait for both directions to finish before the buffers go.
@@ -365,7 +367,7 @@ pub fn client_round(
 fn bw_client(
     cfg: &BenchConfig,
     size: usize,
-    cq: &Cq,
+    cq: &CqSet,
     eps: &mut [Ep],
     progress: &mut Progress,
 ) -> Result<BwResult, String> {
@@ -589,7 +591,7 @@ impl Prober {
 /// The closing Read: a 1-octet Read per QP, answered only after the peer has placed all
 /// before it. Returns the moment the last of them completed: the end of the run.
 pub(super) fn closing_read(
-    cq: &Cq,
+    cq: &CqSet,
     targets: &[ReadTarget<'_>],
     wcs: &mut [Completion],
     stall: Duration,
@@ -628,7 +630,7 @@ fn next_tag(t: u8) -> u8 {
 fn lat_client(
     cfg: &BenchConfig,
     size: usize,
-    cq: &Cq,
+    cq: &CqSet,
     ep: &mut Ep,
     progress: &mut Progress,
 ) -> Result<LatResult, String> {
@@ -755,6 +757,14 @@ pub struct ServerOpts {
 
 /// The I/O counters of some QPs, summed, as one line; per message too when `msgs` is
 /// known (non-zero).
+/// Per engine: the QPs it serves and the readiness events it handled so far.
+fn engines_line(dev: &Device) -> String {
+    let e = dev.engines();
+    let qps: Vec<usize> = e.iter().map(|e| e.qps).collect();
+    let events: Vec<u64> = e.iter().map(|e| e.events).collect();
+    format!("engine QPs {qps:?}, engine events {events:?}")
+}
+
 fn stats_line(stats: impl Iterator<Item = QpStats>, msgs: u64) -> String {
     let mut t = QpStats::default();
     for s in stats {
@@ -826,7 +836,7 @@ fn serve_round(dev: &Device, listener: &Listener, opts: ServerOpts) -> Result<bo
         Test::SendBw => q * (rx_depth + CREDIT_SLOTS) + 64,
         _ => 64,
     };
-    let cq = dev.create_cq(cq_depth).map_err(e2s("create CQ"))?;
+    let cq = CqSet::new(dev, q, cq_depth)?;
     let (sq_depth, rq_depth) = match test {
         Test::SendBw => (CREDIT_SLOTS + 2, rx_depth),
         Test::WriteLat | Test::SendLat => (16, 16),
@@ -847,8 +857,8 @@ fn serve_round(dev: &Device, listener: &Listener, opts: ServerOpts) -> Result<bo
             .create_qp(
                 &pd,
                 QpInit {
-                    send_cq: &cq,
-                    recv_cq: &cq,
+                    send_cq: cq.for_qp(i),
+                    recv_cq: cq.for_qp(i),
                     sq_depth,
                     rq_depth,
                 },
@@ -932,10 +942,11 @@ fn serve_round(dev: &Device, listener: &Listener, opts: ServerOpts) -> Result<bo
             Test::WriteLat | Test::SendLat => answered,
         };
         eprintln!(
-            "[{} {} B server] {}",
+            "[{} {} B server] {}, {}",
             test.name(),
             size,
-            stats_line(eps.iter().map(|e| e.qp.stats()), msgs)
+            stats_line(eps.iter().map(|e| e.qp.stats()), msgs),
+            engines_line(dev)
         );
     }
     for p in &watch.problems {
@@ -947,7 +958,7 @@ fn serve_round(dev: &Device, listener: &Listener, opts: ServerOpts) -> Result<bo
 
 /// The passive side of one-sided tests: the engine threads serve the peer; with
 /// `server_poll`, this thread busy-polls the CQ as well (which drives the sockets).
-fn passive(dev: &Device, cq: &Cq, watch: &mut Watch, server_poll: bool) {
+fn passive(dev: &Device, cq: &CqSet, watch: &mut Watch, server_poll: bool) {
     if !server_poll {
         watch.wait(dev, None);
         return;
@@ -965,7 +976,7 @@ fn passive(dev: &Device, cq: &Cq, watch: &mut Watch, server_poll: bool) {
 
 fn send_bw_server(
     dev: &Device,
-    cq: &Cq,
+    cq: &CqSet,
     eps: &mut [SEp],
     watch: &mut Watch,
     rx_depth: usize,
@@ -1033,7 +1044,7 @@ fn send_bw_server(
 /// write_lat and send_lat: answer each message in kind.
 fn echo_server(
     dev: &Device,
-    cq: &Cq,
+    cq: &CqSet,
     ep: &mut SEp,
     watch: &mut Watch,
     test: Test,

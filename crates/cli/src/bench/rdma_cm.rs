@@ -11,6 +11,7 @@
 //! both sides must be started with the same flags (`-s`, `-n`, `-q`, `-r` ...), as with
 //! perftest. One size per run; no `-D`, `-a` or baseline.
 
+use super::cqs::CqSet;
 use super::perftest::{self as pt, BwReport, Dest, Step};
 use super::rdma::{Prober, ReadTarget, Watch, blank, bw_op, check_wc, closing_read, post_window};
 use super::report::{Reporter, bw_unit};
@@ -501,8 +502,8 @@ struct Session {
     ctrl: Ctrl,
     /// The test QPs, in connection order.
     qps: Vec<TestQp>,
-    /// Their shared CQ.
-    cq: Cq,
+    /// Their CQs, one per engine.
+    cq: CqSet,
     /// Their PD (kept for the buffers' lifetime).
     _pd: Pd,
     /// Our QP 0's description, sent at every barrier.
@@ -562,12 +563,13 @@ fn describe(s: &mut Session, test: Test) -> Result<(), String> {
     Ok(())
 }
 
-/// The PD and the CQ every test QP shares, deep enough for all their requests.
-fn new_test_cq(dev: &Device, cfg: &BenchConfig) -> Result<(Pd, Cq), String> {
+/// The PD and the test QPs' CQs (one per engine), each deep enough for all their
+/// requests.
+fn new_test_cq(dev: &Device, cfg: &BenchConfig) -> Result<(Pd, CqSet), String> {
     let q = usize::from(cfg.qps);
     let depth = q * (cfg.tx_depth as usize + 2 + cfg.rx_depth as usize + CREDIT_SLOTS) + 64;
     let pd = dev.alloc_pd();
-    let cq = dev.create_cq(depth).map_err(e2s("create CQ"))?;
+    let cq = CqSet::new(dev, q, depth)?;
     Ok((pd, cq))
 }
 
@@ -590,8 +592,8 @@ pub fn client(
     let (pd, cq) = new_test_cq(dev, cfg)?;
     let mut qps = Vec::new();
     let m = mpa(cfg, test_depth(test, softrnic_peer));
-    for _ in 0..cfg.qps {
-        let t = test_qp(dev, &pd, &cq, cfg, Side::Client, size, cycle)?;
+    for i in 0..usize::from(cfg.qps) {
+        let t = test_qp(dev, &pd, cq.for_qp(i), cfg, Side::Client, size, cycle)?;
         connect(dev, addr, &t.qp, &m)?;
         qps.push(t);
     }
@@ -638,8 +640,8 @@ pub fn serve(
     let (pd, cq) = new_test_cq(dev, cfg)?;
     let mut qps = Vec::new();
     let m = mpa(cfg, test_depth(test, softrnic_peer));
-    for _ in 0..cfg.qps {
-        let t = test_qp(dev, &pd, &cq, cfg, Side::Server, size, cycle)?;
+    for i in 0..usize::from(cfg.qps) {
+        let t = test_qp(dev, &pd, cq.for_qp(i), cfg, Side::Server, size, cycle)?;
         let req = listener.accept().map_err(e2s("accept test QP"))?;
         req.accept_with(&t.qp, m.clone())
             .map_err(e2s("accept test QP"))?;
@@ -1072,7 +1074,7 @@ fn lat_result(size: usize, samples: &[f64]) -> Result<LatResult, String> {
 }
 
 /// Reaps send completions (the latency loops signal every request).
-fn reap(cq: &Cq, wcs: &mut [Completion], side: &str) -> Result<(usize, bool), String> {
+fn reap(cq: &CqSet, wcs: &mut [Completion], side: &str) -> Result<(usize, bool), String> {
     let n = cq.poll(wcs);
     let mut recv = false;
     for c in &wcs[..n] {

@@ -1,0 +1,122 @@
+//! The CQs of one side of a benchmark: one per engine, each on its own completion
+//! vector, QP `i` on CQ `i % engines`. A QP is driven by the engine of its receive CQ's
+//! vector, so with `--engine-threads N` the QPs spread over the N engines; with all QPs
+//! on one CQ (vector 0) every QP was driven by engine 0 and the other engines idled.
+//! The side polls the set as it polled its one CQ.
+
+use softrnic_rnic::{Completion, Cq, Device};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// One CQ per engine, polled in turn.
+pub struct CqSet {
+    cqs: Vec<Cq>,
+    /// Which CQ the next poll starts with, so no CQ is always served last.
+    next: AtomicUsize,
+}
+
+impl CqSet {
+    /// CQs for `qps` QPs on `dev`, each `depth` deep (the depth one CQ for all of them
+    /// would need, so any grouping fits).
+    pub fn new(dev: &Device, qps: usize, depth: usize) -> Result<CqSet, String> {
+        let n = dev.engines().len().clamp(1, qps.max(1));
+        let cqs = (0..n)
+            .map(|v| dev.create_cq_on(depth, v))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("create CQ: {e}"))?;
+        Ok(CqSet {
+            cqs,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// The CQ of QP `i`.
+    pub fn for_qp(&self, i: usize) -> &Cq {
+        &self.cqs[i % self.cqs.len()]
+    }
+
+    /// How many CQs.
+    pub fn len(&self) -> usize {
+        self.cqs.len()
+    }
+
+    /// Whether there is none (never: `new` makes at least one).
+    pub fn is_empty(&self) -> bool {
+        self.cqs.is_empty()
+    }
+
+    /// Moves up to `out.len()` completions into `out` from the CQs in turn; returns how
+    /// many. Completions of one QP keep their order (they are all on one CQ).
+    pub fn poll(&self, out: &mut [Completion]) -> usize {
+        let n = self.cqs.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let mut got = 0;
+        for k in 0..n {
+            if got == out.len() {
+                break;
+            }
+            got += self.cqs[(start + k) % n].poll(&mut out[got..]);
+        }
+        got
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softrnic_rnic::DeviceConfig;
+
+    #[test]
+    fn one_cq_per_engine_and_qps_round_robin() {
+        let dev = Device::open(DeviceConfig {
+            engine_threads: 3,
+            ..DeviceConfig::default()
+        })
+        .unwrap();
+        let set = CqSet::new(&dev, 8, 64).unwrap();
+        assert_eq!(set.len(), 3);
+        let vectors: Vec<usize> = (0..6).map(|i| set.for_qp(i).vector()).collect();
+        assert_eq!(vectors, [0, 1, 2, 0, 1, 2]);
+        // Fewer QPs than engines: no CQ without a QP.
+        assert_eq!(CqSet::new(&dev, 2, 64).unwrap().len(), 2);
+        let one = Device::open(DeviceConfig::default()).unwrap();
+        assert_eq!(CqSet::new(&one, 8, 64).unwrap().len(), 1);
+    }
+
+    /// The point of the set: connected QPs spread over the engines (all QPs on one CQ
+    /// put every one of them on engine 0).
+    #[test]
+    fn connected_qps_spread_over_the_engines() {
+        use softrnic_rnic::QpInit;
+        let dev = Device::open(DeviceConfig {
+            engine_threads: 2,
+            ..DeviceConfig::default()
+        })
+        .unwrap();
+        let peer = Device::open(DeviceConfig::default()).unwrap();
+        let (pd, ppd) = (dev.alloc_pd(), peer.alloc_pd());
+        let set = CqSet::new(&dev, 4, 64).unwrap();
+        let pcq = peer.create_cq(64).unwrap();
+        let listener = dev.listen("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut keep = Vec::new();
+        for i in 0..4 {
+            let cq = set.for_qp(i);
+            let init = |cq| QpInit {
+                send_cq: cq,
+                recv_cq: cq,
+                sq_depth: 4,
+                rq_depth: 4,
+            };
+            let qp = dev.create_qp(&pd, init(cq)).unwrap();
+            let pqp = peer.create_qp(&ppd, init(&pcq)).unwrap();
+            std::thread::scope(|s| {
+                let h = s.spawn(|| listener.accept().unwrap().accept(&qp, b"").unwrap());
+                peer.connect(addr, &pqp, b"").unwrap();
+                h.join().unwrap();
+            });
+            keep.push((qp, pqp));
+        }
+        let qps: Vec<usize> = dev.engines().iter().map(|e| e.qps).collect();
+        assert_eq!(qps, [2, 2]);
+    }
+}
