@@ -229,5 +229,8 @@ fn run(
         }
         last_busy = Instant::now();
         drop(d);
+        if crate::handler::take_woke_dispatcher() {
+            std::thread::yield_now();
+        }
     }
 }

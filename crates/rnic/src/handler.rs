@@ -201,6 +201,20 @@ impl HandlerInner {
     }
 }
 
+thread_local! {
+    /// Set when this thread woke a sleeping dispatcher (see [`take_woke_dispatcher`]).
+    static WOKE_DISPATCHER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread woke a sleeping dispatcher since the last call. An engine
+/// asks after each batch and, if so, yields its CPU once instead of going on at once:
+/// the dispatcher it woke is usually pinned to the same CPU (a handler's CQs are driven
+/// by the engine on the handler's CPU), and would otherwise wait for the engine's batch
+/// and spin to end.
+pub(crate) fn take_woke_dispatcher() -> bool {
+    WOKE_DISPATCHER.with(|w| w.replace(false))
+}
+
 /// A queued event: its handler (for the priority and the callback) and the event.
 type Queued = (Arc<HandlerInner>, CqEvent);
 
@@ -227,7 +241,9 @@ impl DispCore {
         let key = (Reverse(h.priority), st.seq);
         st.queue.insert(key, (h, ev));
         if st.sleeping {
+            st.sleeping = false;
             self.cv.notify_one();
+            WOKE_DISPATCHER.with(|w| w.set(true));
         }
     }
 
