@@ -35,6 +35,9 @@ enum Command {
     Rping(softrnic_cli::rping::RpingArgs),
     #[command(flatten)]
     Bench(softrnic_cli::bench::BenchCommand),
+    /// Completion events per second and wake-up latency with many CQs on completion
+    /// handlers bound to CPUs.
+    CqBench(softrnic_cli::cq_bench::CqBenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Decode { file, json } => decode_cmd::run(&file, json),
         Command::Rping(r) => softrnic_cli::rping::main(&r),
         Command::Bench(b) => softrnic_cli::bench::main(&b),
+        Command::CqBench(a) => softrnic_cli::cq_bench::main(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
