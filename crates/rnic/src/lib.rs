@@ -40,6 +40,8 @@
 //! (A Write completes when handed to TCP; an application learns that the data is in
 //! place from a later Send, as with any RDMA Write.)
 
+#[cfg(feature = "tokio")]
+pub mod async_channel;
 pub mod channel;
 mod close;
 pub mod cm;
@@ -60,6 +62,8 @@ mod trace;
 mod transmit;
 mod transport;
 
+#[cfg(feature = "tokio")]
+pub use async_channel::AsyncCompChannel;
 pub use channel::{CompChannel, CqEvent};
 pub use cm::{ConnRequest, Connection, Listener};
 pub use cq::{Cq, EventCounts};
