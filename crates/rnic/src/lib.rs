@@ -39,6 +39,13 @@
 //! ```
 //! (A Write completes when handed to TCP; an application learns that the data is in
 //! place from a later Send, as with any RDMA Write.)
+//!
+//! A consumer that sleeps instead of polling arms its CQ ([`Cq::req_notify`]) and takes
+//! the event from a completion handler: a callback on a CPU ([`Handler::callback`]), a
+//! [`CompChannel`], or [`Cq::wait_notify`]. CQs are bound to handlers by
+//! [`Device::create_cq_on`] and moved by [`Device::modify_cq`]; a QP's socket work runs
+//! on the CPU of its receive CQ's handler. `docs/ARCHITECTURE.md` ("Completion
+//! handlers") has the rules and how to spread QPs over CPUs.
 
 #[cfg(feature = "tokio")]
 pub mod async_channel;
