@@ -131,7 +131,8 @@ fn the_caller_is_at_fault() {
     let other = side(DeviceConfig::default());
     let e = caller(a.dev.create_cq(0).map(|_| ()));
     assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
-    let e = caller(a.dev.create_cq_on(4, 1).map(|_| ()));
+    let vectors = a.dev.query().num_comp_vectors;
+    let e = caller(a.dev.create_cq_on(4, vectors).map(|_| ()));
     assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
     let e = caller(a.dev.create_qp(&a.pd, init(&other.cq, 2)).map(|_| ()));
     assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
