@@ -26,17 +26,7 @@ fn end() -> End {
     let dev = Device::open(DeviceConfig::default()).unwrap();
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(256).unwrap();
-    let qp = dev
-        .create_qp(
-            &pd,
-            QpInit {
-                send_cq: &cq,
-                recv_cq: &cq,
-                sq_depth: 32,
-                rq_depth: 32,
-            },
-        )
-        .unwrap();
+    let qp = dev.create_qp(&pd, QpInit::new(&cq, 32, 32)).unwrap();
     End { dev, pd, cq, qp }
 }
 
@@ -94,16 +84,13 @@ fn convert_after_application_bytes(tcp_connector_is_active: bool) {
         b.pd.alloc_mr(20_000, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .unwrap();
     bbuf.fill(0, 20_000, 0xee).unwrap();
-    b.qp.post_recv(recv(100, bbuf.sge(0, 10_000))).unwrap();
-    a.qp.post_recv(recv(200, asrc.sge(10_000, 10_000))).unwrap();
+    b.qp.post_recv(RecvWr::new(100, bbuf.sge(0, 10_000)))
+        .unwrap();
+    a.qp.post_recv(RecvWr::new(200, asrc.sge(10_000, 10_000)))
+        .unwrap();
     a.qp.post_send_batch([
-        send(1, vec![asrc.sge(0, 10_000)]),
-        write(
-            2,
-            bbuf.addr() + 10_000,
-            bbuf.rkey(),
-            vec![asrc.sge(0, 10_000)],
-        ),
+        SendWr::send(1, asrc.sge(0, 10_000)),
+        SendWr::write(2, asrc.sge(0, 10_000), bbuf.addr() + 10_000, bbuf.rkey()),
     ])
     .unwrap();
     let r = one(&b.cq);
@@ -115,7 +102,7 @@ fn convert_after_application_bytes(tcp_connector_is_active: bool) {
     bsrc.write(0, &back).unwrap();
     // The Write preceded this Send on the wire: once its answer arrives, both the Send
     // and the Write are in place.
-    b.qp.post_send(send(3, vec![bsrc.sge(0, 3_000)])).unwrap();
+    b.qp.post_send(SendWr::send(3, bsrc.sge(0, 3_000))).unwrap();
     let got = take(&a.cq, 3);
     assert_eq!(
         got.iter()

@@ -27,11 +27,11 @@ fn more_reads_than_ord_complete_in_order() {
     let sink = a.pd.alloc_mr(READS * SZ, Access::LOCAL_WRITE).unwrap();
     // Read range i into sink range READS-1-i, so a misplaced response shows.
     a.qp.post_send_batch((0..READS).map(|i| {
-        read(
+        SendWr::read(
             i as u64,
+            sink.sge((READS - 1 - i) * SZ, SZ),
             source.addr() + (i * SZ) as u64,
             source.rkey(),
-            sink.sge((READS - 1 - i) * SZ, SZ),
         )
     }))
     .unwrap();
@@ -71,12 +71,7 @@ fn cq_overflow_is_reported_and_loses_nothing() {
     // The receive CQ the test will let overflow.
     let brecv = db.create_cq(4).unwrap();
     assert_eq!(brecv.depth(), 4);
-    let init = |s, r| QpInit {
-        send_cq: s,
-        recv_cq: r,
-        sq_depth: 64,
-        rq_depth: 64,
-    };
+    let init = |s, r| QpInit::with_cqs(s, r, 64, 64);
     let qa = da.create_qp(&pa, init(&acq, &acq)).unwrap();
     let qb = db.create_qp(&pb, init(&bsend, &brecv)).unwrap();
     connect(&da, &qa, &db, &qb);
@@ -88,10 +83,10 @@ fn cq_overflow_is_reported_and_loses_nothing() {
         .alloc_mr(SENDS * SZ, Access::LOCAL_WRITE | Access::REMOTE_READ)
         .unwrap();
     for i in 0..SENDS {
-        qb.post_recv(recv(100 + i as u64, dst.sge(i * SZ, SZ)))
+        qb.post_recv(RecvWr::new(100 + i as u64, dst.sge(i * SZ, SZ)))
             .unwrap();
     }
-    qa.post_send_batch((0..SENDS).map(|i| send(i as u64, vec![src.sge(i * SZ, SZ)])))
+    qa.post_send_batch((0..SENDS).map(|i| SendWr::send(i as u64, src.sge(i * SZ, SZ))))
         .unwrap();
     // Nobody polls the receive CQ: it overflows, and the device says so.
     let e = event(&db, "CqOverflow", |e| {
@@ -101,16 +96,9 @@ fn cq_overflow_is_reported_and_loses_nothing() {
     // A fenced Read after the Sends: when it completes, the target has processed
     // every Send before it (the stream is in order).
     let back = pa.alloc_mr(SZ, Access::LOCAL_WRITE).unwrap();
-    qa.post_send(SendWr {
-        fence: true,
-        ..read(
-            99,
-            dst.addr() + ((SENDS - 1) * SZ) as u64,
-            dst.rkey(),
-            back.sge(0, SZ),
-        )
-    })
-    .unwrap();
+    let last = dst.addr() + ((SENDS - 1) * SZ) as u64;
+    qa.post_send(SendWr::read(99, back.sge(0, SZ), last, dst.rkey()).fence())
+        .unwrap();
     let sent = take(&acq, SENDS + 1);
     assert!(
         sent.iter()
@@ -141,8 +129,8 @@ fn cq_overflow_is_reported_and_loses_nothing() {
     assert_eq!(later, vec![AsyncEvent::Established { qp: qb.id() }]);
     assert_eq!(qb.fatal_cause(), None);
     // The CQ works normally afterwards.
-    qb.post_recv(recv(500, dst.sge(0, SZ))).unwrap();
-    qa.post_send(send(50, vec![src.sge(0, SZ)])).unwrap();
+    qb.post_recv(RecvWr::new(500, dst.sge(0, SZ))).unwrap();
+    qa.post_send(SendWr::send(50, src.sge(0, SZ))).unwrap();
     assert_eq!(take(&acq, 1)[0].status, WcStatus::Success);
     let c = take(&brecv, 1)[0];
     assert_eq!((c.wr_id, c.status), (500, WcStatus::Success));

@@ -411,7 +411,7 @@ impl World {
     /// A gather list for `payload` over the first `payload.len()` octets of `b`, its
     /// pieces placed in shuffled order, the payload written piece by piece. Returns the
     /// list and whether it has several elements.
-    fn gather(&self, rng: &mut Rng, b: &Buf, payload: &[u8]) -> (Vec<Sge>, bool) {
+    fn gather(&self, rng: &mut Rng, b: &Buf, payload: &[u8]) -> (Sgl, bool) {
         let k = if rng.chance(30) {
             rng.range(2, self.max_sge)
         } else {
@@ -419,11 +419,12 @@ impl World {
         };
         let pieces = scatter(rng, payload.len(), k);
         let mut at = 0;
-        let mut sgl = Vec::with_capacity(pieces.len());
+        let mut sgl = Sgl::new();
         for &(off, len) in &pieces {
             self.write_buf(b, off, &payload[at..at + len]);
             at += len;
-            sgl.push(self.sge(b, off, len));
+            sgl.push(self.sge(b, off, len))
+                .expect("at most max_sge pieces");
         }
         (sgl, pieces.len() > 1)
     }
@@ -528,10 +529,11 @@ impl World {
                     1
                 };
                 let sges = scatter(rng, len, k);
-                let rsgl: Vec<Sge> = sges
-                    .iter()
-                    .map(|&(o, l)| self.sge(&rbuf, GUARD + o, l))
-                    .collect();
+                let mut rsgl = Sgl::new();
+                for &(o, l) in &sges {
+                    rsgl.push(self.sge(&rbuf, GUARD + o, l))
+                        .expect("at most max_sge pieces");
+                }
                 if rsgl.len() > 1 {
                     self.n.multi_sge += 1;
                 }
@@ -545,10 +547,7 @@ impl World {
                 let inv = victim.as_ref().map(Mr::rkey);
                 let rwr = self.wr_id();
                 self.sides[peer].qps[pair]
-                    .post_recv(RecvWr {
-                        wr_id: rwr,
-                        sgl: rsgl,
-                    })
+                    .post_recv(RecvWr::new(rwr, rsgl))
                     .unwrap_or_else(|e| panic!("post_recv on pair {pair} side {peer}: {e}"));
                 let p = &mut self.eps[pair][peer];
                 p.rq_out += 1;
@@ -611,7 +610,7 @@ impl World {
                 let sink = self.alloc(rng, side, n + 2 * GUARD);
                 self.fill_buf(&sink, n + 2 * GUARD);
                 let (remote_addr, rkey) = self.remote(&src, 0);
-                let sgl = vec![self.sge(&sink, GUARD, n)];
+                let sgl = Sgl::from(self.sge(&sink, GUARD, n));
                 (
                     Job::Read {
                         sink,
@@ -642,11 +641,8 @@ impl World {
         );
         self.sides[side].qps[pair]
             .post_send(SendWr {
-                wr_id,
-                op: wr_op,
-                sgl,
-                signaled: true,
                 fence,
+                ..SendWr::new(wr_id, wr_op, sgl)
             })
             .unwrap_or_else(|e| panic!("post_send {op:?} on pair {pair} side {side}: {e}"));
     }
@@ -794,12 +790,7 @@ fn make_side(cfg: DeviceConfig, cq_depth: usize) -> (Side, Vec<Ep>) {
             });
             dev.create_qp(
                 &pd,
-                QpInit {
-                    send_cq: &cqs[send_cq(i)],
-                    recv_cq: &cqs[recv_cq(i)],
-                    sq_depth,
-                    rq_depth,
-                },
+                QpInit::with_cqs(&cqs[send_cq(i)], &cqs[recv_cq(i)], sq_depth, rq_depth),
             )
             .unwrap()
         })
@@ -919,12 +910,7 @@ fn cq_overflow_keeps_posting_order() {
     .unwrap();
     let pd = dev.alloc_pd();
     let (cq, other) = (dev.create_cq(1).unwrap(), dev.create_cq(64).unwrap());
-    let init = |c| QpInit {
-        send_cq: c,
-        recv_cq: c,
-        sq_depth: 64,
-        rq_depth: 1,
-    };
+    let init = |c| QpInit::new(c, 64, 1);
     let (qp, peer) = (
         dev.create_qp(&pd, init(&cq)).unwrap(),
         dev.create_qp(&pd, init(&other)).unwrap(),
@@ -943,17 +929,8 @@ fn cq_overflow_keeps_posting_order() {
     let mut last = Instant::now();
     while next < N {
         while posted - next < 32 && posted < N {
-            qp.post_send(SendWr {
-                wr_id: posted,
-                op: SendOp::Read {
-                    remote_addr: mr.addr(),
-                    rkey: mr.rkey(),
-                },
-                sgl: vec![mr.sge(0, 0)],
-                signaled: true,
-                fence: false,
-            })
-            .unwrap();
+            qp.post_send(SendWr::read(posted, mr.sge(0, 0), mr.addr(), mr.rkey()))
+                .unwrap();
             posted += 1;
         }
         while let Some(c) = cq.poll_one() {

@@ -121,17 +121,7 @@ fn end(sq: usize, rq: usize) -> End {
     let dev = Device::open(DeviceConfig::default()).unwrap();
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(256).unwrap();
-    let qp = dev
-        .create_qp(
-            &pd,
-            QpInit {
-                send_cq: &cq,
-                recv_cq: &cq,
-                sq_depth: sq,
-                rq_depth: rq,
-            },
-        )
-        .unwrap();
+    let qp = dev.create_qp(&pd, QpInit::new(&cq, sq, rq)).unwrap();
     End { dev, pd, cq, qp }
 }
 
@@ -170,8 +160,8 @@ fn peer_server() {
         .unwrap();
     exposed.write(0, &pattern(HALF, 7)).unwrap();
     let rbuf = e.pd.alloc_mr(HALF + 64, Access::LOCAL_WRITE).unwrap();
-    e.qp.post_recv(recv(1, rbuf.sge(0, HALF))).unwrap();
-    e.qp.post_recv(recv(2, rbuf.sge(HALF, 64))).unwrap();
+    e.qp.post_recv(RecvWr::new(1, rbuf.sge(0, HALF))).unwrap();
+    e.qp.post_recv(RecvWr::new(2, rbuf.sge(HALF, 64))).unwrap();
     let listener = e.dev.listen("127.0.0.1:0").unwrap();
     println!("ADDR {}", listener.local_addr().unwrap());
     std::io::stdout().flush().unwrap();
@@ -198,8 +188,11 @@ fn peer_server() {
         "Write data"
     );
     // Answer with what arrived: the Send's octets and the Write's.
-    e.qp.post_send(send(3, vec![rbuf.sge(0, HALF), exposed.sge(HALF, HALF)]))
-        .unwrap();
+    e.qp.post_send(SendWr::send(
+        3,
+        [rbuf.sge(0, HALF), exposed.sge(HALF, HALF)],
+    ))
+    .unwrap();
     let s = one(&e.cq);
     assert_eq!((s.wr_id, s.status), (3, WcStatus::Success));
     // The parent closes once it has the answer.
@@ -222,12 +215,13 @@ fn send_write_read_across_processes() {
     src.write(2 * HALF, b"done").unwrap();
     let sink = e.pd.alloc_mr(HALF, Access::LOCAL_WRITE).unwrap();
     let answer = e.pd.alloc_mr(2 * HALF, Access::LOCAL_WRITE).unwrap();
-    e.qp.post_recv(recv(10, answer.sge(0, 2 * HALF))).unwrap();
+    e.qp.post_recv(RecvWr::new(10, answer.sge(0, 2 * HALF)))
+        .unwrap();
     e.qp.post_send_batch([
-        send(1, vec![src.sge(0, HALF)]),
-        write(2, raddr + HALF as u64, rkey, vec![src.sge(HALF, HALF)]),
-        read(3, raddr, rkey, sink.sge(0, HALF)),
-        send(4, vec![src.sge(2 * HALF, 4)]),
+        SendWr::send(1, src.sge(0, HALF)),
+        SendWr::write(2, src.sge(HALF, HALF), raddr + HALF as u64, rkey),
+        SendWr::read(3, sink.sge(0, HALF), raddr, rkey),
+        SendWr::send(4, src.sge(2 * HALF, 4)),
     ])
     .unwrap();
     let got = take(&e.cq, 5);
@@ -292,10 +286,10 @@ fn peer_streamer() {
         while outstanding < 32 {
             let wr = if posted % 4 == 3 && sends < 8 {
                 sends += 1;
-                send(posted, vec![note.sge(0, 1024)])
+                SendWr::send(posted, note.sge(0, 1024))
             } else {
                 let at = raddr + (posted % 4) * MIB as u64;
-                write(posted, at, rkey, vec![src.sge(0, MIB)])
+                SendWr::write(posted, src.sge(0, MIB), at, rkey)
             };
             if e.qp.post_send(wr).is_err() {
                 return;
@@ -323,7 +317,7 @@ fn killed_peer_flushes_everything() {
         e.pd.alloc_mr(RECVS as usize * 1024, Access::LOCAL_WRITE)
             .unwrap();
     for i in 0..RECVS {
-        e.qp.post_recv(recv(i, rbuf.sge(i as usize * 1024, 1024)))
+        e.qp.post_recv(RecvWr::new(i, rbuf.sge(i as usize * 1024, 1024)))
             .unwrap();
     }
     let listener = e.dev.listen("127.0.0.1:0").unwrap();
@@ -384,7 +378,7 @@ fn killed_peer_flushes_everything() {
     }
     assert_eq!(e.cq.poll_one(), None);
     // Work posted now flushes at once.
-    e.qp.post_recv(recv(500, rbuf.sge(0, 8))).unwrap();
+    e.qp.post_recv(RecvWr::new(500, rbuf.sge(0, 8))).unwrap();
     let c = take(&e.cq, 1)[0];
     assert_eq!((c.wr_id, c.status), (500, WcStatus::WrFlushError));
 }

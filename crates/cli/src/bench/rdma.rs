@@ -157,12 +157,9 @@ pub(super) fn post_window(
     room: u64,
     signaled: impl Fn(u64) -> bool,
 ) -> Result<(), softrnic_rnic::Error> {
-    batch.extend((first..first + room).map(|idx| SendWr {
-        wr_id: idx,
-        op,
-        sgl: vec![sge],
-        signaled: signaled(idx),
-        fence: false,
+    batch.extend((first..first + room).map(|idx| {
+        let wr = SendWr::new(idx, op, sge);
+        if signaled(idx) { wr } else { wr.unsignaled() }
     }));
     qp.post_send_batch(batch.drain(..))
 }
@@ -179,10 +176,7 @@ pub(super) fn check_wc(c: &Completion, side: &str) -> Result<(), String> {
 }
 
 fn recv_wr(buf: &Mr, size: usize) -> RecvWr {
-    RecvWr {
-        wr_id: 0,
-        sgl: vec![buf.sge(0, size)],
-    }
+    RecvWr::new(0, buf.sge(0, size))
 }
 
 /// One of the client's connections.
@@ -256,15 +250,7 @@ pub fn client_round(
     let mut eps = Vec::with_capacity(q);
     for i in 0..q {
         let qp = dev
-            .create_qp(
-                &pd,
-                QpInit {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    sq_depth,
-                    rq_depth,
-                },
-            )
+            .create_qp(&pd, QpInit::new(&cq, sq_depth, rq_depth))
             .map_err(e2s("create QP"))?;
         let local = pd
             .alloc_mr(size, Access::LOCAL_WRITE)
@@ -499,16 +485,8 @@ pub(super) struct ReadTarget<'a> {
 
 impl ReadTarget<'_> {
     fn post(&self, wr_id: u64) -> Result<(), softrnic_rnic::Error> {
-        self.qp.post_send(SendWr {
-            wr_id,
-            op: SendOp::Read {
-                remote_addr: self.addr,
-                rkey: self.rkey,
-            },
-            sgl: vec![self.sink],
-            signaled: true,
-            fence: false,
-        })
+        self.qp
+            .post_send(SendWr::read(wr_id, self.sink, self.addr, self.rkey))
     }
 }
 
@@ -665,13 +643,7 @@ fn lat_client(
         };
         let t0 = Instant::now();
         ep.qp
-            .post_send(SendWr {
-                wr_id: i,
-                op: wr,
-                sgl: vec![ep.local.sge(0, size)],
-                signaled: true,
-                fence: false,
-            })
+            .post_send(SendWr::new(i, wr, ep.local.sge(0, size)))
             .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
         let mut spins = 0u32;
         let t1 = loop {
@@ -844,15 +816,7 @@ fn serve_round(dev: &Device, listener: &Listener, opts: ServerOpts) -> Result<bo
             return Err("client's QPs disagree on the round".into());
         }
         let qp = dev
-            .create_qp(
-                &pd,
-                QpInit {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    sq_depth,
-                    rq_depth,
-                },
-            )
+            .create_qp(&pd, QpInit::new(&cq, sq_depth, rq_depth))
             .map_err(e2s("create QP"))?;
         let buf = pd
             .alloc_mr(
@@ -1003,16 +967,10 @@ fn send_bw_server(
                 word[..8].copy_from_slice(&v.to_be_bytes());
                 word[8..].copy_from_slice(&(v ^ CREDIT_CHECK).to_be_bytes());
                 src.write(off, &word).map_err(e2s("credit"))?;
-                let posted = ep.qp.post_send(SendWr {
-                    wr_id: v,
-                    op: SendOp::Write {
-                        remote_addr: ep.peer.addr,
-                        rkey: ep.peer.rkey,
-                    },
-                    sgl: vec![src.sge(off, CREDIT_LEN)],
-                    signaled: true,
-                    fence: false,
-                });
+                let credit = src.sge(off, CREDIT_LEN);
+                let posted = ep
+                    .qp
+                    .post_send(SendWr::write(v, credit, ep.peer.addr, ep.peer.rkey));
                 if posted.is_ok() {
                     ep.credit_outstanding += 1;
                     ep.next_slot = (ep.next_slot + 1) % CREDIT_SLOTS;
@@ -1082,13 +1040,7 @@ fn echo_server(
         if reply {
             *answered += 1;
             let op = if test == Test::WriteLat { write } else { send };
-            let _ = ep.qp.post_send(SendWr {
-                wr_id: 0,
-                op,
-                sgl: vec![src.sge(0, size)],
-                signaled: true,
-                fence: false,
-            });
+            let _ = ep.qp.post_send(SendWr::new(0, op, src.sge(0, size)));
             continue;
         }
         spins = spins.wrapping_add(1);

@@ -10,7 +10,7 @@ use super::qp_input::{
 use softrnic_proto::cm::{CrcPolicy, Initiator, MpaConfig, RtrTypes};
 use softrnic_proto::qp::{Qp, QpConfig, QpParams, RtrKind, TxFpdu};
 use softrnic_proto::tpt::{Tpt, TptEntry};
-use softrnic_proto::{PdId, QpId, RegionId, SendOp, SendWr, Sge};
+use softrnic_proto::{PdId, QpId, RegionId, SendWr, Sge};
 use softrnic_wire::crc::crc32c;
 
 /// A peer QP with the same regions (and so the same STags) as the QP under test, its
@@ -96,42 +96,19 @@ fn sge(region: usize, offset: u64, len: u32) -> Sge {
 }
 
 fn send(wr_id: u64, sge: Sge, invalidate: Option<u32>) -> SendWr {
-    SendWr {
-        wr_id,
-        op: SendOp::Send {
-            solicited: false,
-            invalidate,
-        },
-        sgl: vec![sge],
-        signaled: true,
-        fence: false,
+    let wr = SendWr::send(wr_id, sge);
+    match invalidate {
+        Some(stag) => wr.invalidate(stag),
+        None => wr,
     }
 }
 
 fn write(wr_id: u64, sge: Sge, region: usize, offset: u64) -> SendWr {
-    SendWr {
-        wr_id,
-        op: SendOp::Write {
-            remote_addr: REGIONS[region].base + offset,
-            rkey: stag(region),
-        },
-        sgl: vec![sge],
-        signaled: true,
-        fence: false,
-    }
+    SendWr::write(wr_id, sge, REGIONS[region].base + offset, stag(region))
 }
 
 fn read(wr_id: u64, sink: Sge, region: usize, offset: u64) -> SendWr {
-    SendWr {
-        wr_id,
-        op: SendOp::Read {
-            remote_addr: REGIONS[region].base + offset,
-            rkey: stag(region),
-        },
-        sgl: vec![sink],
-        signaled: true,
-        fence: false,
-    }
+    SendWr::read(wr_id, sink, REGIONS[region].base + offset, stag(region))
 }
 
 /// A stream of what a peer with these parameters sends after `wrs` are posted.

@@ -380,10 +380,7 @@ impl Run {
     fn post(&mut self, setup: &Setup) {
         for k in 0..setup.receives {
             let [a, b] = recv_sges(k).map(|s| self.local_sge(s));
-            let wr = RecvWr {
-                wr_id: RECV_WR_ID + k as u64,
-                sgl: vec![a, b],
-            };
+            let wr = RecvWr::new(RECV_WR_ID + k as u64, [a, b]);
             assert_eq!(self.qp.post_recv(wr, &self.tpt), Ok(()));
             self.posted.insert(RECV_WR_ID + k as u64, CqSide::Recv);
         }
@@ -396,38 +393,12 @@ impl Run {
         let mut wrs = Vec::new();
         if setup.post_read {
             let sink = self.local_sge(READ_SINK);
-            wrs.push(SendWr {
-                wr_id: READ_WR_ID,
-                op: softrnic_proto::SendOp::Read {
-                    remote_addr: READ_REMOTE.0,
-                    rkey: READ_REMOTE.1,
-                },
-                sgl: vec![sink],
-                signaled: true,
-                fence: false,
-            });
+            let (addr, rkey) = READ_REMOTE;
+            wrs.push(SendWr::read(READ_WR_ID, sink, addr, rkey));
         }
         if setup.post_send_write {
-            wrs.push(SendWr {
-                wr_id: SEND_WR_ID,
-                op: softrnic_proto::SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                },
-                sgl: vec![source(0, 100)],
-                signaled: true,
-                fence: false,
-            });
-            wrs.push(SendWr {
-                wr_id: WRITE_WR_ID,
-                op: softrnic_proto::SendOp::Write {
-                    remote_addr: 0x9000,
-                    rkey: 0x1234,
-                },
-                sgl: vec![source(100, 50)],
-                signaled: true,
-                fence: false,
-            });
+            wrs.push(SendWr::send(SEND_WR_ID, source(0, 100)));
+            wrs.push(SendWr::write(WRITE_WR_ID, source(100, 50), 0x9000, 0x1234));
         }
         for wr in wrs {
             let id = wr.wr_id;

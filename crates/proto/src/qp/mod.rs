@@ -15,6 +15,7 @@ pub use tx::{Chunk, TxFpdu};
 
 use crate::tpt::Tpt;
 use crate::verbs::*;
+use arrayvec::ArrayVec;
 use softrnic_wire::TerminateCause;
 use softrnic_wire::terminate::Layer;
 use std::collections::{BTreeMap, VecDeque};
@@ -139,7 +140,7 @@ impl SendOrder {
 pub(crate) struct RecvWqe {
     pub wr_id: u64,
     /// (region, offset, len) per SGE.
-    pub sges: Vec<(RegionId, u64, u32)>,
+    pub sges: ArrayVec<(RegionId, u64, u32), MAX_SGE>,
     pub total: u64,
 }
 
@@ -234,7 +235,7 @@ impl Qp {
         if self.rq.len() >= self.cfg.rq_depth {
             return Err(PostError::QueueFull);
         }
-        let mut sges = Vec::with_capacity(wr.sgl.len());
+        let mut sges = ArrayVec::new();
         let mut total = 0u64;
         for s in &wr.sgl {
             match tpt.check_local(
@@ -286,7 +287,7 @@ impl Qp {
         if self.tx.sq_len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);
         }
-        let total: u64 = wr.sgl.iter().map(|s| u64::from(s.len)).sum();
+        let total = wr.sgl.total_len();
         if total > u64::from(u32::MAX) {
             return Err(PostError::TooLong);
         }
@@ -295,7 +296,7 @@ impl Qp {
         } else {
             Access::empty()
         };
-        let mut chunks = Vec::with_capacity(wr.sgl.len());
+        let mut chunks = ArrayVec::new();
         for s in &wr.sgl {
             match tpt.check_local(s.lkey, s.addr, u64::from(s.len), need, self.cfg.pd) {
                 Ok(t) => chunks.push(Chunk {

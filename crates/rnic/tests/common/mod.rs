@@ -18,17 +18,7 @@ pub fn end_on(cfg: DeviceConfig, cq_depth: usize, sq: usize, rq: usize) -> End {
     let dev = Device::open(cfg).unwrap();
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(cq_depth).unwrap();
-    let qp = dev
-        .create_qp(
-            &pd,
-            QpInit {
-                send_cq: &cq,
-                recv_cq: &cq,
-                sq_depth: sq,
-                rq_depth: rq,
-            },
-        )
-        .unwrap();
+    let qp = dev.create_qp(&pd, QpInit::new(&cq, sq, rq)).unwrap();
     End { dev, pd, cq, qp }
 }
 
@@ -106,17 +96,4 @@ pub fn one(cq: &Cq) -> Completion {
     let v = cq.wait_for(1, T);
     assert_eq!(v.len(), 1, "no completion within {T:?}");
     v[0]
-}
-
-pub fn send(wr_id: u64, sgl: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        op: SendOp::Send {
-            solicited: false,
-            invalidate: None,
-        },
-        sgl,
-        signaled: true,
-        fence: false,
-    }
 }

@@ -82,36 +82,6 @@ pub fn status_of(got: &[Completion], wr_id: u64) -> WcStatus {
         .status
 }
 
-/// A signaled RDMA Write.
-pub fn write(wr_id: u64, remote_addr: u64, rkey: STag, sgl: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        op: SendOp::Write { remote_addr, rkey },
-        sgl,
-        signaled: true,
-        fence: false,
-    }
-}
-
-/// A signaled RDMA Read into one sink SGE.
-pub fn read(wr_id: u64, remote_addr: u64, rkey: STag, sink: Sge) -> SendWr {
-    SendWr {
-        wr_id,
-        op: SendOp::Read { remote_addr, rkey },
-        sgl: vec![sink],
-        signaled: true,
-        fence: false,
-    }
-}
-
-/// A receive of one SGE.
-pub fn recv(wr_id: u64, sge: Sge) -> RecvWr {
-    RecvWr {
-        wr_id,
-        sgl: vec![sge],
-    }
-}
-
 /// Everything in the CQ now, without waiting. Once a QP's Disconnected event has been
 /// seen, every completion it produced (flushes included) is already in its CQ.
 pub fn drained(cq: &Cq) -> Vec<Completion> {
