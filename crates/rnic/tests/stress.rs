@@ -313,18 +313,6 @@ struct World {
     n: Counts,
 }
 
-fn empty_wc() -> Completion {
-    Completion {
-        wr_id: 0,
-        status: WcStatus::GeneralError,
-        opcode: WcOpcode::Recv,
-        byte_len: 0,
-        qp: QpId(0),
-        solicited: false,
-        invalidated: None,
-    }
-}
-
 fn send_cq(pair: usize) -> usize {
     pair % CQS
 }
@@ -431,7 +419,7 @@ impl World {
 
     /// Polls every CQ of both devices once; returns how many completions were handled.
     fn pump(&mut self) -> usize {
-        let mut buf = [empty_wc(); 32];
+        let mut buf = [Completion::default(); 32];
         let mut total = 0;
         for s in 0..2 {
             for c in 0..CQS {

@@ -45,19 +45,6 @@ pub(super) const BARRIER_ID: u64 = u64::MAX;
 /// wr_id of the delivery probes.
 pub(super) const PROBE_ID: u64 = u64::MAX - 1;
 
-/// An empty completion to size poll buffers with.
-pub(super) fn blank() -> Completion {
-    Completion {
-        wr_id: 0,
-        status: WcStatus::GeneralError,
-        opcode: WcOpcode::Recv,
-        byte_len: 0,
-        qp: QpId(0),
-        solicited: false,
-        invalidated: None,
-    }
-}
-
 fn e2s(what: &str) -> impl Fn(softrnic_rnic::Error) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
@@ -360,7 +347,7 @@ fn bw_client(
     let cq_mod = u64::from(cfg.cq_mod);
     let rx_depth = u64::from(cfg.rx_depth);
     let iters = cfg.iters;
-    let mut wcs = vec![blank(); 64];
+    let mut wcs = vec![Completion::default(); 64];
     let mut batch: Vec<SendWr> = Vec::with_capacity(depth as usize);
     let start = Instant::now();
     let deadline = cfg.duration.map(|d| start + d);
@@ -611,7 +598,7 @@ fn lat_client(
     progress: &mut Progress,
 ) -> Result<LatResult, String> {
     let test = cfg.test;
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut samples = Vec::with_capacity(cfg.iters as usize);
     let last_octet = size - 1;
     let mut tag = 1u8;
@@ -916,7 +903,7 @@ fn passive(dev: &Device, cq: &Cq, watch: &mut Watch, server_poll: bool) {
         watch.wait(dev, None);
         return;
     }
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut spins = 0u32;
     loop {
         cq.poll(&mut wcs);
@@ -936,7 +923,7 @@ fn send_bw_server(
     size: usize,
 ) -> Result<(), String> {
     let every = (rx_depth as u64 / 8).max(1);
-    let mut wcs = vec![blank(); 64];
+    let mut wcs = vec![Completion::default(); 64];
     let mut idle = 0u32;
     let mut error = None;
     loop {
@@ -998,7 +985,7 @@ fn echo_server(
     size: usize,
     answered: &mut u64,
 ) -> Result<(), String> {
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let last_octet = size - 1;
     let mut expect = 1u8;
     let mut spins = 0u32;
@@ -1060,7 +1047,7 @@ mod tests {
             wr_id: PROBE_ID,
             status: WcStatus::Success,
             opcode: WcOpcode::Read,
-            ..blank()
+            ..Completion::default()
         }
     }
 

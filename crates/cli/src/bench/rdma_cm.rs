@@ -12,7 +12,7 @@
 //! perftest. One size per run; no `-D`, `-a` or baseline.
 
 use super::perftest::{self as pt, BwReport, Dest, Step};
-use super::rdma::{Prober, ReadTarget, Watch, blank, bw_op, check_wc, closing_read, post_window};
+use super::rdma::{Prober, ReadTarget, Watch, bw_op, check_wc, closing_read, post_window};
 use super::report::{Reporter, bw_unit};
 use super::stats::{BwMeter, BwResult, LatResult, LatStats, MB, Progress};
 use super::{BenchConfig, Clock, Measured, Mode, ResultRow, Test, resolve_addr};
@@ -789,7 +789,7 @@ fn bw_client(
     let depth = u64::from(cfg.tx_depth);
     let cq_mod = u64::from(cfg.cq_mod);
     let window = pt::send_window(cfg.rx_depth, iters);
-    let mut wcs = vec![blank(); 64];
+    let mut wcs = vec![Completion::default(); 64];
     let mut batch: Vec<SendWr> = Vec::with_capacity(depth as usize);
     let start = Instant::now();
     let mut meter = BwMeter::start(start);
@@ -898,7 +898,7 @@ fn write_bw_server(
 ) -> Result<BwResult, String> {
     let size = s.size as u64;
     let want = cfg.iters * s.qps.len() as u64 * size;
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut meter: Option<BwMeter> = None;
     let mut seen = 0u64;
     let mut last_activity = Instant::now();
@@ -946,7 +946,7 @@ fn send_bw_server(
     let iters = cfg.iters;
     let want = iters * s.qps.len() as u64;
     let period = pt::credit_period(cfg.rx_depth, iters);
-    let mut wcs = vec![blank(); 64];
+    let mut wcs = vec![Completion::default(); 64];
     // Per QP: received (posted), credit reported (credit), credit Writes in flight.
     let mut inflight = vec![0usize; s.qps.len()];
     let mut slot = vec![0usize; s.qps.len()];
@@ -1058,7 +1058,7 @@ fn write_lat(
     let last = size - 1;
     let first = pt::schedule(Test::WriteLat).server_starts == (side == Side::Server);
     let name = side_name(side);
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut posts = Vec::with_capacity(cfg.iters as usize);
     let t = &s.qps[0];
     let wait = |tag: u8, wcs: &mut [Completion]| -> Result<(), String> {
@@ -1111,7 +1111,7 @@ fn send_lat(
 ) -> Result<LatResult, String> {
     let size = s.size;
     let name = side_name(side);
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut posts = Vec::with_capacity(cfg.iters as usize);
     let t = &s.qps[0];
     let recv_buf = t.recv.as_ref().ok_or("no receive buffer")?;
@@ -1162,7 +1162,7 @@ fn read_lat(
     progress: &mut Progress,
 ) -> Result<LatResult, String> {
     let size = s.size;
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut samples = Vec::with_capacity(cfg.iters as usize);
     let t = &s.qps[0];
     for k in 1..=cfg.iters {
