@@ -5,12 +5,12 @@
 //! replay test checks that the committed files are still these.
 
 use super::qp_input::{
-    KEY, LOCAL, READ_SINK, READ_WR_ID, REGIONS, SOURCE, Setup, WRITE_TARGET, pattern, stag,
+    LOCAL, READ_SINK, READ_WR_ID, REGIONS, SOURCE, Setup, WRITE_TARGET, pattern, regions_tpt, stag,
 };
 use softrnic_proto::cm::{CrcPolicy, Initiator, MpaConfig, RtrTypes};
 use softrnic_proto::qp::{Qp, QpConfig, QpParams, RtrKind, TxFpdu};
-use softrnic_proto::tpt::{Tpt, TptEntry};
-use softrnic_proto::{PdId, QpId, RegionId, SendWr, Sge};
+use softrnic_proto::tpt::Tpt;
+use softrnic_proto::{PdId, QpId, SendWr, Sge};
 use softrnic_wire::crc::crc32c;
 
 /// A peer QP with the same regions (and so the same STags) as the QP under test, its
@@ -23,20 +23,8 @@ struct Peer {
 
 impl Peer {
     fn new(params: QpParams) -> Peer {
-        let mut tpt = Tpt::new();
-        let mut mem = Vec::new();
-        for (i, r) in REGIONS.iter().enumerate() {
-            tpt.insert(TptEntry {
-                pd: r.pd,
-                key: KEY,
-                base: r.base,
-                len: r.len,
-                access: r.access,
-                region: RegionId(i as u32),
-                valid: true,
-            });
-            mem.push(pattern(1, i));
-        }
+        let tpt = regions_tpt();
+        let mem = (0..REGIONS.len()).map(|i| pattern(1, i)).collect();
         let mut qp = Qp::new(QpConfig {
             id: QpId(9),
             pd: PdId(1),

@@ -91,6 +91,24 @@ pub const fn stag(i: usize) -> STag {
     ((i as u32 + 1) << 8) | KEY as u32
 }
 
+/// A TPT holding every region of [`REGIONS`], valid, region `i` under [`stag`]`(i)`.
+pub fn regions_tpt() -> Tpt {
+    let mut tpt = Tpt::new();
+    for (i, r) in REGIONS.iter().enumerate() {
+        let entry = TptEntry {
+            pd: r.pd,
+            key: KEY,
+            base: r.base,
+            len: r.len,
+            access: r.access,
+            region: RegionId(i as u32),
+            valid: true,
+        };
+        assert_eq!(tpt.insert(entry), Some(stag(i)));
+    }
+    tpt
+}
+
 /// The receives posted (at most [`RECEIVES`]): `wr_id` [`RECV_WR_ID`] + k, two SGEs in
 /// [`LOCAL`] at (offset, len) pairs of [`recv_sges`], 1024 octets in all.
 pub const RECEIVES: usize = 3;
@@ -321,21 +339,9 @@ struct Run {
 
 impl Run {
     fn new(setup: &Setup) -> Run {
-        let mut tpt = Tpt::new();
-        for (i, r) in REGIONS.iter().enumerate() {
-            let entry = TptEntry {
-                pd: r.pd,
-                key: KEY,
-                base: r.base,
-                len: r.len,
-                access: r.access,
-                region: RegionId(i as u32),
-                valid: true,
-            };
-            assert_eq!(tpt.insert(entry), Some(stag(i)));
-            if r.revoked {
-                assert_eq!(tpt.invalidate(stag(i), r.pd), Ok(()));
-            }
+        let mut tpt = regions_tpt();
+        for (i, r) in REGIONS.iter().enumerate().filter(|(_, r)| r.revoked) {
+            assert_eq!(tpt.invalidate(stag(i), r.pd), Ok(()));
         }
         let writable = REGIONS
             .iter()
