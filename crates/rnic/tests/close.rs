@@ -4,11 +4,9 @@
 //! request completes exactly once.
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_rnic::*;
-use support::*;
 
 /// Asserts no further Disconnected or QpFatal event about `qp` is queued on `dev`
 /// (events about other QPs are put back in order).
@@ -27,22 +25,11 @@ fn no_more_close_events(dev: &Device, qp: &Qp) {
     drop(keep);
 }
 
-fn pair_in(progress: ProgressMode) -> (End, End) {
-    pair_with(
-        DeviceConfig {
-            progress,
-            ..DeviceConfig::default()
-        },
-        256,
-        256,
-    )
-}
-
 fn graceful(from_active: bool, progress: ProgressMode) {
     const N: usize = 8;
     const SZ: usize = 64 << 10;
     const EXTRA: usize = 4;
-    let (a, b) = pair_in(progress);
+    let (a, b) = end().progress(progress).pair();
     let (s, r) = if from_active { (&a, &b) } else { (&b, &a) };
     let data = pattern(N * SZ, 11);
     let src = s.pd.alloc_mr(N * SZ, Access::empty()).unwrap();
@@ -128,7 +115,7 @@ fn graceful_close_from_passive_side_engine_progress() {
 fn abortive(from_active: bool, progress: ProgressMode) {
     const N: u64 = 32;
     const SZ: usize = 1 << 20;
-    let (a, b) = pair_in(progress);
+    let (a, b) = end().progress(progress).pair();
     let (x, y) = if from_active { (&a, &b) } else { (&b, &a) };
     let ybuf = y.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let xbuf = x.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
@@ -229,7 +216,7 @@ enum LocalFault {
 /// A local error moves the QP to Error; the connection must then close, so the peer
 /// learns too and flushes its own work instead of waiting forever.
 fn local_error(fault: LocalFault, progress: ProgressMode) {
-    let (a, b) = pair_in(progress);
+    let (a, b) = end().progress(progress).pair();
     let bbuf = b.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..3u64 {
         b.qp.post_recv(RecvWr::new(100 + i, bbuf.sge(0, 64)))
@@ -290,7 +277,7 @@ fn local_receive_error_closes_the_connection_engine_progress() {
 /// one cut inside an FPDU (a lost stream).
 fn raw_peer_closes(tail: &[u8]) -> (End, Vec<AsyncEvent>) {
     use std::io::{Read, Write};
-    let e = end_on(DeviceConfig::default(), 64, 8, 8);
+    let e = end().cq(64).queues(8, 8).build();
     let buf = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..3u64 {
         e.qp.post_recv(RecvWr::new(100 + i, buf.sge(0, 64)))

@@ -4,14 +4,12 @@
 //! converting come back to it whole in `Error::StreamNotMpa`, nothing lost or mixed.
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_proto::cm::Initiator;
 use softrnic_rnic::*;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use support::*;
 
 /// A connected pair of plain TCP streams: (connecting side, accepting side).
 fn stream_pair() -> (TcpStream, TcpStream) {
@@ -19,15 +17,6 @@ fn stream_pair() -> (TcpStream, TcpStream) {
     let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (s, _) = l.accept().unwrap();
     (c, s)
-}
-
-/// A device with a PD, a CQ and an Idle QP.
-fn end() -> End {
-    let dev = Device::open(DeviceConfig::default()).unwrap();
-    let pd = dev.alloc_pd();
-    let cq = dev.create_cq(256).unwrap();
-    let qp = dev.create_qp(&pd, QpInit::new(&cq, 32, 32)).unwrap();
-    End { dev, pd, cq, qp }
 }
 
 fn mpa_config(private_data: &[u8]) -> MpaConfig {
@@ -57,7 +46,8 @@ fn convert_after_application_bytes(tcp_connector_is_active: bool) {
     } else {
         (s, c)
     };
-    let (a, b) = (end(), end());
+    let ends = end().cq(256).queues(32, 32);
+    let (a, b) = (ends.build(), ends.build());
     std::thread::scope(|sc| {
         let h = sc.spawn(|| {
             let req = b.dev.convert_passive(passive_stream).unwrap();
@@ -148,7 +138,8 @@ fn convert_after_application_bytes_tcp_acceptor_active() {
 fn unread_application_bytes_come_back_in_stream_not_mpa() {
     let (mut c, s) = stream_pair();
     c.write_all(b"extra").unwrap();
-    let (a, b) = (end(), end());
+    let ends = end().cq(256).queues(32, 32);
+    let (a, b) = (ends.build(), ends.build());
     let cfg = mpa_config(b"from active");
     let request = Initiator::new(cfg.clone()).unwrap().request();
     std::thread::scope(|sc| {

@@ -5,12 +5,10 @@
 //! STag allowed touched, and every work request completing exactly once afterwards.
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_rnic::*;
 use softrnic_wire::terminate::Layer;
-use support::*;
 
 /// The byte memory is filled with before each fault; it must still be there after.
 const FILL: u8 = 0x5a;
@@ -120,21 +118,9 @@ fn terminated_both_ends(initiator: &End, target: &End, cause: TerminateCause) {
     assert_eq!(initiator.qp.state(), QpState::Error);
 }
 
-/// A connected pair whose devices progress as `progress` says.
-fn pair_in(progress: ProgressMode) -> (End, End) {
-    pair_with(
-        DeviceConfig {
-            progress,
-            ..DeviceConfig::default()
-        },
-        256,
-        256,
-    )
-}
-
 /// Runs one faulting `op` from the active end `a` against the passive end `b`.
 fn violation(op: Op, fault: Fault, cause: TerminateCause, progress: ProgressMode) {
-    let (a, b) = pair_in(progress);
+    let (a, b) = end().progress(progress).pair();
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     let access = match (fault, op) {
         (Fault::MissingRight, Op::Write) => all - Access::REMOTE_WRITE,
@@ -282,7 +268,7 @@ fn flush_after_fatal_error_completes_every_request_once_engine_progress() {
 }
 
 fn flush_after_fatal_error(progress: ProgressMode) {
-    let (a, b) = pair_in(progress);
+    let (a, b) = end().progress(progress).pair();
     let abuf = a.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let bbuf = b.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..4u64 {

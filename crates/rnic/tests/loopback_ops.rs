@@ -12,7 +12,7 @@ fn send_recv_all_sizes_with_sg_lists() {
     for crc in [CrcPolicy::Off, CrcPolicy::Required] {
         let mut cfg = DeviceConfig::default();
         cfg.mpa.crc = crc;
-        let (a, b) = pair_with(cfg, 64, 64);
+        let (a, b) = end().config(cfg).queues(64, 64).pair();
         assert_eq!(a.qp.params().crc, crc == CrcPolicy::Required);
         for (i, &size) in SIZES.iter().enumerate() {
             let data = pattern(size, i as u64);

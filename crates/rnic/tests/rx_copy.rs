@@ -9,7 +9,6 @@
 //! has a timing-dependent split, bounded by one staging buffer.
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_rnic::*;
@@ -18,7 +17,6 @@ use softrnic_wire::mpa;
 use softrnic_wire::rdmap::Opcode;
 use std::io::{Read, Write};
 use std::time::Instant;
-use support::*;
 
 /// Messages per size: the first one on a fresh connection, then the steady state.
 const N: usize = 6;
@@ -203,7 +201,7 @@ fn send_fpdu(payload: &[u8]) -> Vec<u8> {
 /// missing region: a small payload is read ahead and copied, a large one is read
 /// directly.
 fn region_gone_mid_payload(size: usize) {
-    let b = end_on(DeviceConfig::default(), 64, 4, 4);
+    let b = end().cq(64).queues(4, 4).build();
     let buf = b.pd.alloc_mr(size, Access::LOCAL_WRITE).unwrap();
     b.qp.post_recv(RecvWr::new(7, buf.sge(0, size))).unwrap();
     let mut c = raw_initiator(&b);
@@ -244,7 +242,7 @@ fn large_payload_begun_in_read_ahead_is_finished_directly() {
     const TAIL: usize = 100;
     // What goes first fits one read-ahead.
     const { assert!(2 + UNTAGGED_HEADER_LEN + S - TAIL <= RX_STAGING_LEN) };
-    let b = end_on(DeviceConfig::default(), 64, 4, 4);
+    let b = end().cq(64).queues(4, 4).build();
     let buf = b.pd.alloc_mr(S, Access::LOCAL_WRITE).unwrap();
     b.qp.post_recv(RecvWr::new(7, buf.sge(0, S))).unwrap();
     let mut c = raw_initiator(&b);

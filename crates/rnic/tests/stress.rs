@@ -24,6 +24,9 @@
 //! `SOFTRNIC_STRESS_OPS`. Two tests guard a fixed CQ overflow bug (completions
 //! beyond a CQ's depth come out of posting order).
 
+mod common;
+
+use common::{connect_qps, end};
 use softrnic_rnic::*;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write as _;
@@ -891,27 +894,18 @@ fn random_mix_with_overflowing_cqs() {
 /// Reads (completed by the engine thread) while this thread polls.
 #[test]
 fn cq_overflow_keeps_posting_order() {
-    let dev = Device::open(DeviceConfig {
-        progress: ProgressMode::Engine,
-        ..DeviceConfig::default()
-    })
-    .unwrap();
-    let pd = dev.alloc_pd();
-    let (cq, other) = (dev.create_cq(1).unwrap(), dev.create_cq(64).unwrap());
-    let init = |c| QpInit::new(c, 64, 1);
-    let (qp, peer) = (
-        dev.create_qp(&pd, init(&cq)).unwrap(),
-        dev.create_qp(&pd, init(&other)).unwrap(),
-    );
-    let listener = dev.listen("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::scope(|s| {
-        s.spawn(|| listener.accept().unwrap().accept(&peer, b"").unwrap());
-        dev.connect(addr, &qp, b"").unwrap();
-    });
-    let mr = pd
-        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_READ)
-        .unwrap();
+    let e = end()
+        .progress(ProgressMode::Engine)
+        .cq(1)
+        .queues(64, 1)
+        .build();
+    let other = e.dev.create_cq(64).unwrap();
+    let peer = e.dev.create_qp(&e.pd, QpInit::new(&other, 64, 1)).unwrap();
+    connect_qps((&e.dev, &e.qp), (&e.dev, &peer));
+    let (qp, cq) = (&e.qp, &e.cq);
+    let mr =
+        e.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_READ)
+            .unwrap();
     const N: u64 = 200_000;
     let (mut posted, mut next) = (0, 0);
     let mut last = Instant::now();

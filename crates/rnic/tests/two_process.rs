@@ -7,7 +7,6 @@
 //! flushes all its work in bounded time.
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_rnic::*;
@@ -16,7 +15,6 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
-use support::*;
 
 const ROLE: &str = "SOFTRNIC_PEER_ROLE";
 const ADDR: &str = "SOFTRNIC_PEER_ADDR";
@@ -117,14 +115,6 @@ fn role_is(role: &str) -> bool {
     std::env::var(ROLE).is_ok_and(|r| r == role)
 }
 
-fn end(sq: usize, rq: usize) -> End {
-    let dev = Device::open(DeviceConfig::default()).unwrap();
-    let pd = dev.alloc_pd();
-    let cq = dev.create_cq(256).unwrap();
-    let qp = dev.create_qp(&pd, QpInit::new(&cq, sq, rq)).unwrap();
-    End { dev, pd, cq, qp }
-}
-
 /// An exposed region's address, key and length, for the private data.
 fn advert(mr: &Mr) -> Vec<u8> {
     let mut v = mr.addr().to_le_bytes().to_vec();
@@ -151,7 +141,7 @@ fn peer_server() {
         role_is("server"),
         "run by its parent test with {ROLE}=server, not on its own"
     );
-    let e = end(16, 16);
+    let e = end().cq(256).queues(16, 16).build();
     let exposed =
         e.pd.alloc_mr(
             2 * HALF,
@@ -204,7 +194,7 @@ fn peer_server() {
 fn send_write_read_across_processes() {
     let peer = Peer::spawn("peer_server", "server", None);
     let addr: SocketAddr = peer.expect("ADDR ").parse().unwrap();
-    let e = end(16, 16);
+    let e = end().cq(256).queues(16, 16).build();
     let conn = e.dev.connect(addr, &e.qp, b"two-process client").unwrap();
     let (raddr, rkey, rlen) = parse_advert(conn.peer_private_data());
     assert_eq!(rlen, 2 * HALF);
@@ -271,7 +261,7 @@ fn peer_streamer() {
         "run by its parent test with {ROLE}=streamer, not on its own"
     );
     let addr: SocketAddr = std::env::var(ADDR).unwrap().parse().unwrap();
-    let e = end(64, 4);
+    let e = end().cq(256).queues(64, 4).build();
     let conn = e.dev.connect(addr, &e.qp, b"streamer").unwrap();
     let (raddr, rkey, rlen) = parse_advert(conn.peer_private_data());
     assert_eq!(rlen, 4 * MIB);
@@ -309,7 +299,7 @@ fn peer_streamer() {
 #[test]
 fn killed_peer_flushes_everything() {
     const RECVS: u64 = 64;
-    let e = end(16, RECVS as usize);
+    let e = end().cq(256).queues(16, RECVS as usize).build();
     let exposed =
         e.pd.alloc_mr(4 * MIB, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .unwrap();
