@@ -40,6 +40,23 @@ pub struct QpInit<'a> {
     pub rq_depth: usize,
 }
 
+impl<'a> QpInit<'a> {
+    /// Send and receive completions both go to `cq`.
+    pub fn new(cq: &'a Cq, sq_depth: usize, rq_depth: usize) -> Self {
+        QpInit::with_cqs(cq, cq, sq_depth, rq_depth)
+    }
+
+    /// Send completions go to `send_cq`, receive completions to `recv_cq`.
+    pub fn with_cqs(send_cq: &'a Cq, recv_cq: &'a Cq, sq_depth: usize, rq_depth: usize) -> Self {
+        QpInit {
+            send_cq,
+            recv_cq,
+            sq_depth,
+            rq_depth,
+        }
+    }
+}
+
 /// Statistics of one QP's I/O.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QpStats {

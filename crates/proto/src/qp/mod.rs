@@ -29,6 +29,7 @@ pub use stream::RxNeed;
 
 use crate::tpt::Tpt;
 use crate::verbs::*;
+use arrayvec::ArrayVec;
 use deliver::Outbox;
 use receive::{Fatal, Receiver, RxDeps};
 use softrnic_wire::TerminateCause;
@@ -176,7 +177,7 @@ impl Qp {
         if !self.rq.has_room() {
             return Err(PostError::QueueFull);
         }
-        let mut sges = Vec::with_capacity(wr.sgl.len());
+        let mut sges = ArrayVec::new();
         let mut total = 0u64;
         for s in &wr.sgl {
             match tpt.check_local(
@@ -226,7 +227,7 @@ impl Qp {
         if self.tx.sq_len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);
         }
-        let total: u64 = wr.sgl.iter().map(|s| u64::from(s.len)).sum();
+        let total = wr.sgl.total_len();
         if total > u64::from(u32::MAX) {
             return Err(PostError::TooLong);
         }
@@ -235,7 +236,7 @@ impl Qp {
         } else {
             Access::empty()
         };
-        let mut chunks = Vec::with_capacity(wr.sgl.len());
+        let mut chunks = ArrayVec::new();
         for s in &wr.sgl {
             match tpt.check_local(s.lkey, s.addr, u64::from(s.len), need, self.cfg.pd) {
                 Ok(t) => chunks.push(Chunk {

@@ -154,14 +154,14 @@ fn pair(params: QpParams) -> (Side, Side) {
     (Side::new(1, params), Side::new(2, params))
 }
 
-fn send_wr(wr_id: u64, sgl: Vec<Sge>) -> SendWr {
+fn send_wr(wr_id: u64, sgl: impl Into<Sgl>) -> SendWr {
     SendWr {
         wr_id,
         op: SendOp::Send {
             solicited: false,
             invalidate: None,
         },
-        sgl,
+        sgl: sgl.into(),
         signaled: true,
         fence: false,
     }
@@ -194,11 +194,12 @@ fn send_recv_sizes_and_sg_lists() {
                 b.qp.post_recv(
                     RecvWr {
                         wr_id: 7,
-                        sgl: vec![
+                        sgl: [
                             sge(dst, dbase, cut),
                             sge(dst, dbase + cut as u64, 1),
                             sge(dst, dbase + cut as u64 + 1, size + 9 - cut),
-                        ],
+                        ]
+                        .into(),
                     },
                     &b.tpt,
                 )
@@ -207,7 +208,7 @@ fn send_recv_sizes_and_sg_lists() {
                 a.qp.post_send(
                     send_wr(
                         9,
-                        vec![
+                        [
                             sge(src, sbase, half),
                             sge(src, sbase + half as u64, size - half),
                         ],
@@ -261,7 +262,7 @@ fn write_and_read_place_exact_bytes() {
                 remote_addr: tbase + 8,
                 rkey: target,
             },
-            sgl: vec![sge(src, sbase, n)],
+            sgl: [sge(src, sbase, n)].into(),
             signaled: true,
             fence: false,
         },
@@ -275,7 +276,7 @@ fn write_and_read_place_exact_bytes() {
                 remote_addr: tbase + 8,
                 rkey: target,
             },
-            sgl: vec![sge(sink, kbase, n)],
+            sgl: [sge(sink, kbase, n)].into(),
             signaled: true,
             fence: true,
         },
@@ -325,7 +326,7 @@ fn reads_beyond_ord_wait_and_complete_in_order() {
                     remote_addr: sbase + i * 1000,
                     rkey: src,
                 },
-                sgl: vec![sge(sink, kbase + i * 1000, 1000)],
+                sgl: [sge(sink, kbase + i * 1000, 1000)].into(),
                 signaled: true,
                 fence: false,
             },
@@ -355,7 +356,7 @@ fn reads_beyond_ord_wait_and_complete_in_order() {
                     remote_addr: sbase + i * 1000,
                     rkey: src,
                 },
-                sgl: vec![sge(sink, kbase + i * 1000, 1000)],
+                sgl: [sge(sink, kbase + i * 1000, 1000)].into(),
                 signaled: true,
                 fence: false,
             },
@@ -400,14 +401,14 @@ fn violation(
         SendWr {
             wr_id: 1,
             op: op(remote, rbase),
-            sgl: vec![sge(local, lbase, 32)],
+            sgl: [sge(local, lbase, 32)].into(),
             signaled: true,
             fence: false,
         },
         &a.tpt,
     )
     .unwrap();
-    a.qp.post_send(send_wr(2, vec![sge(local, lbase, 4)]), &a.tpt)
+    a.qp.post_send(send_wr(2, [sge(local, lbase, 4)]), &a.tpt)
         .unwrap();
     pump(&mut a, &mut b, false);
     assert_eq!(b.mem, before, "a refused access changes no memory");
@@ -523,9 +524,9 @@ fn send_without_receive_is_fatal_and_everything_completes_once() {
     let (mut a, mut b) = pair(QpParams::default());
     let (s, base) = a.reg(16, Access::empty(), 0);
     let (d, dbase) = b.reg(16, Access::LOCAL_WRITE, 0);
-    a.qp.post_send(send_wr(1, vec![sge(s, base, 16)]), &a.tpt)
+    a.qp.post_send(send_wr(1, [sge(s, base, 16)]), &a.tpt)
         .unwrap();
-    a.qp.post_send(send_wr(2, vec![sge(s, base, 16)]), &a.tpt)
+    a.qp.post_send(send_wr(2, [sge(s, base, 16)]), &a.tpt)
         .unwrap();
     pump(&mut a, &mut b, false);
     let cause = TerminateCause::new(Layer::Ddp, 2, 0x02);
@@ -535,12 +536,12 @@ fn send_without_receive_is_fatal_and_everything_completes_once() {
     b.qp.post_recv(
         RecvWr {
             wr_id: 5,
-            sgl: vec![sge(d, dbase, 16)],
+            sgl: [sge(d, dbase, 16)].into(),
         },
         &b.tpt,
     )
     .unwrap();
-    a.qp.post_send(send_wr(3, vec![sge(s, base, 1)]), &a.tpt)
+    a.qp.post_send(send_wr(3, [sge(s, base, 1)]), &a.tpt)
         .unwrap();
     let ca: Vec<_> = a
         .completions()
@@ -574,12 +575,12 @@ fn crc_corruption_is_an_mpa_terminate() {
     b.qp.post_recv(
         RecvWr {
             wr_id: 5,
-            sgl: vec![sge(d, dbase, 100)],
+            sgl: [sge(d, dbase, 100)].into(),
         },
         &b.tpt,
     )
     .unwrap();
-    a.qp.post_send(send_wr(1, vec![sge(s, base, 100)]), &a.tpt)
+    a.qp.post_send(send_wr(1, [sge(s, base, 100)]), &a.tpt)
         .unwrap();
     let mut f = a.next_fpdu().unwrap();
     f[50] ^= 0x10;
@@ -639,7 +640,7 @@ fn send_with_invalidate_and_solicited_event() {
     b.qp.post_recv(
         RecvWr {
             wr_id: 5,
-            sgl: vec![sge(d, dbase, 8)],
+            sgl: [sge(d, dbase, 8)].into(),
         },
         &b.tpt,
     )
@@ -651,7 +652,7 @@ fn send_with_invalidate_and_solicited_event() {
                 solicited: true,
                 invalidate: Some(exposed),
             },
-            sgl: vec![sge(s, base, 8)],
+            sgl: [sge(s, base, 8)].into(),
             signaled: true,
             fence: false,
         },
@@ -703,12 +704,12 @@ fn rtr_holds_the_responder_until_it_arrives() {
     a.qp.post_recv(
         RecvWr {
             wr_id: 1,
-            sgl: vec![sge(d, dbase, 8)],
+            sgl: [sge(d, dbase, 8)].into(),
         },
         &a.tpt,
     )
     .unwrap();
-    b.qp.post_send(send_wr(2, vec![sge(s, base, 8)]), &b.tpt)
+    b.qp.post_send(send_wr(2, [sge(s, base, 8)]), &b.tpt)
         .unwrap();
     assert!(
         b.next_fpdu().is_none(),
@@ -742,12 +743,12 @@ fn graceful_close_waits_for_queued_sends() {
     b.qp.post_recv(
         RecvWr {
             wr_id: 5,
-            sgl: vec![sge(d, dbase, 5000)],
+            sgl: [sge(d, dbase, 5000)].into(),
         },
         &b.tpt,
     )
     .unwrap();
-    a.qp.post_send(send_wr(1, vec![sge(s, base, 5000)]), &a.tpt)
+    a.qp.post_send(send_wr(1, [sge(s, base, 5000)]), &a.tpt)
         .unwrap();
     a.qp.close();
     assert!(!a.qp.ready_to_fin());
@@ -784,7 +785,7 @@ fn send_completions_come_in_posting_order_across_reads() {
     b.qp.post_recv(
         RecvWr {
             wr_id: 50,
-            sgl: vec![sge(d, dbase, 64)],
+            sgl: [sge(d, dbase, 64)].into(),
         },
         &b.tpt,
     )
@@ -799,7 +800,7 @@ fn send_completions_come_in_posting_order_across_reads() {
                         remote_addr: tbase,
                         rkey: t,
                     },
-                    sgl: vec![sge(src, sbase, size)],
+                    sgl: [sge(src, sbase, size)].into(),
                     signaled: true,
                     fence: false,
                 },
@@ -813,7 +814,7 @@ fn send_completions_come_in_posting_order_across_reads() {
                         remote_addr: tbase,
                         rkey: t,
                     },
-                    sgl: vec![sge(src, sbase + 8, size)],
+                    sgl: [sge(src, sbase + 8, size)].into(),
                     signaled: i != 1,
                     fence: false,
                 },
@@ -827,7 +828,7 @@ fn send_completions_come_in_posting_order_across_reads() {
                         remote_addr: tbase,
                         rkey: t,
                     },
-                    sgl: vec![sge(src, sbase, size)],
+                    sgl: [sge(src, sbase, size)].into(),
                     signaled: true,
                     fence: false,
                 },
@@ -887,7 +888,7 @@ fn terminate_carries_the_offending_headers() {
             SendWr {
                 wr_id: 1,
                 op,
-                sgl: vec![sge(local, lbase, 32)],
+                sgl: [sge(local, lbase, 32)].into(),
                 signaled: true,
                 fence: false,
             },
