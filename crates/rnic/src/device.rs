@@ -50,6 +50,9 @@ pub struct DeviceConfig {
     pub connect_timeout: Duration,
     /// TCP keepalive idle time, so a silently dead peer is noticed in bounded time.
     pub keepalive: Duration,
+    /// How long a QP's close may take (the peer's FIN, or the queued octets draining)
+    /// before its connection is reset.
+    pub close_timeout: Duration,
     /// Limits reported by `query` and enforced.
     pub max_qp: u32,
     /// Largest CQ.
@@ -75,6 +78,7 @@ impl Default for DeviceConfig {
             mpa: softrnic_proto::cm::MpaConfig::default(),
             connect_timeout: Duration::from_secs(10),
             keepalive: Duration::from_secs(5),
+            close_timeout: softrnic_proto::qp::DEFAULT_CLOSE_TIMEOUT,
             max_qp: 65536,
             max_cqe: 1 << 20,
             max_mr_size: 1 << 40,

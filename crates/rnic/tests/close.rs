@@ -7,6 +7,8 @@ mod common;
 
 use common::*;
 use softrnic_rnic::*;
+use std::io::Read;
+use std::time::Duration;
 
 /// Asserts no further Disconnected or QpFatal event about `qp` is queued on `dev`
 /// (events about other QPs are put back in order).
@@ -318,5 +320,30 @@ fn peer_fin_inside_an_fpdu_is_a_lost_stream() {
     assert_eq!(
         events,
         vec![AsyncEvent::Established { qp: e.qp.id() }, lost]
+    );
+}
+
+#[test]
+fn a_peer_that_never_closes_is_reset_when_the_close_timer_expires() {
+    let cfg = DeviceConfig {
+        close_timeout: Duration::from_millis(200),
+        ..DeviceConfig::default()
+    };
+    let e = end().config(cfg).build();
+    let buf = e.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    e.qp.post_recv(RecvWr::new(7, buf.sge(0, 64))).unwrap();
+    let mut s = raw_initiator(&e);
+    e.qp.disconnect().unwrap();
+    // The peer gets our FIN and never answers it (nor closes): after the close
+    // timeout, the connection is reset and the QP is disconnected.
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "only our FIN: {rest:?}");
+    disconnected(&e.dev, &e.qp);
+    assert_eq!(e.qp.state(), QpState::Error);
+    let g = drained(&e.cq);
+    assert_eq!(
+        (g.len(), g[0].wr_id, g[0].status),
+        (1, 7, WcStatus::WrFlushError)
     );
 }

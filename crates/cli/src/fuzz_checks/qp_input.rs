@@ -228,6 +228,7 @@ impl Setup {
             max_fpdu: MAX_FPDU[usize::from(self.max_fpdu_choice & 3)],
             send_rtr: None,
             await_rtr: self.await_rtr,
+            ..QpParams::default()
         }
     }
 
