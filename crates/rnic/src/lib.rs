@@ -45,6 +45,7 @@ pub mod mr;
 pub mod qp;
 mod receive;
 pub mod region;
+mod region_table;
 mod sys;
 mod trace;
 mod transmit;
