@@ -165,7 +165,6 @@ pub(crate) struct Shared {
     next_qp: AtomicU32,
     next_pd: AtomicU32,
     next_cq: AtomicU32,
-    next_key: AtomicU32,
     events: Mutex<VecDeque<AsyncEvent>>,
     events_cv: Condvar,
     pub(crate) engines: Vec<Engine>,
@@ -211,8 +210,12 @@ impl Shared {
         self.release_region_id(id);
     }
 
-    pub(crate) fn next_key(&self) -> u8 {
-        (self.next_key.fetch_add(0x3b, Ordering::Relaxed) & 0xff) as u8
+    /// A consumer key for a new STag: random (RFC 5042 section 5.1: a peer that has
+    /// seen some STags must not be able to guess others), from the kernel.
+    pub(crate) fn next_key(&self) -> Result<u8> {
+        let mut k = [0u8; 1];
+        crate::sys::random::fill(&mut k)?;
+        Ok(k[0])
     }
 
     pub(crate) fn post_event(&self, e: AsyncEvent) {
@@ -270,7 +273,6 @@ impl Device {
             next_qp: AtomicU32::new(1),
             next_pd: AtomicU32::new(1),
             next_cq: AtomicU32::new(1),
-            next_key: AtomicU32::new(0x17),
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
             engines,

@@ -81,6 +81,14 @@ impl Pd {
         access: Access,
         make: impl FnOnce(RegionId) -> Result<Region>,
     ) -> Result<Mr> {
+        if access.contains(Access::REMOTE_INVALIDATE)
+            && !softrnic_proto::tpt::remotely_invalidatable(access)
+        {
+            return Err(Error::InvalidArgument(
+                "REMOTE_INVALIDATE needs REMOTE_READ or REMOTE_WRITE",
+            ));
+        }
+        let key = self.dev.next_key()?;
         let id = self.dev.reserve_region_id()?;
         let region = match make(id) {
             Ok(r) => Arc::new(r),
@@ -89,7 +97,6 @@ impl Pd {
                 return Err(e);
             }
         };
-        let key = self.dev.next_key();
         let entry = TptEntry {
             pd: self.id,
             key,
