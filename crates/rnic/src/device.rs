@@ -12,7 +12,7 @@ use softrnic_proto::tpt::Tpt;
 use softrnic_proto::{PdId, QpId, RegionId};
 use softrnic_wire::TerminateCause;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
@@ -46,8 +46,23 @@ pub struct DeviceConfig {
     pub max_fpdu: Option<usize>,
     /// MPA settings for connections (CRC policy, revision, IRD/ORD...).
     pub mpa: softrnic_proto::cm::MpaConfig,
-    /// Timeout for the MPA exchange.
+    /// Initiator: the whole of a connect (TCP connection, our MPA Request, the peer's
+    /// Reply) must be done within this, however the peer paces its octets (RFC 5044's
+    /// MPA timer; Linux siw's initiator waits 10 s).
     pub connect_timeout: Duration,
+    /// Responder: a connection's whole MPA Request must have arrived within this of
+    /// the TCP connection being taken, or the connection is dropped (RST). A silent or
+    /// slow peer holds nothing longer than this (Linux siw's responder waits 5 s).
+    pub mpa_request_timeout: Duration,
+    /// MPA exchanges in progress at once on the device, both sides counted (requests
+    /// being read by listeners, connects waiting for a Reply). Beyond it a connect
+    /// fails with [`crate::Error::Limit`] and a listener drops its oldest exchange to
+    /// take the new connection (or the new one, if it has none).
+    pub max_mpa_exchanges: usize,
+    /// MPA Requests one listener reads at once; beyond it, the oldest exchange in
+    /// progress is dropped to make room, so a flood of silent connections cannot keep
+    /// a prompt client out.
+    pub max_listener_exchanges: usize,
     /// TCP keepalive idle time, so a silently dead peer is noticed in bounded time.
     pub keepalive: Duration,
     /// Limits reported by `query` and enforced.
@@ -74,6 +89,9 @@ impl Default for DeviceConfig {
             max_fpdu: None,
             mpa: softrnic_proto::cm::MpaConfig::default(),
             connect_timeout: Duration::from_secs(10),
+            mpa_request_timeout: Duration::from_secs(5),
+            max_mpa_exchanges: 1024,
+            max_listener_exchanges: 256,
             keepalive: Duration::from_secs(5),
             max_qp: 65536,
             max_cqe: 1 << 20,
@@ -170,6 +188,18 @@ pub(crate) struct Shared {
     pub(crate) engines: Vec<Engine>,
     /// Where connections are recorded ([`DeviceConfig::pcap`]).
     pub(crate) pcap: Option<Arc<crate::transport::pcap::PcapSink>>,
+    /// MPA exchanges in progress ([`DeviceConfig::max_mpa_exchanges`]).
+    exchanges: AtomicUsize,
+}
+
+/// One MPA exchange in progress, counted against
+/// [`DeviceConfig::max_mpa_exchanges`] until dropped.
+pub(crate) struct ExchangeSlot(Arc<Shared>);
+
+impl Drop for ExchangeSlot {
+    fn drop(&mut self) {
+        self.0.exchanges.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Shared {
@@ -216,6 +246,18 @@ impl Shared {
         let mut k = [0u8; 1];
         crate::sys::random::fill(&mut k)?;
         Ok(k[0])
+    }
+
+    /// A slot for one more MPA exchange, unless the device has
+    /// [`DeviceConfig::max_mpa_exchanges`] in progress.
+    pub(crate) fn exchange_slot(self: &Arc<Self>) -> Option<ExchangeSlot> {
+        let max = self.cfg.max_mpa_exchanges;
+        self.exchanges
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| ExchangeSlot(self.clone()))
     }
 
     pub(crate) fn post_event(&self, e: AsyncEvent) {
@@ -276,6 +318,7 @@ impl Device {
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
             engines,
+            exchanges: AtomicUsize::new(0),
         });
         for (i, e) in shared.engines.iter().enumerate() {
             e.attach(Arc::downgrade(&shared));

@@ -282,8 +282,12 @@ impl Receiver {
                     return Ok(());
                 }
                 if op.invalidates() && d.tpt.invalidate_remote(rsvd_ulp, d.pd).is_err() {
-                    // The buffer stays bound and flushes with the rest.
-                    return Err(self.fail(place::cannot_invalidate()));
+                    // The buffer stays bound and flushes with the rest. The FPDU's
+                    // octets are behind us: its header is written again for the
+                    // Terminate.
+                    self.stop();
+                    let copied = CopiedHeaders::of(&h, len);
+                    return Err(Fatal::Local(place::cannot_invalidate(), copied));
                 }
                 let Some(wqe) = self.untagged.deliver_send() else {
                     return Ok(());
