@@ -5,6 +5,7 @@ use crate::cq::{Cq, CqShared};
 
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
+use crate::limits::{Budget, Reservation};
 use crate::mr::Pd;
 use crate::qp::{Qp, QpInit, QpShared};
 use crate::region::Region;
@@ -12,7 +13,7 @@ use softrnic_proto::tpt::Tpt;
 use softrnic_proto::{PdId, QpId, RegionId};
 use softrnic_wire::TerminateCause;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
@@ -65,12 +66,18 @@ pub struct DeviceConfig {
     pub max_listener_exchanges: usize,
     /// TCP keepalive idle time, so a silently dead peer is noticed in bounded time.
     pub keepalive: Duration,
-    /// Limits reported by `query` and enforced.
+    /// Queue pairs at once (reported by `query` and enforced, as every limit here:
+    /// beyond it, creation fails with [`Error::Limit`] and allocates nothing).
     pub max_qp: u32,
-    /// Largest CQ.
+    /// Entries of one CQ.
     pub max_cqe: usize,
-    /// Largest memory region.
+    /// Entries of all CQs together (each entry is a completion slot allocated when
+    /// the CQ is created).
+    pub max_cq_entries: u64,
+    /// Octets of one memory region.
     pub max_mr_size: u64,
+    /// Octets of all memory regions together (allocated or registered).
+    pub max_registered: u64,
     /// For testing: faults injected into every connection of the device.
     pub fault: Option<crate::FaultPlan>,
     /// Record every connection of the device (MPA exchange and FPDUs, with synthetic
@@ -95,7 +102,9 @@ impl Default for DeviceConfig {
             keepalive: Duration::from_secs(5),
             max_qp: 65536,
             max_cqe: 1 << 20,
+            max_cq_entries: 1 << 22,
             max_mr_size: 1 << 40,
+            max_registered: 1 << 40,
             fault: None,
             pcap: None,
         }
@@ -117,6 +126,12 @@ pub struct DeviceAttr {
     pub max_mr: u32,
     /// Octets per memory region.
     pub max_mr_size: u64,
+    /// Octets of all memory regions together.
+    pub max_registered: u64,
+    /// Entries of all CQs together.
+    pub max_cq_entries: u64,
+    /// MPA exchanges in progress at once.
+    pub max_mpa_exchanges: usize,
     /// Scatter/gather elements per work request.
     pub max_sge: usize,
     /// Inline data per work request (sends copy from registered memory here, so 0).
@@ -129,6 +144,19 @@ pub struct DeviceAttr {
     pub num_comp_vectors: usize,
     /// Shared receive queues (coming with the SRQ manager).
     pub max_srq: u32,
+}
+
+/// What a device's objects hold at one moment ([`Device::usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceUsage {
+    /// Queue pairs.
+    pub qps: usize,
+    /// Entries of all CQs.
+    pub cq_entries: u64,
+    /// Octets of all memory regions.
+    pub registered: u64,
+    /// MPA exchanges in progress (listeners' and connects').
+    pub mpa_exchanges: usize,
 }
 
 /// An event the device reports asynchronously.
@@ -189,18 +217,16 @@ pub(crate) struct Shared {
     /// Where connections are recorded ([`DeviceConfig::pcap`]).
     pub(crate) pcap: Option<Arc<crate::transport::pcap::PcapSink>>,
     /// MPA exchanges in progress ([`DeviceConfig::max_mpa_exchanges`]).
-    exchanges: AtomicUsize,
+    pub(crate) exchanges: Arc<Budget>,
+    /// Entries of all CQs ([`DeviceConfig::max_cq_entries`]).
+    pub(crate) cq_entries: Arc<Budget>,
+    /// Octets of all memory regions ([`DeviceConfig::max_registered`]).
+    pub(crate) registered: Arc<Budget>,
 }
 
 /// One MPA exchange in progress, counted against
 /// [`DeviceConfig::max_mpa_exchanges`] until dropped.
-pub(crate) struct ExchangeSlot(Arc<Shared>);
-
-impl Drop for ExchangeSlot {
-    fn drop(&mut self) {
-        self.0.exchanges.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+pub(crate) type ExchangeSlot = Reservation;
 
 impl Shared {
     pub(crate) fn region(&self, id: RegionId) -> Option<Arc<Region>> {
@@ -250,14 +276,8 @@ impl Shared {
 
     /// A slot for one more MPA exchange, unless the device has
     /// [`DeviceConfig::max_mpa_exchanges`] in progress.
-    pub(crate) fn exchange_slot(self: &Arc<Self>) -> Option<ExchangeSlot> {
-        let max = self.cfg.max_mpa_exchanges;
-        self.exchanges
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| ExchangeSlot(self.clone()))
+    pub(crate) fn exchange_slot(&self) -> Option<ExchangeSlot> {
+        self.exchanges.reserve(1).ok()
     }
 
     pub(crate) fn post_event(&self, e: AsyncEvent) {
@@ -300,6 +320,8 @@ impl Device {
             .enumerate()
             .map(|(i, cpu)| Engine::start(i, cfg.engine_spin, cpu))
             .collect::<Result<Vec<_>>>()?;
+        let max_exchanges = cfg.max_mpa_exchanges as u64;
+        let (max_cq_entries, max_registered) = (cfg.max_cq_entries, cfg.max_registered);
         let pcap = match &cfg.pcap {
             Some(path) => Some(Arc::new(crate::transport::pcap::PcapSink::create(path)?)),
             None => None,
@@ -318,7 +340,9 @@ impl Device {
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
             engines,
-            exchanges: AtomicUsize::new(0),
+            exchanges: Budget::new(max_exchanges, "max_mpa_exchanges"),
+            cq_entries: Budget::new(max_cq_entries, "max_cq_entries"),
+            registered: Budget::new(max_registered, "max_registered"),
         });
         for (i, e) in shared.engines.iter().enumerate() {
             e.attach(Arc::downgrade(&shared));
@@ -343,6 +367,9 @@ impl Device {
             max_cqe: c.max_cqe,
             max_mr: 0x00ff_ffff,
             max_mr_size: c.max_mr_size,
+            max_registered: c.max_registered,
+            max_cq_entries: c.max_cq_entries,
+            max_mpa_exchanges: c.max_mpa_exchanges,
             max_sge: softrnic_proto::MAX_SGE,
             max_inline: 0,
             max_ird: softrnic_proto::cm::MpaConfig::MAX_DEPTH,
@@ -370,17 +397,27 @@ impl Device {
     /// [`DeviceAttr::num_comp_vectors`]): the QPs whose receive CQ it is are driven by
     /// engine thread `vector`, on that engine's CPU.
     pub fn create_cq_on(&self, depth: usize, vector: usize) -> Result<Cq> {
-        if depth == 0 || depth > self.shared.cfg.max_cqe {
+        if depth == 0 {
             return Err(Error::InvalidArgument("CQ depth out of range"));
+        }
+        if depth > self.shared.cfg.max_cqe {
+            return Err(Error::Limit("max_cqe"));
         }
         if vector >= self.shared.engines.len() {
             return Err(Error::InvalidArgument(
                 "completion vector out of range (see num_comp_vectors)",
             ));
         }
+        let entries = self.shared.cq_entries.reserve(depth as u64)?;
         let id = self.shared.next_cq.fetch_add(1, Ordering::Relaxed);
         Ok(Cq {
-            shared: Arc::new(CqShared::new(id, depth, vector, self.shared.clone())?),
+            shared: Arc::new(CqShared::new(
+                id,
+                depth,
+                vector,
+                self.shared.clone(),
+                entries,
+            )?),
         })
     }
 
@@ -415,6 +452,18 @@ impl Device {
             }
         }
         Ok(Qp { shared: qp })
+    }
+
+    /// What the device's objects hold now, against the limits [`Device::query`]
+    /// reports.
+    pub fn usage(&self) -> DeviceUsage {
+        let s = &self.shared;
+        DeviceUsage {
+            qps: s.qps.lock().map(|q| q.len()).unwrap_or(0),
+            cq_entries: s.cq_entries.used(),
+            registered: s.registered.used(),
+            mpa_exchanges: s.exchanges.used() as usize,
+        }
     }
 
     /// Next asynchronous event, if any.

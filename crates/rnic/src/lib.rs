@@ -48,6 +48,7 @@ pub mod device;
 mod engine;
 pub mod error;
 mod frame_io;
+mod limits;
 pub mod listener;
 pub mod mr;
 pub mod qp;
@@ -60,7 +61,7 @@ mod transport;
 
 pub use cm::{ConnRequest, Connection};
 pub use cq::Cq;
-pub use device::{AsyncEvent, Device, DeviceAttr, DeviceConfig, ProgressMode};
+pub use device::{AsyncEvent, Device, DeviceAttr, DeviceConfig, DeviceUsage, ProgressMode};
 pub use engine::EngineInfo;
 pub use error::{Error, Fault, Result};
 pub use listener::{Listener, ListenerStats};

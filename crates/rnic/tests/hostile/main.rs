@@ -7,5 +7,6 @@
 mod listener;
 mod peer;
 mod quirks;
+mod resources;
 mod stags;
 mod terminate;
