@@ -356,3 +356,57 @@ fn every_terminate_a_peer_can_provoke() {
         run(&c);
     }
 }
+
+/// A hostile connection ends alone: another QP of the same device, in the same PD and
+/// on the same CQ, goes on placing and completing while the first is terminated.
+#[test]
+fn other_connections_are_untouched() {
+    let t = Target::new(DeviceConfig::default());
+    let qp2 = t
+        .dev
+        .create_qp(
+            &t.pd,
+            QpInit {
+                send_cq: &t.cq,
+                recv_cq: &t.cq,
+                sq_depth: 16,
+                rq_depth: 16,
+            },
+        )
+        .unwrap();
+    let exposed = t
+        .pd
+        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let note = t.pd.alloc_mr(8, Access::LOCAL_WRITE).unwrap();
+    let mut hostile = t.accept_peer(MpaConfig::default());
+    let mut good = {
+        let listener = t.dev.listen("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::scope(|s| {
+            let h = s.spawn(|| listener.accept().unwrap().accept(&qp2, b"").unwrap());
+            let p = Peer::connect(addr, MpaConfig::default());
+            h.join().unwrap();
+            p
+        })
+    };
+    qp2.post_recv(RecvWr {
+        wr_id: 2,
+        sgl: [note.sge(0, 8)].into(),
+    })
+    .unwrap();
+    hostile.write(0x00ab_cd01, 0, b"bad");
+    assert_eq!(hostile.terminate().0, ddp(1, 0x00));
+    good.write(exposed.rkey(), exposed.addr(), b"good data");
+    good.send(Opcode::Send, 0, b"done");
+    let wc = t.cq.wait_for(1, WAIT);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].qp),
+        (2, WcStatus::Success, qp2.id())
+    );
+    let mut got = [0u8; 9];
+    exposed.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"good data");
+    assert_eq!(qp2.state(), QpState::Rts);
+    assert_eq!(t.qp.state(), QpState::Error);
+}
