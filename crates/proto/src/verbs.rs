@@ -29,6 +29,11 @@ bitflags! {
         const REMOTE_WRITE = 1 << 1;
         /// A remote peer may RDMA Read.
         const REMOTE_READ = 1 << 2;
+        /// A remote peer may invalidate the STag with a Send with Invalidate. Only
+        /// together with a remote right (the STag is exposed to the peer anyway), as
+        /// the verbs rules have it: without this flag a peer cannot knock a region out
+        /// by naming it (a Terminate "STag cannot be invalidated" answers it).
+        const REMOTE_INVALIDATE = 1 << 3;
     }
 }
 

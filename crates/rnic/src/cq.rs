@@ -5,6 +5,7 @@
 use crate::cq_ring::{CqRing, Full};
 use crate::device::{AsyncEvent, ProgressMode, Shared};
 use crate::error::Result;
+use crate::limits::Reservation;
 use crate::qp::QpShared;
 use softrnic_proto::Completion;
 use std::collections::VecDeque;
@@ -31,10 +32,18 @@ pub(crate) struct CqShared {
     notify_cv: Condvar,
     dev: Weak<Shared>,
     pub(crate) qps: Mutex<Vec<Weak<QpShared>>>,
+    /// This CQ's share of [`crate::DeviceConfig::max_cq_entries`].
+    _entries: Reservation,
 }
 
 impl CqShared {
-    pub(crate) fn new(id: u32, depth: usize, vector: usize, dev: Arc<Shared>) -> Result<CqShared> {
+    pub(crate) fn new(
+        id: u32,
+        depth: usize,
+        vector: usize,
+        dev: Arc<Shared>,
+        entries: Reservation,
+    ) -> Result<CqShared> {
         let ring = CqRing::new(depth).map_err(|_| crate::Error::InvalidArgument("CQ depth"))?;
         Ok(CqShared {
             id,
@@ -48,6 +57,7 @@ impl CqShared {
             notify_cv: Condvar::new(),
             dev: Arc::downgrade(&dev),
             qps: Mutex::new(Vec::new()),
+            _entries: entries,
         })
     }
 

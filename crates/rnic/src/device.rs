@@ -5,6 +5,7 @@ use crate::cq::{Cq, CqShared};
 
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
+use crate::limits::{Budget, Reservation};
 use crate::mr::Pd;
 use crate::qp::{Qp, QpInit, QpShared};
 use crate::region::Region;
@@ -47,19 +48,40 @@ pub struct DeviceConfig {
     pub max_fpdu: Option<usize>,
     /// MPA settings for connections (CRC policy, revision, IRD/ORD...).
     pub mpa: softrnic_proto::cm::MpaConfig,
-    /// Timeout for the MPA exchange.
+    /// Initiator: the whole of a connect (TCP connection, our MPA Request, the peer's
+    /// Reply) must be done within this, however the peer paces its octets (RFC 5044's
+    /// MPA timer; Linux siw's initiator waits 10 s).
     pub connect_timeout: Duration,
+    /// Responder: a connection's whole MPA Request must have arrived within this of
+    /// the TCP connection being taken, or the connection is dropped (RST). A silent or
+    /// slow peer holds nothing longer than this (Linux siw's responder waits 5 s).
+    pub mpa_request_timeout: Duration,
+    /// MPA exchanges in progress at once on the device, both sides counted (requests
+    /// being read by listeners, connects waiting for a Reply). Beyond it a connect
+    /// fails with [`crate::Error::Limit`] and a listener drops its oldest exchange to
+    /// take the new connection (or the new one, if it has none).
+    pub max_mpa_exchanges: usize,
+    /// MPA Requests one listener reads at once; beyond it, the oldest exchange in
+    /// progress is dropped to make room, so a flood of silent connections cannot keep
+    /// a prompt client out.
+    pub max_listener_exchanges: usize,
     /// TCP keepalive idle time, so a silently dead peer is noticed in bounded time.
     pub keepalive: Duration,
     /// How long a QP's close may take (the peer's FIN, or the queued octets draining)
     /// before its connection is reset.
     pub close_timeout: Duration,
-    /// Limits reported by `query` and enforced.
+    /// Queue pairs at once (reported by `query` and enforced, as every limit here:
+    /// beyond it, creation fails with [`Error::Limit`] and allocates nothing).
     pub max_qp: u32,
-    /// Largest CQ.
+    /// Entries of one CQ.
     pub max_cqe: usize,
-    /// Largest memory region.
+    /// Entries of all CQs together (each entry is a completion slot allocated when
+    /// the CQ is created).
+    pub max_cq_entries: u64,
+    /// Octets of one memory region.
     pub max_mr_size: u64,
+    /// Octets of all memory regions together (allocated or registered).
+    pub max_registered: u64,
     /// For testing: faults injected into every connection of the device.
     pub fault: Option<crate::FaultPlan>,
     /// Record every connection of the device (MPA exchange and FPDUs, with synthetic
@@ -78,11 +100,16 @@ impl Default for DeviceConfig {
             max_fpdu: None,
             mpa: softrnic_proto::cm::MpaConfig::default(),
             connect_timeout: Duration::from_secs(10),
+            mpa_request_timeout: Duration::from_secs(5),
+            max_mpa_exchanges: 1024,
+            max_listener_exchanges: 256,
             keepalive: Duration::from_secs(5),
             close_timeout: softrnic_proto::qp::DEFAULT_CLOSE_TIMEOUT,
             max_qp: 65536,
             max_cqe: 1 << 20,
+            max_cq_entries: 1 << 22,
             max_mr_size: 1 << 40,
+            max_registered: 1 << 40,
             fault: None,
             pcap: None,
         }
@@ -104,6 +131,12 @@ pub struct DeviceAttr {
     pub max_mr: u32,
     /// Octets per memory region.
     pub max_mr_size: u64,
+    /// Octets of all memory regions together.
+    pub max_registered: u64,
+    /// Entries of all CQs together.
+    pub max_cq_entries: u64,
+    /// MPA exchanges in progress at once.
+    pub max_mpa_exchanges: usize,
     /// Scatter/gather elements per work request.
     pub max_sge: usize,
     /// Inline data per work request (sends copy from registered memory here, so 0).
@@ -116,6 +149,19 @@ pub struct DeviceAttr {
     pub num_comp_vectors: usize,
     /// Shared receive queues (coming with the SRQ manager).
     pub max_srq: u32,
+}
+
+/// What a device's objects hold at one moment ([`Device::usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceUsage {
+    /// Queue pairs.
+    pub qps: usize,
+    /// Entries of all CQs.
+    pub cq_entries: u64,
+    /// Octets of all memory regions.
+    pub registered: u64,
+    /// MPA exchanges in progress (listeners' and connects').
+    pub mpa_exchanges: usize,
 }
 
 /// An event the device reports asynchronously.
@@ -169,13 +215,22 @@ pub(crate) struct Shared {
     next_qp: AtomicU32,
     next_pd: AtomicU32,
     next_cq: AtomicU32,
-    next_key: AtomicU32,
     events: Mutex<VecDeque<AsyncEvent>>,
     events_cv: Condvar,
     pub(crate) engines: Vec<Engine>,
     /// Where connections are recorded ([`DeviceConfig::pcap`]).
     pub(crate) pcap: Option<Arc<crate::transport::pcap::PcapSink>>,
+    /// MPA exchanges in progress ([`DeviceConfig::max_mpa_exchanges`]).
+    pub(crate) exchanges: Arc<Budget>,
+    /// Entries of all CQs ([`DeviceConfig::max_cq_entries`]).
+    pub(crate) cq_entries: Arc<Budget>,
+    /// Octets of all memory regions ([`DeviceConfig::max_registered`]).
+    pub(crate) registered: Arc<Budget>,
 }
+
+/// One MPA exchange in progress, counted against
+/// [`DeviceConfig::max_mpa_exchanges`] until dropped.
+pub(crate) type ExchangeSlot = Reservation;
 
 impl Shared {
     /// The region registered under `id`, if it still is (one shard's read lock).
@@ -199,8 +254,18 @@ impl Shared {
         self.regions.remove(id);
     }
 
-    pub(crate) fn next_key(&self) -> u8 {
-        (self.next_key.fetch_add(0x3b, Ordering::Relaxed) & 0xff) as u8
+    /// A consumer key for a new STag: random (RFC 5042 section 5.1: a peer that has
+    /// seen some STags must not be able to guess others), from the kernel.
+    pub(crate) fn next_key(&self) -> Result<u8> {
+        let mut k = [0u8; 1];
+        crate::sys::random::fill(&mut k)?;
+        Ok(k[0])
+    }
+
+    /// A slot for one more MPA exchange, unless the device has
+    /// [`DeviceConfig::max_mpa_exchanges`] in progress.
+    pub(crate) fn exchange_slot(&self) -> Option<ExchangeSlot> {
+        self.exchanges.reserve(1).ok()
     }
 
     pub(crate) fn post_event(&self, e: AsyncEvent) {
@@ -243,6 +308,8 @@ impl Device {
             .enumerate()
             .map(|(i, cpu)| Engine::start(i, cfg.engine_spin, cpu))
             .collect::<Result<Vec<_>>>()?;
+        let max_exchanges = cfg.max_mpa_exchanges as u64;
+        let (max_cq_entries, max_registered) = (cfg.max_cq_entries, cfg.max_registered);
         let pcap = match &cfg.pcap {
             Some(path) => Some(Arc::new(crate::transport::pcap::PcapSink::create(path)?)),
             None => None,
@@ -257,10 +324,12 @@ impl Device {
             next_qp: AtomicU32::new(1),
             next_pd: AtomicU32::new(1),
             next_cq: AtomicU32::new(1),
-            next_key: AtomicU32::new(0x17),
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
             engines,
+            exchanges: Budget::new(max_exchanges, "max_mpa_exchanges"),
+            cq_entries: Budget::new(max_cq_entries, "max_cq_entries"),
+            registered: Budget::new(max_registered, "max_registered"),
         });
         for (i, e) in shared.engines.iter().enumerate() {
             e.attach(Arc::downgrade(&shared));
@@ -285,6 +354,9 @@ impl Device {
             max_cqe: c.max_cqe,
             max_mr: 0x00ff_ffff,
             max_mr_size: c.max_mr_size,
+            max_registered: c.max_registered,
+            max_cq_entries: c.max_cq_entries,
+            max_mpa_exchanges: c.max_mpa_exchanges,
             max_sge: softrnic_proto::MAX_SGE,
             max_inline: 0,
             max_ird: softrnic_proto::cm::MpaConfig::MAX_DEPTH,
@@ -312,17 +384,27 @@ impl Device {
     /// [`DeviceAttr::num_comp_vectors`]): the QPs whose receive CQ it is are driven by
     /// engine thread `vector`, on that engine's CPU.
     pub fn create_cq_on(&self, depth: usize, vector: usize) -> Result<Cq> {
-        if depth == 0 || depth > self.shared.cfg.max_cqe {
+        if depth == 0 {
             return Err(Error::InvalidArgument("CQ depth out of range"));
+        }
+        if depth > self.shared.cfg.max_cqe {
+            return Err(Error::Limit("max_cqe"));
         }
         if vector >= self.shared.engines.len() {
             return Err(Error::InvalidArgument(
                 "completion vector out of range (see num_comp_vectors)",
             ));
         }
+        let entries = self.shared.cq_entries.reserve(depth as u64)?;
         let id = self.shared.next_cq.fetch_add(1, Ordering::Relaxed);
         Ok(Cq {
-            shared: Arc::new(CqShared::new(id, depth, vector, self.shared.clone())?),
+            shared: Arc::new(CqShared::new(
+                id,
+                depth,
+                vector,
+                self.shared.clone(),
+                entries,
+            )?),
         })
     }
 
@@ -357,6 +439,18 @@ impl Device {
             }
         }
         Ok(Qp { shared: qp })
+    }
+
+    /// What the device's objects hold now, against the limits [`Device::query`]
+    /// reports.
+    pub fn usage(&self) -> DeviceUsage {
+        let s = &self.shared;
+        DeviceUsage {
+            qps: s.qps.lock().map(|q| q.len()).unwrap_or(0),
+            cq_entries: s.cq_entries.used(),
+            registered: s.registered.used(),
+            mpa_exchanges: s.exchanges.used() as usize,
+        }
     }
 
     /// Next asynchronous event, if any.

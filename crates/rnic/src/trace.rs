@@ -114,6 +114,12 @@ pub(crate) fn mpa_reject_sent(dev: u32, peer: SocketAddr, reason: Option<Refusal
     }
 }
 
+/// Responder: a listener dropped a connection before its MPA Request was whole (late,
+/// evicted, refused, not MPA, malformed).
+pub(crate) fn mpa_dropped(dev: u32, peer: SocketAddr, why: &str) {
+    info!(target: CM, dev, %peer, why, "connection dropped during MPA setup");
+}
+
 /// Either side: the exchange failed.
 pub(crate) fn mpa_failed(dev: u32, e: &Error) {
     info!(target: CM, dev, error = %e, fault = %e.fault(), "MPA exchange failed");

@@ -121,7 +121,10 @@ fn terminated_both_ends(initiator: &End, target: &End, cause: TerminateCause) {
 /// Runs one faulting `op` from the active end `a` against the passive end `b`.
 fn violation(op: Op, fault: Fault, cause: TerminateCause, progress: ProgressMode) {
     let (a, b) = end().progress(progress).pair();
-    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let all = Access::LOCAL_WRITE
+        | Access::REMOTE_WRITE
+        | Access::REMOTE_READ
+        | Access::REMOTE_INVALIDATE;
     let access = match (fault, op) {
         (Fault::MissingRight, Op::Write) => all - Access::REMOTE_WRITE,
         (Fault::MissingRight, Op::Read) => all - Access::REMOTE_READ,

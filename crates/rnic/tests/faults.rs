@@ -171,7 +171,7 @@ fn resources_or_the_os_are_at_fault() {
     assert!(matches!(e, Error::Limit(_)), "{e:?}");
     assert_eq!(e.fault(), Fault::Resources);
     let e = a.pd.alloc_mr(usize::MAX, Access::LOCAL_WRITE).unwrap_err();
-    assert!(matches!(e, Error::Region(_)), "{e:?}");
+    assert!(matches!(e, Error::Limit("max_mr_size")), "{e:?}");
     assert_eq!(e.fault(), Fault::Resources);
 
     // Nobody listens on a port that was just closed.

@@ -125,8 +125,11 @@ fn write_and_read_all_sizes() {
 fn send_with_invalidate_solicited_and_local_invalidate() {
     let (a, b) = pair();
     let exposed =
-        b.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-            .unwrap();
+        b.pd.alloc_mr(
+            64,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_INVALIDATE,
+        )
+        .unwrap();
     let buf = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     let src = a.pd.alloc_mr(64, Access::empty()).unwrap();
     b.qp.post_recv(RecvWr::new(9, buf.sge(0, 64))).unwrap();

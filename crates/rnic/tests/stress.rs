@@ -532,7 +532,10 @@ impl World {
                     self.n.invalidates += 1;
                     self.sides[peer]
                         .pd
-                        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                        .alloc_mr(
+                            64,
+                            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_INVALIDATE,
+                        )
                         .unwrap()
                 });
                 let inv = victim.as_ref().map(Mr::rkey);

@@ -57,7 +57,7 @@ const fn region(base: u64, len: u64, access: Access, pd: u32, revoked: bool) -> 
     }
 }
 
-/// Where remote Writes may land.
+/// Where remote Writes may land; a peer may invalidate it (a Send with Invalidate).
 pub const WRITE_TARGET: usize = 0;
 /// Receive buffers and the Read sink: local write only.
 pub const LOCAL: usize = 1;
@@ -72,7 +72,13 @@ pub const REVOKED: usize = 5;
 
 /// The regions, in TPT insertion order (region `i` has [`stag`]`(i)`).
 pub const REGIONS: [RegionSpec; 6] = [
-    region(0x1000, 4096, Access::REMOTE_WRITE, 1, false),
+    region(
+        0x1000,
+        4096,
+        Access::REMOTE_WRITE.union(Access::REMOTE_INVALIDATE),
+        1,
+        false,
+    ),
     region(0x10_0000, 8192, Access::LOCAL_WRITE, 1, false),
     region(0x20_0000, 4096, Access::all(), 2, false),
     region(0x30_0000, 4096, Access::REMOTE_READ, 1, false),

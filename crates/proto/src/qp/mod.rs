@@ -58,6 +58,10 @@ pub enum PostError {
     /// The QP is not in a state that accepts this post.
     #[error("QP in state {0:?} does not accept work requests")]
     BadState(QpState),
+    /// An RDMA Read on a connection that negotiated ORD 0: the peer accepts no Read
+    /// Requests (its IRD is 0), so none may be sent.
+    #[error("RDMA Read on a connection with ORD 0 (the peer's IRD is 0)")]
+    NoReadCredits,
 }
 
 /// What a receive step borrows from the device: the TPT and, for a QP that takes its
@@ -227,8 +231,13 @@ impl Qp {
         if wr.sgl.len() > MAX_SGE {
             return Err(PostError::TooManySge(wr.sgl.len()));
         }
-        if matches!(wr.op, SendOp::Read { .. }) && wr.sgl.len() != 1 {
-            return Err(PostError::ReadNeedsOneSge);
+        if matches!(wr.op, SendOp::Read { .. }) {
+            if wr.sgl.len() != 1 {
+                return Err(PostError::ReadNeedsOneSge);
+            }
+            if self.params.ord == 0 {
+                return Err(PostError::NoReadCredits);
+            }
         }
         if self.tx.sq_len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);

@@ -200,7 +200,7 @@ impl TxState {
 
     /// An inbound Read Request, already checked against the TPT; false if IRD is full.
     pub(crate) fn push_inbound_read(&mut self, rr: &ReadRequest, source: Chunk) -> bool {
-        if self.irq.len() >= self.ird.max(1) {
+        if self.irq.len() >= self.ird {
             return false;
         }
         self.irq.push_back(InRead {
@@ -365,7 +365,7 @@ impl TxState {
         }
         match e.op {
             SendOp::Read { remote_addr, rkey } => {
-                if tx.orq.len() >= tx.ord.max(1) {
+                if tx.orq.len() >= tx.ord {
                     return false;
                 }
                 let rr = ReadRequest {

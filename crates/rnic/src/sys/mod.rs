@@ -3,4 +3,5 @@
 //! one place.
 
 pub mod affinity;
+pub(crate) mod random;
 pub(crate) mod socket;

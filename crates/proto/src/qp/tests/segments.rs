@@ -91,7 +91,7 @@ fn workload(crc: bool) -> (Side, Side, [STag; 3]) {
     let (src, sbase) = a.reg(20_000, Access::empty(), 1);
     let (rdst, rbase) = b.reg(12_000, Access::LOCAL_WRITE, 2);
     let (wdst, wbase) = b.reg(8_000, Access::LOCAL_WRITE | Access::REMOTE_WRITE, 3);
-    let (inv, _) = b.reg(16, Access::REMOTE_WRITE, 4);
+    let (inv, _) = b.reg(16, Access::REMOTE_WRITE | Access::REMOTE_INVALIDATE, 4);
     for (i, at) in [0u64, 4_000, 8_000].into_iter().enumerate() {
         b.qp.post_recv(
             RecvWr {
