@@ -51,6 +51,7 @@ pub mod mr;
 pub mod qp;
 mod receive;
 pub mod region;
+pub mod srq;
 mod sys;
 mod trace;
 mod transmit;
@@ -64,9 +65,12 @@ pub use error::{Error, Fault, Result};
 pub use mr::{Mr, Pd};
 pub use qp::{Qp, QpInit, QpStats, RX_DIRECT_MIN, RX_STAGING_LEN, TX_GATHER_MAX};
 pub use softrnic_proto::cm::{CmError, CrcPolicy, MpaConfig, RefusalReason, RtrTypes};
+pub use softrnic_proto::srq::limits::{Analysis, Level, LimitKind, QpLimits, Verdict};
+pub use softrnic_proto::srq::stats::{Estimator, ProvisionConfig};
 pub use softrnic_proto::{
     Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };
 pub use softrnic_wire::TerminateCause;
+pub use srq::{ChainError, Srq, SrqAttr, SrqInit, SrqModify, SrqUsage};
 pub use sys::affinity;
 pub use transport::fault::{FaultEnd, FaultPlan};

@@ -120,3 +120,5 @@ pub fn send(wr_id: u64, sgl: Vec<Sge>) -> SendWr {
         fence: false,
     }
 }
+
+pub mod srq;
