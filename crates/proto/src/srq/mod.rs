@@ -132,8 +132,11 @@ pub struct Member {
     pub this_interval: u32,
     /// Buffers taken in all.
     pub taken: u64,
-    /// Over its soft per-interval limit in the previous interval.
+    /// It asked to go over its soft per-interval limit in the previous interval
+    /// (absorbed or held back): a second such interval makes it a sustained hog.
     pub over_last: bool,
+    /// It asked to go over its soft per-interval limit in this interval.
+    crossed: bool,
     /// The verdict of its current soft-limit episode.
     episode: Option<Verdict>,
     /// Its demand per interval.
@@ -239,6 +242,7 @@ impl Srq {
             this_interval: 0,
             taken: 0,
             over_last: false,
+            crossed: false,
             episode: None,
             demand: Demand::new(p.window, p.alpha),
         });
@@ -368,7 +372,7 @@ impl Srq {
         let (mut sum_mean, mut sum_var) = (0.0, 0.0);
         for m in self.members.values_mut() {
             m.demand.push(m.this_interval);
-            m.over_last = m.this_interval > m.limits.per_interval.soft;
+            m.over_last = std::mem::take(&mut m.crossed);
             m.this_interval = 0;
             m.episode = None;
             let (mean, var) = m.demand.moments(p.estimator);
@@ -449,6 +453,9 @@ impl RecvSource for Srq {
                 return Grant::Wait;
             }
             let m = self.members.get_mut(&qp).expect("attached above");
+            if a.limit == LimitKind::PerInterval && a.verdict != Verdict::Drop {
+                m.crossed = true;
+            }
             match a.verdict {
                 Verdict::Drop => {
                     self.counters.refused += 1;
