@@ -52,6 +52,7 @@ pub mod qp;
 mod receive;
 pub mod region;
 pub mod srq;
+mod srq_pool;
 mod sys;
 mod trace;
 mod transmit;
@@ -71,6 +72,6 @@ pub use softrnic_proto::{
     Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };
 pub use softrnic_wire::TerminateCause;
-pub use srq::{ChainError, Srq, SrqAttr, SrqInit, SrqModify, SrqUsage};
+pub use srq::{ChainError, ManagedInit, Srq, SrqAttr, SrqInit, SrqModify, SrqUsage};
 pub use sys::affinity;
 pub use transport::fault::{FaultEnd, FaultPlan};

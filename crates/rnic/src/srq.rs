@@ -18,6 +18,8 @@ use crate::device::{AsyncEvent, Shared};
 use crate::error::{Error, Result};
 use crate::mr::Pd;
 use crate::qp::QpShared;
+pub use crate::srq_pool::ManagedInit;
+use crate::srq_pool::Pool;
 use softrnic_proto::qp::{Grant, RecvSource, RecvWqe};
 use softrnic_proto::srq::limits::QpLimits;
 use softrnic_proto::srq::stats::ProvisionConfig;
@@ -49,6 +51,11 @@ pub struct SrqInit {
     /// Length of a statistics interval, closed by a manager thread; None: the program
     /// closes intervals itself with [`Srq::end_interval`].
     pub interval: Option<Duration>,
+    /// Managed provisioning: the SRQ posts receives itself from a pool it owns, up to
+    /// the target depth, and gives memory back when demand falls; the program only
+    /// takes messages out ([`Srq::take_message`]). None: advisory (the program posts,
+    /// told the target by [`Srq::query`] and [`AsyncEvent::SrqBelowTarget`]).
+    pub managed: Option<ManagedInit>,
 }
 
 impl SrqInit {
@@ -63,6 +70,7 @@ impl SrqInit {
             qp_limits: QpLimits::default(),
             provision: ProvisionConfig::default(),
             interval: None,
+            managed: None,
         }
     }
 }
@@ -101,6 +109,11 @@ pub struct SrqAttr {
     pub counters: SrqCounters,
     /// Time QPs spent held back, summed over QPs (ended stalls only).
     pub stall: Duration,
+    /// Managed: buffer memory registered now, and at most since creation (0 when
+    /// advisory).
+    pub managed_bytes: usize,
+    /// Managed: the most buffer memory registered at once.
+    pub managed_peak_bytes: usize,
 }
 
 /// One QP's use of an SRQ ([`Srq::usage`]).
@@ -161,6 +174,8 @@ pub(crate) struct SrqShared {
     /// Wakes the manager thread (interval end, limit reached, stop).
     manager_cv: Condvar,
     manager_stop: Mutex<bool>,
+    /// Managed provisioning's buffer pool (lock order: pool, then `core`).
+    pool: Option<Mutex<Pool>>,
 }
 
 impl SrqShared {
@@ -234,11 +249,16 @@ impl SrqShared {
     }
 
     fn end_interval(&self, dev: &Shared) -> Result<usize> {
-        let (target, events) = {
+        let (target, mut events) = {
             let mut g = self.lock()?;
             let t = g.srq.end_interval();
             (t, drain(&mut g.srq))
         };
+        if let Some(pool) = &self.pool {
+            // Managed: the SRQ provisions itself; the program is not asked to.
+            events.retain(|e| !matches!(e, SrqEvent::BelowTarget { .. }));
+            pool.lock()?.retarget(self, &dev.tpt, target)?;
+        }
         self.post_events(events, dev);
         self.wake(dev);
         Ok(target)
@@ -323,7 +343,16 @@ impl Srq {
             destroyed: AtomicBool::new(false),
             manager_cv: Condvar::new(),
             manager_stop: Mutex::new(false),
+            pool: match init.managed {
+                Some(m) => Some(Mutex::new(Pool::new(m, pd.clone())?)),
+                None => None,
+            },
         });
+        if let Some(pool) = &shared.pool {
+            let mut p = pool.lock()?;
+            let t = p.target();
+            p.retarget(&shared, &dev.tpt, t)?;
+        }
         let manager = match init.interval {
             Some(every) if !every.is_zero() => {
                 let w = Arc::downgrade(&shared);
@@ -372,6 +401,12 @@ impl Srq {
     ) -> std::result::Result<(), ChainError> {
         let fail = |posted, error| ChainError { posted, error };
         self.live().map_err(|e| fail(0, e))?;
+        if self.shared.pool.is_some() {
+            return Err(fail(
+                0,
+                Error::BadState("a managed SRQ posts its own receives"),
+            ));
+        }
         let dev = self.dev().map_err(|e| fail(0, e))?;
         let mut posted = 0;
         let mut result = Ok(());
@@ -438,6 +473,14 @@ impl Srq {
 
     /// Its attributes and counters (`ibv_query_srq`, and more).
     pub fn query(&self) -> Result<SrqAttr> {
+        // The pool first: its lock comes before the queue's.
+        let (managed_bytes, managed_peak_bytes) = match &self.shared.pool {
+            Some(p) => {
+                let p = p.lock()?;
+                (p.bytes, p.peak_bytes)
+            }
+            None => (0, 0),
+        };
         let g = self.shared.lock()?;
         let c = g.srq.config();
         Ok(SrqAttr {
@@ -455,7 +498,26 @@ impl Srq {
             target: g.srq.target(),
             counters: g.srq.counters(),
             stall: g.stall_total,
+            managed_bytes,
+            managed_peak_bytes,
         })
+    }
+
+    /// Managed: copies a receive completion's message out of its buffer and gives the
+    /// buffer back to the pool (posted again while the SRQ is below its target). Every
+    /// receive completion of a managed SRQ, flushed ones included (they carry no
+    /// octets), must be given back this way once; a completion of another SRQ, or one
+    /// given back twice, is refused.
+    pub fn take_message(&self, wc: &softrnic_proto::Completion) -> Result<Vec<u8>> {
+        let dev = self.dev()?;
+        let pool = self
+            .shared
+            .pool
+            .as_ref()
+            .ok_or(Error::BadState("not a managed SRQ"))?;
+        let out = pool.lock()?.take_message(&self.shared, &dev.tpt, wc)?;
+        self.shared.wake(&dev);
+        Ok(out)
     }
 
     /// One QP's use of the SRQ, if it is created on it.

@@ -331,6 +331,11 @@ impl Srq {
         out
     }
 
+    /// The posted buffers no message has taken, oldest first.
+    pub fn queued(&self) -> impl Iterator<Item = &RecvWqe> {
+        self.queue.iter()
+    }
+
     /// Removes every posted buffer (the SRQ is destroyed).
     pub fn drain(&mut self) -> impl Iterator<Item = RecvWqe> + '_ {
         self.queue.drain(..)
