@@ -52,7 +52,7 @@ pub mod qp;
 mod receive;
 pub mod region;
 pub mod srq;
-mod srq_pool;
+pub mod srq_pool;
 mod sys;
 mod trace;
 mod transmit;

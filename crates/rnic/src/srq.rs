@@ -295,7 +295,18 @@ impl RecvSource for SrqSource<'_> {
             }
             (grant, drain(&mut g.srq))
         };
+        let low = self.srq.pool.is_some()
+            && events
+                .iter()
+                .any(|e| matches!(e, SrqEvent::LimitReached { .. }));
         self.srq.post_events(events, self.dev);
+        if low && let Some(pool) = &self.srq.pool {
+            // Managed: a burst beyond the statistics; provision now (QP lock held,
+            // then the pool's, then the queue's: the order everyone uses).
+            if let Ok(mut p) = pool.lock() {
+                let _ = p.low_water(self.srq, &self.dev.tpt);
+            }
+        }
         grant
     }
 

@@ -20,6 +20,12 @@ use crate::srq::SrqShared;
 use softrnic_proto::qp::RecvWqe;
 use softrnic_proto::{Access, Completion, RecvWr};
 
+/// The managed SRQ's limit event is armed at `target / LOW_WATER` posted receives.
+pub const LOW_WATER: usize = 16;
+
+/// When it fires, `target / EMERGENCY` receives are posted at once.
+pub const EMERGENCY: usize = 8;
+
 /// How a managed SRQ's pool is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ManagedInit {
@@ -27,7 +33,9 @@ pub struct ManagedInit {
     pub buf_size: usize,
     /// Buffers per registered region.
     pub per_chunk: usize,
-    /// Buffers posted at least, whatever the statistics say (and at creation).
+    /// Buffers posted at creation, until the first interval's statistics.
+    pub initial: usize,
+    /// Buffers posted at least, whatever the statistics say.
     pub min_posted: usize,
     /// Buffers in the pool at most (posted, free or with the program).
     pub max_buffers: usize,
@@ -75,7 +83,7 @@ impl Pool {
             ));
         }
         Ok(Pool {
-            target: init.min_posted,
+            target: init.initial.clamp(init.min_posted, init.max_buffers),
             init,
             pd,
             chunks: Vec::new(),
@@ -162,11 +170,11 @@ impl Pool {
         Ok(())
     }
 
-    /// Gives back whole chunks, newest first (skipping busy ones), while at least `keep` receives would stay
-    /// posted: a chunk goes only if every buffer of it that is out is still queued in
+    /// Gives back whole chunks, newest first, while the pool keeps at least `keep`
+    /// buffers: a chunk goes only if every buffer of it that is out is still queued in
     /// the SRQ (none taken by a message, none with the program); its receives are
-    /// withdrawn and its region deregistered, under the SRQ's lock, so no message can
-    /// take one of them meanwhile.
+    /// withdrawn and its region deregistered under the SRQ's lock, so no message can
+    /// take one of them meanwhile. The caller posts again from the chunks that stay.
     fn shrink(&mut self, srq: &SrqShared, keep: usize) -> Result<()> {
         let mut g = srq.lock()?;
         let mut queued = vec![0usize; self.chunks.len()];
@@ -175,18 +183,18 @@ impl Pool {
                 *q += 1;
             }
         }
-        let mut left = g.srq.posted();
+        let mut cap = self.buffers();
         let mut victims = Vec::new();
         for (i, c) in self.chunks.iter().enumerate().rev() {
             let Some(c) = c else { continue };
-            if left - queued[i] < keep {
+            if cap < keep + self.init.per_chunk {
                 break;
             }
             if c.out != queued[i] {
                 // Some of it is taken or with the program: keep it, look further.
                 continue;
             }
-            left -= queued[i];
+            cap -= self.init.per_chunk;
             victims.push(i);
         }
         if victims.is_empty() {
@@ -209,10 +217,31 @@ impl Pool {
 
     /// A new target depth: post up to it, or give back whole chunks beyond it (with an
     /// eighth to spare, so a target that wobbles does not register and deregister).
+    /// The limit event is armed at a sixteenth of the target ([`LOW_WATER`]): a burst
+    /// beyond what the statistics foresaw is met at once ([`Pool::low_water`]), not at
+    /// the interval's end.
     pub(crate) fn retarget(&mut self, srq: &SrqShared, tpt: &Tpt, target: usize) -> Result<()> {
         self.target = target.clamp(self.init.min_posted, self.init.max_buffers);
+        self.shrink(srq, self.target + self.target / 8 + 1)?;
         self.fill(srq, tpt, self.target)?;
-        self.shrink(srq, self.target + self.target / 8 + 1)
+        self.arm(srq)
+    }
+
+    fn arm(&self, srq: &SrqShared) -> Result<()> {
+        let mut g = srq.lock()?;
+        let limit = (self.target / LOW_WATER).clamp(1, g.srq.config().max_wr);
+        let _ = g.srq.arm(limit);
+        Ok(())
+    }
+
+    /// The limit event fired: fewer than a sixteenth of the target are posted, in the
+    /// middle of an interval. Posts an eighth of the target more at once
+    /// ([`EMERGENCY`]; registering memory if need be) and re-arms; the next interval's
+    /// statistics take it from there.
+    pub(crate) fn low_water(&mut self, srq: &SrqShared, tpt: &Tpt) -> Result<()> {
+        let posted = srq.lock()?.srq.posted();
+        self.fill(srq, tpt, posted + (self.target / EMERGENCY).max(1))?;
+        self.arm(srq)
     }
 
     /// Copies a completed receive's octets out (none for a flushed one) and recycles

@@ -81,6 +81,7 @@ fn managed_mode_grows_and_gives_memory_back_without_losing_a_message() {
         managed: Some(ManagedInit {
             buf_size: 1024,
             per_chunk: 8,
+            initial: WINDOW,
             min_posted: WINDOW,
             max_buffers: 4096,
         }),
