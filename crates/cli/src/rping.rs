@@ -48,6 +48,10 @@ pub struct RpingArgs {
     /// Server: serve clients one after another, until killed.
     #[arg(short = 'P', requires = "server")]
     pub persistent: bool,
+    /// Take receive buffers from a shared receive queue (the QP has no receive queue
+    /// of its own).
+    #[arg(long)]
+    pub srq: bool,
     /// Server: make this bad remote access into the client's memory, to check the
     /// client's Terminate (its layer/type/code is printed).
     #[arg(long, value_enum, requires = "server")]
@@ -152,6 +156,7 @@ impl RpingArgs {
             timeout: Duration::from_secs(self.timeout),
             mpa,
             persistent: self.persistent,
+            srq: self.srq,
             inject: self.inject,
             pcap: self.pcap.clone(),
         })
@@ -282,6 +287,8 @@ pub struct RpingOpts {
     pub mpa: MpaConfig,
     /// `-P`: the server serves clients one after another until killed.
     pub persistent: bool,
+    /// `--srq`: receive buffers come from a shared receive queue.
+    pub srq: bool,
     /// Server: make a bad remote access into the client's memory on purpose, to see
     /// the peer's Terminate.
     pub inject: Option<Fault>,
@@ -338,6 +345,7 @@ impl Default for RpingOpts {
             timeout: Duration::from_secs(10),
             mpa,
             persistent: false,
+            srq: false,
             inject: None,
             pcap: None,
         }
@@ -406,6 +414,8 @@ struct Ends {
     cq: Cq,
     qp: Qp,
     pd: Pd,
+    /// With `--srq`: where the receives go.
+    srq: Option<Srq>,
 }
 
 fn open_device(opts: &RpingOpts) -> Result<Device> {
@@ -416,15 +426,22 @@ fn open_device(opts: &RpingOpts) -> Result<Device> {
     })?)
 }
 
-fn open(dev: &Device) -> Result<Ends> {
+fn open(dev: &Device, opts: &RpingOpts) -> Result<Ends> {
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(16)?;
-    let qp = dev.create_qp(&pd, QpInit::new(&cq, 16, 16))?;
+    let init = QpInit::new(&cq, 16, 16);
+    let (qp, srq) = if opts.srq {
+        let srq = dev.create_srq(&pd, SrqInit::new(16, 1))?;
+        (dev.create_qp_on_srq(&pd, init, &srq)?, Some(srq))
+    } else {
+        (dev.create_qp(&pd, init)?, None)
+    };
     Ok(Ends {
         dev: dev.clone(),
         cq,
         qp,
         pd,
+        srq,
     })
 }
 
@@ -475,7 +492,7 @@ pub fn client(addr: SocketAddr, opts: &RpingOpts) -> Result<u64> {
 /// connection into RDMA mode (Linux siw, see docs/INTEROP.md) is ready.
 pub fn client_with(addr: SocketAddr, opts: &RpingOpts, connected: impl FnOnce()) -> Result<u64> {
     let dev = open_device(opts)?;
-    let e = open(&dev)?;
+    let e = open(&dev, opts)?;
     let start =
         e.pd.alloc_mr(opts.size, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
     let sink =
@@ -538,7 +555,11 @@ fn send_advert(e: &Ends, adv: &Mr, opts: &RpingOpts, wr_id: u64) -> Result<()> {
 
 /// Posts the one receive an rping side keeps for the peer's next advert.
 fn repost(e: &Ends, rx: &Mr) -> Result<()> {
-    e.qp.post_recv(RecvWr::new(1, rx.sge(0, 16)))?;
+    let wr = RecvWr::new(1, rx.sge(0, 16));
+    match &e.srq {
+        Some(srq) => srq.post_recv(wr)?,
+        None => e.qp.post_recv(wr)?,
+    }
     Ok(())
 }
 
@@ -576,7 +597,7 @@ pub fn server(listen: SocketAddr, opts: &RpingOpts, ready: impl FnOnce(SocketAdd
 /// Accepts the next client on `l` and serves it until it disconnects or `-C`
 /// iterations are done; returns the iterations done.
 pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
-    let e = open(dev)?;
+    let e = open(dev, opts)?;
     let buf = e.pd.alloc_mr(opts.size.max(16), Access::LOCAL_WRITE)?;
     let adv = e.pd.alloc_mr(16, Access::LOCAL_WRITE)?;
     let rx = e.pd.alloc_mr(16, Access::LOCAL_WRITE)?;

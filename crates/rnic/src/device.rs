@@ -2,7 +2,6 @@
 //! the engine threads that serve the sockets, and the asynchronous event queue.
 
 use crate::cq::{Cq, CqShared};
-
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
 use crate::limits::{Budget, Reservation};
@@ -10,6 +9,7 @@ use crate::mr::Pd;
 use crate::qp::{Qp, QpInit, QpShared};
 use crate::region::Region;
 use crate::region_table::RegionTable;
+use crate::srq::{Srq, SrqInit};
 use softrnic_proto::tpt::Tpt;
 use softrnic_proto::{PdId, QpId, RegionId};
 use softrnic_wire::TerminateCause;
@@ -147,8 +147,10 @@ pub struct DeviceAttr {
     pub max_ord: u16,
     /// Completion vectors, one per engine thread (see [`Device::create_cq_on`]).
     pub num_comp_vectors: usize,
-    /// Shared receive queues (coming with the SRQ manager).
+    /// Shared receive queues.
     pub max_srq: u32,
+    /// Receives per shared receive queue.
+    pub max_srq_wr: usize,
 }
 
 /// What a device's objects hold at one moment ([`Device::usage`]).
@@ -199,6 +201,39 @@ pub enum AsyncEvent {
         /// The CQ's identifier.
         cq: u32,
     },
+    /// Fewer receives than its armed limit are posted in an SRQ (once per arm:
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`).
+    SrqLimitReached {
+        /// The SRQ.
+        srq: u32,
+    },
+    /// A QP crossed a soft limit on its SRQ: what the manager saw and answered (absorb
+    /// the burst, or back-pressure: its socket is not read until the SRQ recovers or
+    /// the QP falls back under its limit).
+    SrqSoftLimit {
+        /// The SRQ.
+        srq: u32,
+        /// The analysis, with the QP and the verdict.
+        analysis: softrnic_proto::srq::limits::Analysis,
+    },
+    /// A QP crossed a hard limit on its SRQ: its connection terminates (DDP "no
+    /// buffer" to the peer); a [`AsyncEvent::QpFatal`] follows.
+    SrqHardLimit {
+        /// The SRQ.
+        srq: u32,
+        /// The analysis, with the QP.
+        analysis: softrnic_proto::srq::limits::Analysis,
+    },
+    /// An interval ended with fewer receives posted than statistical provisioning
+    /// asks for: post `target - posted` more (advisory mode).
+    SrqBelowTarget {
+        /// The SRQ.
+        srq: u32,
+        /// The target depth.
+        target: usize,
+        /// Receives posted.
+        posted: usize,
+    },
 }
 
 /// Numbers devices in the process, for the `dev` field of tracing events.
@@ -215,6 +250,7 @@ pub(crate) struct Shared {
     next_qp: AtomicU32,
     next_pd: AtomicU32,
     next_cq: AtomicU32,
+    next_srq: AtomicU32,
     events: Mutex<VecDeque<AsyncEvent>>,
     events_cv: Condvar,
     pub(crate) engines: Vec<Engine>,
@@ -324,6 +360,7 @@ impl Device {
             next_qp: AtomicU32::new(1),
             next_pd: AtomicU32::new(1),
             next_cq: AtomicU32::new(1),
+            next_srq: AtomicU32::new(1),
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
             engines,
@@ -362,7 +399,8 @@ impl Device {
             max_ird: softrnic_proto::cm::MpaConfig::MAX_DEPTH,
             max_ord: softrnic_proto::cm::MpaConfig::MAX_DEPTH,
             num_comp_vectors: self.shared.engines.len(),
-            max_srq: 0,
+            max_srq: 65536,
+            max_srq_wr: crate::srq::MAX_SRQ_WR,
         }
     }
 
@@ -415,10 +453,32 @@ impl Device {
         e.iter().enumerate().map(|(i, e)| e.info(i)).collect()
     }
 
+    /// Creates a shared receive queue in `pd` (`ibv_create_srq`).
+    pub fn create_srq(&self, pd: &Pd, init: SrqInit) -> Result<Srq> {
+        let id = self.shared.next_srq.fetch_add(1, Ordering::Relaxed);
+        Srq::create(&self.shared, id, pd, init)
+    }
+
     /// Creates a QP in `pd` (state Idle; connect it with the connection manager).
     pub fn create_qp(&self, pd: &Pd, init: QpInit<'_>) -> Result<Qp> {
+        self.create_qp_with(pd, init, None)
+    }
+
+    /// Creates a QP in `pd` whose receive buffers come from `srq`: it has no receive
+    /// queue of its own (`init.rq_depth` is not used, as libibverbs ignores
+    /// `max_recv_wr` with an SRQ) and [`Qp::post_recv`] on it is refused.
+    pub fn create_qp_on_srq(&self, pd: &Pd, init: QpInit<'_>, srq: &Srq) -> Result<Qp> {
+        self.create_qp_with(pd, init, Some(srq))
+    }
+
+    fn create_qp_with(&self, pd: &Pd, init: QpInit<'_>, srq: Option<&Srq>) -> Result<Qp> {
         if !Arc::ptr_eq(&pd.dev, &self.shared) {
             return Err(Error::InvalidArgument("PD of another device"));
+        }
+        if let Some(s) = srq
+            && !s.shared.belongs_to(&self.shared)
+        {
+            return Err(Error::InvalidArgument("SRQ of another device"));
         }
         let mut qps = self.shared.qps.lock()?;
         if qps.len() >= self.shared.cfg.max_qp as usize {
@@ -426,7 +486,11 @@ impl Device {
         }
         let id = QpId(self.shared.next_qp.fetch_add(1, Ordering::Relaxed));
         let (scq, rcq) = (init.send_cq.shared.clone(), init.recv_cq.shared.clone());
-        let qp = Arc::new(QpShared::new(id, pd.id, &self.shared, init)?);
+        let srq = srq.map(|s| s.shared.clone());
+        let qp = Arc::new(QpShared::new(id, pd.id, &self.shared, init, srq.clone())?);
+        if let Some(s) = &srq {
+            s.attach(&qp)?;
+        }
         qps.insert(id.0, qp.clone());
         // The CQs learn their QPs, so a polling consumer can drive them (hybrid mode).
         for cq in [&scq, &rcq] {

@@ -49,6 +49,8 @@ pub mod qp;
 mod receive;
 pub mod region;
 mod region_table;
+pub mod srq;
+pub mod srq_pool;
 mod sys;
 mod trace;
 mod transmit;
@@ -63,10 +65,13 @@ pub use listener::{Listener, ListenerStats};
 pub use mr::{Mr, Pd};
 pub use qp::{Qp, QpInit, QpStats, RX_DIRECT_MIN, RX_STAGING_LEN, TX_GATHER_MAX};
 pub use softrnic_proto::cm::{CmError, CrcPolicy, MpaConfig, RefusalReason, RtrTypes};
+pub use softrnic_proto::srq::limits::{Analysis, Level, LimitKind, QpLimits, Verdict};
+pub use softrnic_proto::srq::stats::{Estimator, ProvisionConfig};
 pub use softrnic_proto::{
     Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, Sgl, TooManySge,
     WcOpcode, WcStatus,
 };
 pub use softrnic_wire::TerminateCause;
+pub use srq::{ChainError, ManagedInit, Srq, SrqAttr, SrqInit, SrqModify, SrqUsage};
 pub use sys::affinity;
 pub use transport::fault::{FaultEnd, FaultPlan};

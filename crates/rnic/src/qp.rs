@@ -16,6 +16,7 @@ use crate::cq::{Cq, CqShared};
 use crate::device::{AsyncEvent, Shared};
 use crate::error::{Error, Result};
 use crate::receive::{Staging, feed, receive};
+use crate::srq::SrqShared;
 use crate::transmit::{TxQueue, transmit};
 use crate::transport::Transport;
 use crate::transport::fault::FaultTransport;
@@ -89,6 +90,8 @@ pub(crate) struct QpInner {
     staging: Staging,
     /// The close-timer deadline the engine was last asked to wake the QP at.
     timer_armed: Option<Duration>,
+    /// The SRQ has been told that this QP went to error.
+    srq_flushed: bool,
     /// The state last reported to tracing.
     traced_state: QpState,
 }
@@ -99,17 +102,22 @@ pub(crate) struct QpShared {
     dev: Weak<Shared>,
     send_cq: Arc<CqShared>,
     recv_cq: Arc<CqShared>,
+    /// The shared receive queue its receive buffers come from, if any.
+    pub(crate) srq: Option<Arc<SrqShared>>,
     pub(crate) inner: Mutex<QpInner>,
     pub(crate) engine: usize,
 }
 
 impl QpShared {
-    pub(crate) fn new(id: QpId, pd: PdId, dev: &Arc<Shared>, init: QpInit<'_>) -> Result<QpShared> {
-        if init.sq_depth == 0
-            || init.rq_depth == 0
-            || init.sq_depth > 16384
-            || init.rq_depth > 16384
-        {
+    pub(crate) fn new(
+        id: QpId,
+        pd: PdId,
+        dev: &Arc<Shared>,
+        init: QpInit<'_>,
+        srq: Option<Arc<SrqShared>>,
+    ) -> Result<QpShared> {
+        let rq_ok = srq.is_some() || (1..=16384).contains(&init.rq_depth);
+        if init.sq_depth == 0 || init.sq_depth > 16384 || !rq_ok {
             return Err(Error::InvalidArgument("queue depth must be 1..=16384"));
         }
         for cq in [init.send_cq, init.recv_cq] {
@@ -117,24 +125,30 @@ impl QpShared {
                 return Err(Error::InvalidArgument("CQ of another device"));
             }
         }
-        let core = softrnic_proto::qp::Qp::new(QpConfig {
+        let cfg = QpConfig {
             id,
             pd,
             sq_depth: init.sq_depth,
             rq_depth: init.rq_depth,
-        });
+        };
+        let core = match srq {
+            Some(_) => softrnic_proto::qp::Qp::new_on_srq(cfg),
+            None => softrnic_proto::qp::Qp::new(cfg),
+        };
         Ok(QpShared {
             id,
             pd,
             dev: Arc::downgrade(dev),
             send_cq: init.send_cq.shared.clone(),
             recv_cq: init.recv_cq.shared.clone(),
+            srq,
             inner: Mutex::new(QpInner {
                 core,
                 conn: None,
                 stats: QpStats::default(),
                 staging: Staging::default(),
                 timer_armed: None,
+                srq_flushed: false,
                 traced_state: QpState::Idle,
             }),
             engine: init.recv_cq.shared.vector,
@@ -199,7 +213,15 @@ impl QpShared {
             ..
         } = g;
         match conn.as_mut() {
-            Some(conn) => receive(self.id, core, conn, stats, staging, dev),
+            Some(conn) => receive(
+                self.id,
+                core,
+                conn,
+                stats,
+                staging,
+                dev,
+                self.srq.as_deref(),
+            ),
             None => false,
         }
     }
@@ -235,6 +257,13 @@ impl QpShared {
 
     fn deliver(&self, g: &mut QpInner, dev: &Shared) {
         crate::trace::qp_state(dev.serial, self.id, &mut g.traced_state, g.core.state());
+        if let Some(srq) = &self.srq
+            && g.core.state() == QpState::Error
+            && !std::mem::replace(&mut g.srq_flushed, true)
+        {
+            // Its bound buffers were flushed to the program: it holds none now.
+            srq.flushed(self.id);
+        }
         while let Some(e) = g.core.poll_event() {
             if let QpEvent::Fatal { cause, remote } = e {
                 dev.post_event(AsyncEvent::QpFatal {
@@ -282,7 +311,7 @@ impl QpShared {
                 ..
             } = &mut *g;
             // A failed placement leaves the QP in error; the first progress closes it.
-            let _ = feed(core, stats, staging, dev, leftover);
+            let _ = feed(core, stats, staging, dev, self.srq.as_deref(), leftover);
         }
         let engine = dev
             .engines
@@ -433,6 +462,9 @@ impl Drop for Qp {
             if let Ok(mut q) = dev.qps.lock() {
                 q.remove(&self.shared.id.0);
             }
+        }
+        if let Some(srq) = &self.shared.srq {
+            srq.detach(self.shared.id);
         }
     }
 }

@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 const CM: &str = "softrnic_rnic::cm";
 const QP: &str = "softrnic_rnic::qp";
 const CQ: &str = "softrnic_rnic::cq";
+const SRQ: &str = "softrnic_rnic::srq";
 const ENGINE: &str = "softrnic_rnic::engine";
 
 /// An asynchronous event as it is posted: connection established or closed, a QP gone
@@ -42,6 +43,22 @@ pub(crate) fn async_event(dev: u32, e: &AsyncEvent) {
             warn!(target: QP, dev, qp = qp.0, ?error, "connection lost");
         }
         AsyncEvent::CqOverflow { cq } => warn!(target: CQ, dev, cq, "CQ overflow"),
+        AsyncEvent::SrqLimitReached { srq } => info!(target: SRQ, dev, srq, "SRQ limit reached"),
+        AsyncEvent::SrqSoftLimit { srq, analysis: a } => {
+            info!(target: SRQ, dev, srq, qp = a.qp.0, count = a.count, available = a.available,
+                sustained = a.sustained, verdict = ?a.verdict, "SRQ soft limit")
+        }
+        AsyncEvent::SrqHardLimit { srq, analysis: a } => {
+            warn!(target: SRQ, dev, srq, qp = a.qp.0, count = a.count, limit = ?a.limit,
+                "SRQ hard limit: terminating the QP")
+        }
+        AsyncEvent::SrqBelowTarget {
+            srq,
+            target,
+            posted,
+        } => {
+            debug!(target: SRQ, dev, srq, target, posted, "SRQ below its target depth")
+        }
     }
 }
 

@@ -26,7 +26,7 @@ pub use close::CloseAction;
 pub use deliver::{CqSide, QpEvent};
 pub use fpdu::{Chunk, CopiedHeaders, MAX_TX_HEADER, TxFpdu};
 pub use params::{DEFAULT_CLOSE_TIMEOUT, QpConfig, QpParams, RtrKind};
-pub use rq::{RecvSource, RecvWqe, Rq};
+pub use rq::{Grant, RecvSource, RecvWqe, Rq};
 pub use stream::RxNeed;
 
 use crate::tpt::Tpt;
@@ -62,6 +62,14 @@ pub enum PostError {
     /// Requests (its IRD is 0), so none may be sent.
     #[error("RDMA Read on a connection with ORD 0 (the peer's IRD is 0)")]
     NoReadCredits,
+    /// The QP takes its receive buffers from a shared receive queue: post there.
+    #[error("the QP has no receive queue of its own (it uses a shared receive queue)")]
+    SharedRq,
+    /// A receive posted to a shared receive queue names memory that is not registered
+    /// with local write access in the queue's protection domain, or lies out of
+    /// bounds (there is no QP to complete it with an error).
+    #[error("an SGE is not registered local-writable memory of the queue's PD")]
+    InvalidSge,
 }
 
 /// What a receive step borrows from the device: the TPT and, for a QP that takes its
@@ -92,8 +100,10 @@ impl<'a> RxCtx<'a> {
 pub enum SegmentOutcome {
     /// Everything in it was taken (or had been already): the transport may forget it.
     Taken,
-    /// It lies ahead of the stream and could not be placed yet: the transport keeps it
-    /// and hands it in again once the octets before it have come.
+    /// It lies ahead of the stream and could not be placed yet, or the receive path
+    /// waits for a buffer (back-pressure, [`RxNeed::Wait`]): the transport keeps it and
+    /// hands it in again once the octets before it have come, or once woken (octets
+    /// taken already are skipped by their sequence numbers).
     Keep,
     /// Receive processing has stopped: nothing more is taken.
     Stopped,
@@ -108,6 +118,8 @@ pub struct Qp {
     tx: TxState,
     rx: Receiver,
     rq: Rq,
+    /// Receive buffers come from a shared receive queue (the own `rq` stays empty).
+    on_srq: bool,
     out: Outbox,
     /// The cause once the QP has failed.
     fatal: Option<(TerminateCause, bool)>,
@@ -124,10 +136,25 @@ impl Qp {
             tx: TxState::default(),
             rx: Receiver::default(),
             rq: Rq::new(cfg.rq_depth),
+            on_srq: false,
             out: Outbox::new(cfg.id),
             fatal: None,
             closer: Closer::default(),
         }
+    }
+
+    /// A QP in Idle state whose receive buffers come from a shared receive queue: it
+    /// has no receive queue of its own (`cfg.rq_depth` is not used), [`Qp::post_recv`]
+    /// is refused, and every receive step must be given the queue ([`RxCtx::with_srq`]).
+    pub fn new_on_srq(cfg: QpConfig) -> Self {
+        let mut qp = Qp::new(QpConfig { rq_depth: 0, ..cfg });
+        qp.on_srq = true;
+        qp
+    }
+
+    /// Whether the QP takes its receive buffers from a shared receive queue.
+    pub fn on_srq(&self) -> bool {
+        self.on_srq
     }
 
     /// Its number.
@@ -170,6 +197,9 @@ impl Qp {
     /// Posts a receive to the QP's own queue. Allowed from Idle on (receives may be
     /// posted before connecting).
     pub fn post_recv(&mut self, wr: RecvWr, tpt: &Tpt) -> Result<(), PostError> {
+        if self.on_srq {
+            return Err(PostError::SharedRq);
+        }
         match self.state {
             QpState::Idle | QpState::Rts | QpState::Closing => {}
             QpState::Terminate | QpState::Error => {
@@ -187,31 +217,14 @@ impl Qp {
         if !self.rq.has_room() {
             return Err(PostError::QueueFull);
         }
-        let mut sges = ArrayVec::new();
-        let mut total = 0u64;
-        for s in &wr.sgl {
-            match tpt.check_local(
-                s.lkey,
-                s.addr,
-                u64::from(s.len),
-                Access::LOCAL_WRITE,
-                self.cfg.pd,
-            ) {
-                Ok(t) => sges.push((t.region, t.offset, s.len)),
-                Err(status) => {
-                    let c = self.out.completion(wr.wr_id, status, WcOpcode::Recv, 0);
-                    self.out.recv(c);
-                    self.to_error();
-                    return Ok(());
-                }
+        match RecvWqe::resolve(&wr, tpt, self.cfg.pd) {
+            Ok(wqe) => self.rq.push(wqe),
+            Err(status) => {
+                let c = self.out.completion(wr.wr_id, status, WcOpcode::Recv, 0);
+                self.out.recv(c);
+                self.to_error();
             }
-            total += u64::from(s.len);
         }
-        self.rq.push(RecvWqe {
-            wr_id: wr.wr_id,
-            sges,
-            total,
-        });
         Ok(())
     }
 
@@ -569,6 +582,15 @@ impl Qp {
         self.rx.position()
     }
 
+    /// A Send waiting for a receive buffer ([`RxNeed::Wait`]) asks its shared receive
+    /// queue again; afterwards [`Qp::rx_need`] says whether it got one. The I/O layer
+    /// calls this when the queue wakes the QP.
+    pub fn rx_retry(&mut self, ctx: &mut RxCtx<'_>) {
+        if self.rx.need() == RxNeed::Wait {
+            self.rx_step(ctx, |rx, d| rx.retry(d));
+        }
+    }
+
     /// Drives the receive path from the next octets of the stream: internal octets are
     /// buffered, payload is handed to `place` with its destination. Returns the octets
     /// consumed (all of them, unless receive processing stopped).
@@ -581,7 +603,7 @@ impl Qp {
         let mut at = 0;
         while at < data.len() {
             match self.rx_need() {
-                RxNeed::Stopped => break,
+                RxNeed::Stopped | RxNeed::Wait => break,
                 RxNeed::Internal(n) => {
                     let k = n.min(data.len() - at);
                     self.rx_buffer()[..k].copy_from_slice(&data[at..at + k]);
@@ -613,8 +635,10 @@ impl Qp {
         ctx: &mut RxCtx<'_>,
         place: &mut dyn FnMut(Chunk, &[u8]),
     ) -> SegmentOutcome {
-        if self.rx_need() == RxNeed::Stopped {
-            return SegmentOutcome::Stopped;
+        match self.rx_need() {
+            RxNeed::Stopped => return SegmentOutcome::Stopped,
+            RxNeed::Wait => return SegmentOutcome::Keep,
+            _ => {}
         }
         let pos = self.rx.position();
         if seq > pos {
@@ -647,12 +671,16 @@ impl Qp {
             // One need at a time: a step may skip FPDUs taken ahead.
             let k = match self.rx_need() {
                 RxNeed::Stopped => return SegmentOutcome::Stopped,
+                RxNeed::Wait => return SegmentOutcome::Keep,
                 RxNeed::Internal(n) => n.min(rest.len()),
                 RxNeed::Place(c) => c.len.min(rest.len()),
             };
             let used = self.handle_input(&rest[..k], ctx, place);
             if used == 0 {
-                return SegmentOutcome::Stopped;
+                return match self.rx_need() {
+                    RxNeed::Wait => SegmentOutcome::Keep,
+                    _ => SegmentOutcome::Stopped,
+                };
             }
             rest = &rest[used..];
             at_seq += used as u64;

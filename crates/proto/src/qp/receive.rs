@@ -55,6 +55,10 @@ pub(crate) struct Receiver {
     await_rtr: bool,
     deferred: Deferred,
     scratch: Vec<Chunk>,
+    /// A Send header whose message the receive source asked to wait for a buffer
+    /// (back-pressure): (header, payload length). The stream reads nothing until
+    /// [`Receiver::retry`] binds one.
+    waiting: Option<(DdpRepr, usize)>,
 }
 
 type Res = Result<(), Fatal>;
@@ -66,7 +70,18 @@ impl Receiver {
     }
 
     pub(crate) fn need(&self) -> RxNeed {
+        if self.waiting.is_some() {
+            return RxNeed::Wait;
+        }
         self.stream.need()
+    }
+
+    /// Asks the receive source again for the buffer a waiting Send needs.
+    pub(crate) fn retry(&mut self, d: &mut RxDeps<'_>) -> Res {
+        match self.waiting.take() {
+            Some((h, len)) => self.send_destination(h, len, d),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn buffer(&mut self) -> &mut [u8] {
@@ -92,6 +107,7 @@ impl Receiver {
     pub(crate) fn stop(&mut self) {
         self.stream.stop();
         self.deferred.clear();
+        self.waiting = None;
     }
 
     pub(crate) fn untagged(&mut self) -> &mut Untagged {
@@ -206,8 +222,13 @@ impl Receiver {
                 self.stream.expect_payload(dest.drain(..), len);
                 Ok(())
             }
+            Err(UntaggedFault::Wait) => {
+                self.waiting = Some((h, len));
+                Ok(())
+            }
             Err(UntaggedFault::Terminate(c)) => Err(self.fail(c)),
             Err(UntaggedFault::TooLong(wqe)) => {
+                d.buffers.release(d.qp);
                 let c = d
                     .out
                     .completion(wqe.wr_id, WcStatus::LocalLengthError, WcOpcode::Recv, 0);
@@ -292,6 +313,7 @@ impl Receiver {
                 let Some(wqe) = self.untagged.deliver_send() else {
                     return Ok(());
                 };
+                d.buffers.release(d.qp);
                 let mut c = d.out.completion(
                     wqe.wr_id,
                     WcStatus::Success,

@@ -250,3 +250,5 @@ pub fn disconnected(dev: &Device, qp: &Qp) {
     );
     assert_eq!(e, AsyncEvent::Disconnected { qp: id });
 }
+
+pub mod srq;
