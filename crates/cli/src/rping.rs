@@ -429,12 +429,7 @@ fn open_device(opts: &RpingOpts) -> Result<Device> {
 fn open(dev: &Device, opts: &RpingOpts) -> Result<Ends> {
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(16)?;
-    let init = QpInit {
-        send_cq: &cq,
-        recv_cq: &cq,
-        sq_depth: 16,
-        rq_depth: 16,
-    };
+    let init = QpInit::new(&cq, 16, 16);
     let (qp, srq) = if opts.srq {
         let srq = dev.create_srq(&pd, SrqInit::new(16, 1))?;
         (dev.create_qp_on_srq(&pd, init, &srq)?, Some(srq))
@@ -484,16 +479,6 @@ fn wait(e: &Ends, opts: &RpingOpts, op: WcOpcode) -> Result<Completion> {
         if c.opcode == op {
             return Ok(*c);
         }
-    }
-}
-
-fn signaled(wr_id: u64, op: SendOp, sgl: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        sgl,
-        signaled: true,
-        fence: false,
     }
 }
 
@@ -563,21 +548,14 @@ pub fn client_with(addr: SocketAddr, opts: &RpingOpts, connected: impl FnOnce())
 
 /// Sends the 16-octet advert held in `adv` and waits until the Send completed.
 fn send_advert(e: &Ends, adv: &Mr, opts: &RpingOpts, wr_id: u64) -> Result<()> {
-    let send = SendOp::Send {
-        solicited: false,
-        invalidate: None,
-    };
-    e.qp.post_send(signaled(wr_id, send, vec![adv.sge(0, 16)]))?;
+    e.qp.post_send(SendWr::send(wr_id, adv.sge(0, 16)))?;
     wait(e, opts, WcOpcode::Send)?;
     Ok(())
 }
 
 /// Posts the one receive an rping side keeps for the peer's next advert.
 fn repost(e: &Ends, rx: &Mr) -> Result<()> {
-    let wr = RecvWr {
-        wr_id: 1,
-        sgl: vec![rx.sge(0, 16)],
-    };
+    let wr = RecvWr::new(1, rx.sge(0, 16));
     match &e.srq {
         Some(srq) => srq.post_recv(wr)?,
         None => e.qp.post_recv(wr)?,
@@ -648,11 +626,7 @@ pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
             });
         }
         let (remote_addr, rkey) = opts.inject.map_or((src.addr, src.rkey), |f| f.read(&src));
-        e.qp.post_send(signaled(
-            20,
-            SendOp::Read { remote_addr, rkey },
-            vec![buf.sge(0, len)],
-        ))?;
+        e.qp.post_send(SendWr::read(20, buf.sge(0, len), remote_addr, rkey))?;
         wait(&e, opts, WcOpcode::Read)?;
         if opts.verbose {
             let got = buf.to_vec();
@@ -664,11 +638,7 @@ pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
         let dst = take_advert(&e, &rx, c)?;
         let len = (dst.size as usize).min(len);
         let (remote_addr, rkey) = opts.inject.map_or((dst.addr, dst.rkey), |f| f.write(&dst));
-        e.qp.post_send(signaled(
-            22,
-            SendOp::Write { remote_addr, rkey },
-            vec![buf.sge(0, len)],
-        ))?;
+        e.qp.post_send(SendWr::write(22, buf.sge(0, len), remote_addr, rkey))?;
         // A Write completes locally once sent; the Send behind it tells whether the
         // peer took it (a Terminate would flush the Send).
         wait(&e, opts, WcOpcode::Write)?;

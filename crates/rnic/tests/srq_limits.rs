@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::T;
+use common::WAIT as T;
 use common::srq::{events, message, srq_pairs};
 use softrnic_rnic::*;
 use softrnic_wire::terminate::{Layer, ddp_code, ddp_etype};

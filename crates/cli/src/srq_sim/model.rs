@@ -35,7 +35,7 @@ pub fn calibrate_peak(spec: TrafficSpec, ticks: usize) -> u32 {
 fn blank(i: u64) -> RecvWqe {
     RecvWqe {
         wr_id: i,
-        sges: Vec::new(),
+        sges: Default::default(),
         total: 0,
     }
 }

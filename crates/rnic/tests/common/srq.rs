@@ -2,7 +2,7 @@
 //! from one SRQ and complete into one shared CQ, and a client device with one QP per
 //! server QP, connected over loopback.
 
-use super::{T, pattern};
+use super::{WAIT as T, pattern};
 use softrnic_rnic::*;
 
 /// Octets per receive buffer slot.
@@ -31,10 +31,7 @@ impl SrqServer {
     /// Posts slot `i` (wr_id `i`).
     pub fn post_slot(&self, i: u64) {
         self.srq
-            .post_recv(RecvWr {
-                wr_id: i,
-                sgl: vec![self.bufs.sge(i as usize * SLOT, SLOT)],
-            })
+            .post_recv(RecvWr::new(i, self.bufs.sge(i as usize * SLOT, SLOT)))
             .unwrap();
     }
 
@@ -67,9 +64,9 @@ impl Clients {
         let off = (4 * i + n % 4) * SLOT;
         self.src.write(off, &message(i, n, len)).unwrap();
         self.qps[i]
-            .post_send(super::send(
+            .post_send(SendWr::send(
                 (i as u64) << 32 | n as u64,
-                vec![self.src.sge(off, len)],
+                self.src.sge(off, len),
             ))
             .unwrap();
     }
