@@ -135,10 +135,7 @@ impl Pool {
             .as_ref()
             .ok_or(Error::Internal("managed SRQ chunk gone"))?;
         let b = self.init.buf_size;
-        let wr = RecvWr {
-            wr_id: wr_id(chunk, slot),
-            sgl: [c.mr.sge(slot as usize * b, b)].into(),
-        };
+        let wr = RecvWr::new(wr_id(chunk, slot), c.mr.sge(slot as usize * b, b));
         RecvWqe::resolve(&wr, tpt, self.pd.id())
             .map_err(|_| Error::Internal("managed SRQ buffer refused by the TPT"))
     }

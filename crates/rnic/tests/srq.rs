@@ -138,24 +138,15 @@ fn srq_verbs_refuse_what_libibverbs_refuses() {
     let (srv, cl) = srq_pairs(cfg(), 2, SrqInit::new(8, 2), 8);
     // A QP on an SRQ has no receive queue of its own.
     let e = srv.qps[0]
-        .post_recv(RecvWr {
-            wr_id: 1,
-            sgl: [srv.bufs.sge(0, 64)].into(),
-        })
+        .post_recv(RecvWr::new(1, srv.bufs.sge(0, 64)))
         .unwrap_err();
     assert!(
         matches!(e, Error::Post(softrnic_proto::qp::PostError::SharedRq)),
         "{e:?}"
     );
     // A chain stops at the first refused receive; those before it stay posted.
-    let good = |i: u64| RecvWr {
-        wr_id: i,
-        sgl: [srv.bufs.sge(i as usize * SLOT, SLOT)].into(),
-    };
-    let three_sges = RecvWr {
-        wr_id: 9,
-        sgl: [srv.bufs.sge(0, 1); 3].into(),
-    };
+    let good = |i: u64| RecvWr::new(i, srv.bufs.sge(i as usize * SLOT, SLOT));
+    let three_sges = RecvWr::new(9, [srv.bufs.sge(0, 1); 3]);
     let foreign = cl.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     let err = srv
         .srq
@@ -164,13 +155,7 @@ fn srq_verbs_refuse_what_libibverbs_refuses() {
     assert_eq!(err.posted, 2);
     let err = srv
         .srq
-        .post_recv_chain([
-            good(2),
-            RecvWr {
-                wr_id: 10,
-                sgl: [foreign.sge(0, 64)].into(),
-            },
-        ])
+        .post_recv_chain([good(2), RecvWr::new(10, foreign.sge(0, 64))])
         .unwrap_err();
     assert_eq!(err.posted, 1);
     assert!(matches!(

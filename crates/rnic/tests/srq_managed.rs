@@ -89,10 +89,7 @@ fn managed_mode_grows_and_gives_memory_back_without_losing_a_message() {
     };
     let (srv, cl) = srq_pairs(DeviceConfig::default(), QPS, init, 1);
     assert!(matches!(
-        srv.srq.post_recv(RecvWr {
-            wr_id: 0,
-            sgl: Sgl::new()
-        }),
+        srv.srq.post_recv(RecvWr::new(0, [])),
         Err(Error::BadState(_))
     ));
     let start = srv.srq.query().unwrap();

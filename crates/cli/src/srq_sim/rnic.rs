@@ -58,10 +58,7 @@ impl Server {
     }
 
     fn post(&self, qp: usize, slot: usize) -> Res<()> {
-        let wr = RecvWr {
-            wr_id: slot as u64,
-            sgl: [self.sge(slot)].into(),
-        };
+        let wr = RecvWr::new(slot as u64, self.sge(slot));
         match (&self.bufs, &self.srq) {
             (Buffers::Peak { .. }, _) => self.qps[qp].post_recv(wr)?,
             (_, Some(srq)) => srq.post_recv(wr)?,
@@ -87,10 +84,8 @@ impl Server {
             limit: Some(*depth / 4),
             ..SrqModify::default()
         })?;
-        let wrs = (first..first + add).map(|s| RecvWr {
-            wr_id: s as u64,
-            sgl: [mrs[slots[s].0].sge(slots[s].1, self.size)].into(),
-        });
+        let wrs = (first..first + add)
+            .map(|s| RecvWr::new(s as u64, mrs[slots[s].0].sge(slots[s].1, self.size)));
         srq.post_recv_chain(wrs)?;
         Ok(())
     }
@@ -251,16 +246,8 @@ pub fn run(cfg: &SimConfig, strategy: Strategy, peak: u32) -> Res<Outcome> {
                 starved += u64::from(a);
                 continue;
             }
-            let wr = |k: u32| SendWr {
-                wr_id: u64::from(k),
-                op: SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                },
-                sgl: [src.sge(0, cfg.msg_size)].into(),
-                signaled: false,
-                fence: false,
-            };
+            let sge = src.sge(0, cfg.msg_size);
+            let wr = |k: u32| SendWr::send(u64::from(k), sge).unsignaled();
             cqps[i].post_send_batch((0..a).map(wr))?;
             remaining += u64::from(a);
         }

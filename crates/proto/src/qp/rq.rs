@@ -29,12 +29,13 @@ pub struct RecvWqe {
 impl RecvWqe {
     /// Resolves a receive work request's SGEs through the TPT (each must name memory of
     /// `pd` with LOCAL_WRITE, in bounds). The caller checked the SGE count against its
-    /// queue's maximum (at most [`MAX_SGE`]).
+    /// queue's maximum.
     pub fn resolve(wr: &RecvWr, tpt: &Tpt, pd: PdId) -> Result<RecvWqe, WcStatus> {
         let mut sges = arrayvec::ArrayVec::new();
         let mut total = 0u64;
         for s in &wr.sgl {
             let t = tpt.check_local(s.lkey, s.addr, u64::from(s.len), Access::LOCAL_WRITE, pd)?;
+            // An Sgl holds at most MAX_SGE elements, as the array does.
             sges.push((t.region, t.offset, s.len));
             total += u64::from(s.len);
         }

@@ -344,16 +344,7 @@ fn connected(id: u32, on_srq: bool) -> Qp {
 /// `stag` at the given (offset, len).
 fn wire(tx: &mut Qp, host: &Host, stag: STag, msgs: &[(u64, u32)]) -> Vec<u8> {
     for (i, &(off, len)) in msgs.iter().enumerate() {
-        let wr = SendWr {
-            wr_id: i as u64,
-            op: SendOp::Send {
-                solicited: false,
-                invalidate: None,
-            },
-            sgl: [host.sge(stag, off, len)].into(),
-            signaled: false,
-            fence: false,
-        };
+        let wr = SendWr::send(i as u64, host.sge(stag, off, len)).unsignaled();
         tx.post_send(wr, &host.tpt).unwrap();
     }
     let mut out = Vec::new();
@@ -391,22 +382,14 @@ fn qps_on_one_srq_place_into_its_buffers_and_the_hog_waits_then_resumes() {
     cfg.qp_limits.per_interval = Level::new(2, 10);
     let mut s = Srq::new(cfg).unwrap();
     for i in 0..12u64 {
-        let wr = RecvWr {
-            wr_id: 100 + i,
-            sgl: [rx.sge(bufs, i * 256, 100), rx.sge(bufs, i * 256 + 100, 156)].into(),
-        };
+        let sgl = [rx.sge(bufs, i * 256, 100), rx.sge(bufs, i * 256 + 100, 156)];
+        let wr = RecvWr::new(100 + i, sgl);
         s.post(RecvWqe::resolve(&wr, &rx.tpt, PD).unwrap()).unwrap();
     }
     let (mut hog_tx, mut other_tx) = (connected(1, false), connected(2, false));
     let (mut hog, mut other) = (connected(11, true), connected(12, true));
     assert_eq!(
-        hog.post_recv(
-            RecvWr {
-                wr_id: 0,
-                sgl: Sgl::new()
-            },
-            &rx.tpt
-        ),
+        hog.post_recv(RecvWr::new(0, []), &rx.tpt),
         Err(PostError::SharedRq)
     );
     let hog_msgs: Vec<(u64, u32)> = (0..5).map(|i| (i * 300, 200 + i as u32)).collect();

@@ -31,10 +31,7 @@ impl SrqServer {
     /// Posts slot `i` (wr_id `i`).
     pub fn post_slot(&self, i: u64) {
         self.srq
-            .post_recv(RecvWr {
-                wr_id: i,
-                sgl: [self.bufs.sge(i as usize * SLOT, SLOT)].into(),
-            })
+            .post_recv(RecvWr::new(i, self.bufs.sge(i as usize * SLOT, SLOT)))
             .unwrap();
     }
 
