@@ -374,10 +374,9 @@ fn other_connections_are_untouched() {
             },
         )
         .unwrap();
-    let exposed = t
-        .pd
-        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .unwrap();
+    let exposed =
+        t.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
     let note = t.pd.alloc_mr(8, Access::LOCAL_WRITE).unwrap();
     let mut hostile = t.accept_peer(MpaConfig::default());
     let mut good = {
