@@ -1,8 +1,17 @@
 //! The properties each fuzz target checks, shared by `fuzz/` (cargo-fuzz) and by the
 //! plain test run, which replays the committed seed corpus through them.
 //!
-//! Each check parses arbitrary octets; where the parse succeeds, the value must emit back
-//! to the very same octets. Any panic, in the parser or in the check, is a finding.
+//! Each parser check parses arbitrary octets; where the parse succeeds, the value must
+//! emit back to the very same octets. The protocol-core checks ([`qp_input`],
+//! [`cm_responder`]) feed arbitrary octets to proto's state machines and check their
+//! promises. Any panic, in the code under test or in the check, is a finding.
+
+pub mod built_seeds;
+pub mod cm_responder;
+pub mod qp_input;
+
+pub use cm_responder::{cm_responder, cm_responder_outcome};
+pub use qp_input::{qp_input, qp_input_outcome};
 
 use crate::decode::{BodyInfo, ConnectionDecode, Dir, Event, decode_all, stream};
 use softrnic_capture::Connection;
@@ -169,9 +178,19 @@ pub fn by_name(name: &str) -> Option<fn(&[u8])> {
         "terminate" => terminate,
         "fpdu_stream" => fpdu_stream,
         "capture" => capture,
+        "qp_input" => qp_input,
+        "cm_responder" => cm_responder,
         _ => return None,
     })
 }
 
 /// Every fuzz target name.
-pub const TARGETS: [&str; 5] = ["mpa_frame", "ulpdu", "terminate", "fpdu_stream", "capture"];
+pub const TARGETS: [&str; 7] = [
+    "mpa_frame",
+    "ulpdu",
+    "terminate",
+    "fpdu_stream",
+    "capture",
+    "qp_input",
+    "cm_responder",
+];

@@ -435,15 +435,7 @@ fn open_device(opts: &RpingOpts) -> Result<Device> {
 fn open(dev: &Device) -> Result<Ends> {
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(16)?;
-    let qp = dev.create_qp(
-        &pd,
-        QpInit {
-            send_cq: &cq,
-            recv_cq: &cq,
-            sq_depth: 16,
-            rq_depth: 16,
-        },
-    )?;
+    let qp = dev.create_qp(&pd, QpInit::new(&cq, 16, 16))?;
     Ok(Ends {
         dev: dev.clone(),
         cq,
@@ -486,16 +478,6 @@ fn wait(e: &Ends, opts: &RpingOpts, op: WcOpcode) -> Result<Completion> {
         if c.opcode == op {
             return Ok(*c);
         }
-    }
-}
-
-fn signaled(wr_id: u64, op: SendOp, sgl: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        sgl,
-        signaled: true,
-        fence: false,
     }
 }
 
@@ -557,21 +539,14 @@ pub fn client(addr: SocketAddr, opts: &RpingOpts) -> Result<u64> {
 
 /// Sends the 16-octet advert held in `adv` and waits until the Send completed.
 fn send_advert(e: &Ends, adv: &Mr, opts: &RpingOpts, wr_id: u64) -> Result<()> {
-    let send = SendOp::Send {
-        solicited: false,
-        invalidate: None,
-    };
-    e.qp.post_send(signaled(wr_id, send, vec![adv.sge(0, 16)]))?;
+    e.qp.post_send(SendWr::send(wr_id, adv.sge(0, 16)))?;
     wait(e, opts, WcOpcode::Send)?;
     Ok(())
 }
 
 /// Posts the one receive an rping side keeps for the peer's next advert.
 fn repost(e: &Ends, rx: &Mr) -> Result<()> {
-    e.qp.post_recv(RecvWr {
-        wr_id: 1,
-        sgl: vec![rx.sge(0, 16)],
-    })?;
+    e.qp.post_recv(RecvWr::new(1, rx.sge(0, 16)))?;
     Ok(())
 }
 
@@ -638,11 +613,7 @@ pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
             });
         }
         let (remote_addr, rkey) = opts.inject.map_or((src.addr, src.rkey), |f| f.read(&src));
-        e.qp.post_send(signaled(
-            20,
-            SendOp::Read { remote_addr, rkey },
-            vec![buf.sge(0, len)],
-        ))?;
+        e.qp.post_send(SendWr::read(20, buf.sge(0, len), remote_addr, rkey))?;
         wait(&e, opts, WcOpcode::Read)?;
         if opts.verbose {
             let got = buf.to_vec();
@@ -654,11 +625,7 @@ pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
         let dst = take_advert(&e, &rx, c)?;
         let len = (dst.size as usize).min(len);
         let (remote_addr, rkey) = opts.inject.map_or((dst.addr, dst.rkey), |f| f.write(&dst));
-        e.qp.post_send(signaled(
-            22,
-            SendOp::Write { remote_addr, rkey },
-            vec![buf.sge(0, len)],
-        ))?;
+        e.qp.post_send(SendWr::write(22, buf.sge(0, len), remote_addr, rkey))?;
         // A Write completes locally once sent; the Send behind it tells whether the
         // peer took it (a Terminate would flush the Send).
         wait(&e, opts, WcOpcode::Write)?;

@@ -151,6 +151,7 @@ impl Device {
             max_fpdu,
             send_rtr: n.rtr.filter(|r| r.we_send).map(|r| kind(r.kind)),
             await_rtr: n.rtr.is_some_and(|r| !r.we_send),
+            close_timeout: self.shared.cfg.close_timeout,
         })
     }
 

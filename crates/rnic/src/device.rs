@@ -9,12 +9,13 @@ use crate::limits::{Budget, Reservation};
 use crate::mr::Pd;
 use crate::qp::{Qp, QpInit, QpShared};
 use crate::region::Region;
+use crate::region_table::RegionTable;
 use softrnic_proto::tpt::Tpt;
 use softrnic_proto::{PdId, QpId, RegionId};
 use softrnic_wire::TerminateCause;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// How work progresses.
@@ -74,6 +75,9 @@ pub struct DeviceConfig {
     pub max_listener_exchanges: usize,
     /// TCP keepalive idle time, so a silently dead peer is noticed in bounded time.
     pub keepalive: Duration,
+    /// How long a QP's close may take (the peer's FIN, or the queued octets draining)
+    /// before its connection is reset.
+    pub close_timeout: Duration,
     /// Queue pairs at once (reported by `query` and enforced, as every limit here:
     /// beyond it, creation fails with [`Error::Limit`] and allocates nothing).
     pub max_qp: u32,
@@ -109,6 +113,7 @@ impl Default for DeviceConfig {
             max_mpa_exchanges: 1024,
             max_listener_exchanges: 256,
             keepalive: Duration::from_secs(5),
+            close_timeout: softrnic_proto::qp::DEFAULT_CLOSE_TIMEOUT,
             max_qp: 65536,
             max_cqe: 1 << 20,
             max_cq_entries: 1 << 22,
@@ -261,8 +266,7 @@ pub(crate) struct Shared {
     pub(crate) serial: u32,
     /// The TPT: sharded, so lookups on the data path take no device-wide lock.
     pub(crate) tpt: Tpt,
-    regions: RwLock<Vec<Option<Arc<Region>>>>,
-    free_regions: Mutex<Vec<u32>>,
+    regions: RegionTable,
     pub(crate) qps: Mutex<HashMap<u32, Arc<QpShared>>>,
     next_qp: AtomicU32,
     next_pd: AtomicU32,
@@ -285,41 +289,25 @@ pub(crate) struct Shared {
 pub(crate) type ExchangeSlot = Reservation;
 
 impl Shared {
+    /// The region registered under `id`, if it still is (one shard's read lock).
     pub(crate) fn region(&self, id: RegionId) -> Option<Arc<Region>> {
-        self.regions.read().ok()?.get(id.0 as usize)?.clone()
+        self.regions.get(id)
     }
 
     pub(crate) fn reserve_region_id(&self) -> Result<RegionId> {
-        if let Some(i) = self.free_regions.lock()?.pop() {
-            return Ok(RegionId(i));
-        }
-        let mut r = self.regions.write()?;
-        let id = u32::try_from(r.len()).map_err(|_| Error::Limit("regions"))?;
-        r.push(None);
-        Ok(RegionId(id))
+        self.regions.reserve()
     }
 
     pub(crate) fn release_region_id(&self, id: RegionId) {
-        if let Ok(mut f) = self.free_regions.lock() {
-            f.push(id.0);
-        }
+        self.regions.release(id);
     }
 
-    pub(crate) fn install_region(&self, id: RegionId, r: Arc<Region>) {
-        if let Ok(mut t) = self.regions.write()
-            && let Some(slot) = t.get_mut(id.0 as usize)
-        {
-            *slot = Some(r);
-        }
+    pub(crate) fn install_region(&self, r: Arc<Region>) {
+        self.regions.install(r);
     }
 
     pub(crate) fn remove_region(&self, id: RegionId) {
-        if let Ok(mut t) = self.regions.write()
-            && let Some(slot) = t.get_mut(id.0 as usize)
-        {
-            *slot = None;
-        }
-        self.release_region_id(id);
+        self.regions.remove(id);
     }
 
     /// A consumer key for a new STag: random (RFC 5042 section 5.1: a peer that has
@@ -387,8 +375,7 @@ impl Device {
             cfg,
             serial: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
             tpt: Tpt::new(),
-            regions: RwLock::new(Vec::new()),
-            free_regions: Mutex::new(Vec::new()),
+            regions: RegionTable::default(),
             qps: Mutex::new(HashMap::new()),
             next_qp: AtomicU32::new(1),
             next_pd: AtomicU32::new(1),

@@ -120,7 +120,7 @@ impl Pd {
             region: id,
             valid: true,
         };
-        self.dev.install_region(id, region.clone());
+        self.dev.install_region(region.clone());
         let stag = match self.dev.tpt.insert(entry) {
             Some(s) => s,
             None => {

@@ -24,6 +24,7 @@ use crate::transport::socket::SocketTransport;
 use softrnic_proto::qp::{CqSide, QpConfig, QpEvent, QpParams};
 use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 pub use crate::receive::{RX_DIRECT_MIN, RX_STAGING_LEN};
 pub use crate::transmit::TX_GATHER_MAX;
@@ -38,6 +39,23 @@ pub struct QpInit<'a> {
     pub sq_depth: usize,
     /// Receive queue depth.
     pub rq_depth: usize,
+}
+
+impl<'a> QpInit<'a> {
+    /// Send and receive completions both go to `cq`.
+    pub fn new(cq: &'a Cq, sq_depth: usize, rq_depth: usize) -> Self {
+        QpInit::with_cqs(cq, cq, sq_depth, rq_depth)
+    }
+
+    /// Send completions go to `send_cq`, receive completions to `recv_cq`.
+    pub fn with_cqs(send_cq: &'a Cq, recv_cq: &'a Cq, sq_depth: usize, rq_depth: usize) -> Self {
+        QpInit {
+            send_cq,
+            recv_cq,
+            sq_depth,
+            rq_depth,
+        }
+    }
 }
 
 /// Statistics of one QP's I/O.
@@ -57,16 +75,11 @@ pub struct QpStats {
     pub tx_fpdus: u64,
 }
 
-/// A QP's connection: the stream, what is queued for it, and how far closing went.
+/// A QP's connection: the stream and what is queued for it. (How far closing went is
+/// the core's close machine's.)
 pub(crate) struct Conn {
     pub(crate) transport: Box<dyn Transport>,
     pub(crate) tx: TxQueue,
-    /// Our FIN is out.
-    pub(crate) fin_sent: bool,
-    /// The peer's FIN came in (the stream ended).
-    pub(crate) eof: bool,
-    /// The stream is closed (or failed): no more reads or writes.
-    pub(crate) closed: bool,
 }
 
 pub(crate) struct QpInner {
@@ -74,7 +87,8 @@ pub(crate) struct QpInner {
     pub(crate) conn: Option<Conn>,
     stats: QpStats,
     staging: Staging,
-    disconnected: bool,
+    /// The close-timer deadline the engine was last asked to wake the QP at.
+    timer_armed: Option<Duration>,
     /// The state last reported to tracing.
     traced_state: QpState,
 }
@@ -120,7 +134,7 @@ impl QpShared {
                 conn: None,
                 stats: QpStats::default(),
                 staging: Staging::default(),
-                disconnected: false,
+                timer_armed: None,
                 traced_state: QpState::Idle,
             }),
             engine: init.recv_cq.shared.vector,
@@ -155,6 +169,8 @@ impl QpShared {
     pub(crate) fn progress_locked(&self, g: &mut QpInner, dev: &Shared) -> bool {
         let mut moved = false;
         let mut disconnected = false;
+        let now = crate::engine::now();
+        g.core.handle_timeout(now);
         if g.conn.is_some() {
             // Transmit first: a request just posted leaves before the receive path's
             // read (often an empty one) is paid; what the receive path queues (Read
@@ -164,7 +180,8 @@ impl QpShared {
                 moved = true;
                 self.transmit(g, dev);
             }
-            disconnected = self.close_if_done(g, dev);
+            disconnected = self.close_if_done(g, now, dev);
+            self.arm_timer(g, dev);
         }
         self.deliver(g, dev);
         if disconnected {
@@ -197,16 +214,22 @@ impl QpShared {
         }
     }
 
-    fn close_if_done(&self, g: &mut QpInner, dev: &Shared) -> bool {
-        let QpInner {
-            core,
-            conn,
-            disconnected,
-            ..
-        } = g;
+    fn close_if_done(&self, g: &mut QpInner, now: Duration, dev: &Shared) -> bool {
+        let QpInner { core, conn, .. } = g;
         match conn.as_mut() {
-            Some(c) => close_if_done(core, c, disconnected, self.engine, dev),
+            Some(c) => close_if_done(core, c, now, self.engine, dev),
             None => false,
+        }
+    }
+
+    /// Asks the QP's engine to drive it when its close timer is due (once per deadline).
+    fn arm_timer(&self, g: &mut QpInner, dev: &Shared) {
+        let due = g.core.poll_timeout();
+        if due != g.timer_armed {
+            g.timer_armed = due;
+            if let (Some(at), Some(e)) = (due, dev.engines.get(self.engine)) {
+                e.arm_timer(at, self.id);
+            }
         }
     }
 
@@ -269,9 +292,6 @@ impl QpShared {
         g.conn = Some(Conn {
             transport,
             tx: TxQueue::default(),
-            fin_sent: false,
-            eof: false,
-            closed: false,
         });
         dev.post_event(AsyncEvent::Established { qp: self.id });
         self.progress_locked(&mut g, dev);
@@ -390,8 +410,7 @@ impl Qp {
             // Closing the socket with a zero linger time sends RST, not FIN (a
             // `shutdown` would send FIN, and the peer would take it for a graceful
             // close). The engine forgets the socket before it is closed.
-            drop_conn(c, self.shared.id, self.shared.engine, &dev);
-            disconnected = !std::mem::replace(&mut g.disconnected, true);
+            disconnected = drop_conn(c, &mut g.core, self.shared.engine, &dev);
         }
         // The flushes reach the CQ before Disconnected is posted.
         self.shared.progress_locked(&mut g, &dev);
@@ -409,7 +428,7 @@ impl Drop for Qp {
                 && let Some(c) = g.conn.take()
             {
                 // Destroying a connected QP is an abortive close: RST.
-                drop_conn(c, self.shared.id, self.shared.engine, &dev);
+                drop_conn(c, &mut g.core, self.shared.engine, &dev);
             }
             if let Ok(mut q) = dev.qps.lock() {
                 q.remove(&self.shared.id.0);

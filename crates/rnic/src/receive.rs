@@ -132,7 +132,7 @@ pub(crate) fn receive(
     staging: &mut Staging,
     dev: &Shared,
 ) -> bool {
-    if conn.closed {
+    if core.transport_closed() {
         return false;
     }
     let mut moved = false;
@@ -158,7 +158,7 @@ pub(crate) fn receive(
             }
             continue;
         }
-        if conn.eof {
+        if core.peer_finished() {
             break;
         }
         let r = match core.rx_need() {
@@ -220,12 +220,12 @@ pub(crate) fn receive(
         };
         match r {
             Ok(0) => {
-                conn.eof = true;
+                core.peer_fin();
                 moved = true;
                 if core.rx_mid_fpdu() {
                     // The stream ended inside an FPDU: it was lost (a peer that
                     // died mid-transfer), not closed between messages.
-                    connection_lost(qp, conn, core, dev, io::ErrorKind::UnexpectedEof);
+                    connection_lost(qp, core, dev, io::ErrorKind::UnexpectedEof);
                 }
                 break;
             }
@@ -233,7 +233,7 @@ pub(crate) fn receive(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                connection_lost(qp, conn, core, dev, e.kind());
+                connection_lost(qp, core, dev, e.kind());
                 moved = true;
                 break;
             }

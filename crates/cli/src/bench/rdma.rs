@@ -45,19 +45,6 @@ pub(super) const BARRIER_ID: u64 = u64::MAX;
 /// wr_id of the delivery probes.
 pub(super) const PROBE_ID: u64 = u64::MAX - 1;
 
-/// An empty completion to size poll buffers with.
-pub(super) fn blank() -> Completion {
-    Completion {
-        wr_id: 0,
-        status: WcStatus::GeneralError,
-        opcode: WcOpcode::Recv,
-        byte_len: 0,
-        qp: QpId(0),
-        solicited: false,
-        invalidated: None,
-    }
-}
-
 pub(super) fn e2s(what: &str) -> impl Fn(softrnic_rnic::Error) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
@@ -157,12 +144,9 @@ pub(super) fn post_window(
     room: u64,
     signaled: impl Fn(u64) -> bool,
 ) -> Result<(), softrnic_rnic::Error> {
-    batch.extend((first..first + room).map(|idx| SendWr {
-        wr_id: idx,
-        op,
-        sgl: vec![sge],
-        signaled: signaled(idx),
-        fence: false,
+    batch.extend((first..first + room).map(|idx| {
+        let wr = SendWr::new(idx, op, sge);
+        if signaled(idx) { wr } else { wr.unsignaled() }
     }));
     qp.post_send_batch(batch.drain(..))
 }
@@ -179,10 +163,7 @@ pub(super) fn check_wc(c: &Completion, side: &str) -> Result<(), String> {
 }
 
 pub(super) fn recv_wr(buf: &Mr, size: usize) -> RecvWr {
-    RecvWr {
-        wr_id: 0,
-        sgl: vec![buf.sge(0, size)],
-    }
+    RecvWr::new(0, buf.sge(0, size))
 }
 
 /// One of the client's connections.
@@ -256,15 +237,7 @@ pub fn client_round(
     let mut eps = Vec::with_capacity(q);
     for i in 0..q {
         let qp = dev
-            .create_qp(
-                &pd,
-                QpInit {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    sq_depth,
-                    rq_depth,
-                },
-            )
+            .create_qp(&pd, QpInit::new(&cq, sq_depth, rq_depth))
             .map_err(e2s("create QP"))?;
         let local = pd
             .alloc_mr(size, Access::LOCAL_WRITE)
@@ -374,7 +347,7 @@ fn bw_client(
     let cq_mod = u64::from(cfg.cq_mod);
     let rx_depth = u64::from(cfg.rx_depth);
     let iters = cfg.iters;
-    let mut wcs = vec![blank(); 64];
+    let mut wcs = vec![Completion::default(); 64];
     let mut batch: Vec<SendWr> = Vec::with_capacity(depth as usize);
     let start = Instant::now();
     let deadline = cfg.duration.map(|d| start + d);
@@ -499,16 +472,8 @@ pub(super) struct ReadTarget<'a> {
 
 impl ReadTarget<'_> {
     fn post(&self, wr_id: u64) -> Result<(), softrnic_rnic::Error> {
-        self.qp.post_send(SendWr {
-            wr_id,
-            op: SendOp::Read {
-                remote_addr: self.addr,
-                rkey: self.rkey,
-            },
-            sgl: vec![self.sink],
-            signaled: true,
-            fence: false,
-        })
+        self.qp
+            .post_send(SendWr::read(wr_id, self.sink, self.addr, self.rkey))
     }
 }
 
@@ -633,7 +598,7 @@ fn lat_client(
     progress: &mut Progress,
 ) -> Result<LatResult, String> {
     let test = cfg.test;
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut samples = Vec::with_capacity(cfg.iters as usize);
     let last_octet = size - 1;
     let mut tag = 1u8;
@@ -665,13 +630,7 @@ fn lat_client(
         };
         let t0 = Instant::now();
         ep.qp
-            .post_send(SendWr {
-                wr_id: i,
-                op: wr,
-                sgl: vec![ep.local.sge(0, size)],
-                signaled: true,
-                fence: false,
-            })
+            .post_send(SendWr::new(i, wr, ep.local.sge(0, size)))
             .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
         let mut spins = 0u32;
         let t1 = loop {
@@ -765,7 +724,7 @@ mod tests {
             wr_id: PROBE_ID,
             status: WcStatus::Success,
             opcode: WcOpcode::Read,
-            ..blank()
+            ..Completion::default()
         }
     }
 

@@ -12,7 +12,7 @@
 //! perftest. One size per run; no `-D`, `-a` or baseline.
 
 use super::perftest::{self as pt, BwReport, Dest, Step};
-use super::rdma::{Prober, ReadTarget, Watch, blank, bw_op, check_wc, closing_read, post_window};
+use super::rdma::{Prober, ReadTarget, Watch, bw_op, check_wc, closing_read, post_window};
 use super::report::{Reporter, bw_unit};
 use super::stats::{BwMeter, BwResult, LatResult, LatStats, MB, Progress};
 use super::{BenchConfig, Clock, Measured, Mode, ResultRow, Test, resolve_addr};
@@ -155,15 +155,7 @@ impl Ctrl {
             .create_cq(2 * CTRL_SLOTS + 4)
             .map_err(e2s("create CQ"))?;
         let qp = dev
-            .create_qp(
-                &pd,
-                QpInit {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    sq_depth: 4,
-                    rq_depth: CTRL_SLOTS,
-                },
-            )
+            .create_qp(&pd, QpInit::new(&cq, 4, CTRL_SLOTS))
             .map_err(e2s("create QP"))?;
         let send_buf = pd
             .alloc_mr(CTRL_SLOT_LEN, Access::LOCAL_WRITE)
@@ -189,10 +181,10 @@ impl Ctrl {
     /// Posts the receive of one slot (again, after its message was read).
     fn repost(&self, slot: usize) -> Result<(), String> {
         self.qp
-            .post_recv(RecvWr {
-                wr_id: slot as u64,
-                sgl: vec![self.recv_buf.sge(slot * CTRL_SLOT_LEN, CTRL_SLOT_LEN)],
-            })
+            .post_recv(RecvWr::new(
+                slot as u64,
+                self.recv_buf.sge(slot * CTRL_SLOT_LEN, CTRL_SLOT_LEN),
+            ))
             .map_err(e2s("control post_recv"))
     }
 
@@ -248,16 +240,7 @@ impl Ctrl {
     fn send(&mut self, msg: &[u8]) -> Result<(), String> {
         self.send_buf.write(0, msg).map_err(e2s("control write"))?;
         self.qp
-            .post_send(SendWr {
-                wr_id: CTRL_SEND_ID,
-                op: SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                },
-                sgl: vec![self.send_buf.sge(0, msg.len())],
-                signaled: true,
-                fence: false,
-            })
+            .post_send(SendWr::send(CTRL_SEND_ID, self.send_buf.sge(0, msg.len())))
             .map_err(e2s("control post_send"))?;
         while !self.take()? {}
         Ok(())
@@ -349,13 +332,7 @@ impl TestQp {
     /// latency tests' one request at a time).
     fn post_one(&self, wr_id: u64, op: SendOp, size: usize) -> Result<(), String> {
         self.qp
-            .post_send(SendWr {
-                wr_id,
-                op,
-                sgl: vec![self.local.sge(0, size)],
-                signaled: true,
-                fence: false,
-            })
+            .post_send(SendWr::new(wr_id, op, self.local.sge(0, size)))
             .map_err(|e| format!("post_send: {e} ({})", self.diag()))
     }
 
@@ -428,15 +405,7 @@ fn test_qp(
         _ => 16,
     };
     let qp = dev
-        .create_qp(
-            pd,
-            QpInit {
-                send_cq: cq,
-                recv_cq: cq,
-                sq_depth,
-                rq_depth: recvs.max(1),
-            },
-        )
+        .create_qp(pd, QpInit::new(cq, sq_depth, recvs.max(1)))
         .map_err(e2s("create QP"))?;
     let local = pd
         .alloc_mr(size, Access::LOCAL_WRITE)
@@ -459,11 +428,8 @@ fn test_qp(
             .alloc_mr(size, Access::LOCAL_WRITE)
             .map_err(e2s("register buffer"))?;
         for _ in 0..recvs {
-            qp.post_recv(RecvWr {
-                wr_id: 0,
-                sgl: vec![m.sge(0, size)],
-            })
-            .map_err(e2s("post_recv"))?;
+            qp.post_recv(RecvWr::new(0, m.sge(0, size)))
+                .map_err(e2s("post_recv"))?;
         }
         Some(m)
     } else {
@@ -821,7 +787,7 @@ fn bw_client(
     let depth = u64::from(cfg.tx_depth);
     let cq_mod = u64::from(cfg.cq_mod);
     let window = pt::send_window(cfg.rx_depth, iters);
-    let mut wcs = vec![blank(); 64];
+    let mut wcs = vec![Completion::default(); 64];
     let mut batch: Vec<SendWr> = Vec::with_capacity(depth as usize);
     let start = Instant::now();
     let mut meter = BwMeter::start(start);
@@ -930,7 +896,7 @@ fn write_bw_server(
 ) -> Result<BwResult, String> {
     let size = s.size as u64;
     let want = cfg.iters * s.qps.len() as u64 * size;
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut meter: Option<BwMeter> = None;
     let mut seen = 0u64;
     let mut last_activity = Instant::now();
@@ -978,7 +944,7 @@ fn send_bw_server(
     let iters = cfg.iters;
     let want = iters * s.qps.len() as u64;
     let period = pt::credit_period(cfg.rx_depth, iters);
-    let mut wcs = vec![blank(); 64];
+    let mut wcs = vec![Completion::default(); 64];
     // Per QP: received (posted), credit reported (credit), credit Writes in flight.
     let mut inflight = vec![0usize; s.qps.len()];
     let mut slot = vec![0usize; s.qps.len()];
@@ -1000,10 +966,7 @@ fn send_bw_server(
                     total += 1;
                     if let Some(r) = &t.recv {
                         // Fails only once the connection is closing.
-                        let _ = t.qp.post_recv(RecvWr {
-                            wr_id: 0,
-                            sgl: vec![r.sge(0, size)],
-                        });
+                        let _ = t.qp.post_recv(RecvWr::new(0, r.sge(0, size)));
                     }
                 }
                 _ => inflight[i] = inflight[i].saturating_sub(1),
@@ -1027,17 +990,9 @@ fn send_bw_server(
             t.exposed
                 .write(off, &pt::encode_credit(v as u32))
                 .map_err(e2s("credit"))?;
-            t.qp.post_send(SendWr {
-                wr_id: v,
-                op: SendOp::Write {
-                    remote_addr: t.remote.vaddr,
-                    rkey: t.remote.rkey,
-                },
-                sgl: vec![t.exposed.sge(off, pt::CREDIT_LEN)],
-                signaled: true,
-                fence: false,
-            })
-            .map_err(|e| format!("credit Write: {e} ({})", t.diag()))?;
+            let credit = t.exposed.sge(off, pt::CREDIT_LEN);
+            t.qp.post_send(SendWr::write(v, credit, t.remote.vaddr, t.remote.rkey))
+                .map_err(|e| format!("credit Write: {e} ({})", t.diag()))?;
             t.credit = v;
             inflight[i] += 1;
             slot[i] = (slot[i] + 1) % CREDIT_SLOTS;
@@ -1101,7 +1056,7 @@ fn write_lat(
     let last = size - 1;
     let first = pt::schedule(Test::WriteLat).server_starts == (side == Side::Server);
     let name = side_name(side);
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut posts = Vec::with_capacity(cfg.iters as usize);
     let t = &s.qps[0];
     let wait = |tag: u8, wcs: &mut [Completion]| -> Result<(), String> {
@@ -1154,7 +1109,7 @@ fn send_lat(
 ) -> Result<LatResult, String> {
     let size = s.size;
     let name = side_name(side);
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut posts = Vec::with_capacity(cfg.iters as usize);
     let t = &s.qps[0];
     let recv_buf = t.recv.as_ref().ok_or("no receive buffer")?;
@@ -1166,11 +1121,8 @@ fn send_lat(
             let (_, got) = reap(&s.cq, wcs, name)?;
             if got {
                 if posted_recvs < cfg.iters {
-                    t.qp.post_recv(RecvWr {
-                        wr_id: 0,
-                        sgl: vec![recv_buf.sge(0, size)],
-                    })
-                    .map_err(e2s("post_recv"))?;
+                    t.qp.post_recv(RecvWr::new(0, recv_buf.sge(0, size)))
+                        .map_err(e2s("post_recv"))?;
                     posted_recvs += 1;
                 }
                 return Ok(());
@@ -1208,7 +1160,7 @@ fn read_lat(
     progress: &mut Progress,
 ) -> Result<LatResult, String> {
     let size = s.size;
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut samples = Vec::with_capacity(cfg.iters as usize);
     let t = &s.qps[0];
     for k in 1..=cfg.iters {

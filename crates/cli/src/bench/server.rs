@@ -20,12 +20,12 @@
 
 use super::meta::Meta;
 use super::rdma::{
-    CREDIT_CHECK, CREDIT_LEN, CREDIT_SLOTS, Watch, blank, e2s, next_tag, recv_wr, stats_line,
+    CREDIT_CHECK, CREDIT_LEN, CREDIT_SLOTS, Watch, e2s, next_tag, recv_wr, stats_line,
 };
 use super::{MAX_SIZE, Test};
 use softrnic_rnic::{
-    Access, ConnRequest, Cq, Device, Listener, Mr, Qp, QpId, QpInit, SendOp, SendWr, WcOpcode,
-    WcStatus,
+    Access, Completion, ConnRequest, Cq, Device, Listener, Mr, Qp, QpId, QpInit, SendOp, SendWr,
+    WcOpcode, WcStatus,
 };
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -262,15 +262,7 @@ fn serve_round(
             }
         };
         let qp = dev
-            .create_qp(
-                &pd,
-                QpInit {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    sq_depth,
-                    rq_depth,
-                },
-            )
+            .create_qp(&pd, QpInit::new(&cq, sq_depth, rq_depth))
             .map_err(e2s("create QP"))?;
         let buf = pd
             .alloc_mr(
@@ -422,7 +414,7 @@ fn passive(
     idle: &mut Idle,
     server_poll: bool,
 ) -> Result<(), String> {
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut spins = 0u32;
     loop {
         if server_poll {
@@ -451,7 +443,7 @@ fn send_bw_server(
     size: usize,
 ) -> Result<(), String> {
     let every = (rx_depth as u64 / 8).max(1);
-    let mut wcs = vec![blank(); 64];
+    let mut wcs = vec![Completion::default(); 64];
     let mut empty = 0u32;
     let mut error = None;
     loop {
@@ -482,16 +474,10 @@ fn send_bw_server(
                 word[..8].copy_from_slice(&v.to_be_bytes());
                 word[8..].copy_from_slice(&(v ^ CREDIT_CHECK).to_be_bytes());
                 src.write(off, &word).map_err(e2s("credit"))?;
-                let posted = ep.qp.post_send(SendWr {
-                    wr_id: v,
-                    op: SendOp::Write {
-                        remote_addr: ep.peer.addr,
-                        rkey: ep.peer.rkey,
-                    },
-                    sgl: vec![src.sge(off, CREDIT_LEN)],
-                    signaled: true,
-                    fence: false,
-                });
+                let credit = src.sge(off, CREDIT_LEN);
+                let posted = ep
+                    .qp
+                    .post_send(SendWr::write(v, credit, ep.peer.addr, ep.peer.rkey));
                 if posted.is_ok() {
                     ep.credit_outstanding += 1;
                     ep.next_slot = (ep.next_slot + 1) % CREDIT_SLOTS;
@@ -524,7 +510,7 @@ fn echo_server(
     size: usize,
     answered: &mut u64,
 ) -> Result<(), String> {
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let last_octet = size - 1;
     let mut expect = 1u8;
     let mut spins = 0u32;
@@ -566,13 +552,7 @@ fn echo_server(
         if reply {
             *answered += 1;
             let op = if test == Test::WriteLat { write } else { send };
-            let _ = ep.qp.post_send(SendWr {
-                wr_id: 0,
-                op,
-                sgl: vec![src.sge(0, size)],
-                signaled: true,
-                fence: false,
-            });
+            let _ = ep.qp.post_send(SendWr::new(0, op, src.sge(0, size)));
             continue;
         }
         spins = spins.wrapping_add(1);

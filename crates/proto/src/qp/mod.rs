@@ -12,6 +12,7 @@
 //! shared queue passed in [`RxCtx`]. Every posted work request completes exactly once:
 //! with success, an error, or a flush.
 
+mod close;
 mod deliver;
 mod fpdu;
 mod params;
@@ -21,18 +22,22 @@ mod rq;
 mod stream;
 mod tx;
 
+pub use close::CloseAction;
 pub use deliver::{CqSide, QpEvent};
 pub use fpdu::{Chunk, CopiedHeaders, MAX_TX_HEADER, TxFpdu};
-pub use params::{QpConfig, QpParams, RtrKind};
+pub use params::{DEFAULT_CLOSE_TIMEOUT, QpConfig, QpParams, RtrKind};
 pub use rq::{RecvSource, RecvWqe, Rq};
 pub use stream::RxNeed;
 
 use crate::tpt::Tpt;
 use crate::verbs::*;
+use arrayvec::ArrayVec;
+use close::{Closer, Facts, Next};
 use deliver::Outbox;
 use receive::{Fatal, Receiver, RxDeps};
 use softrnic_wire::TerminateCause;
 use softrnic_wire::terminate::Layer;
+use std::time::Duration;
 use tx::TxState;
 
 /// Why a post was refused (the request was not queued and will not complete).
@@ -106,6 +111,7 @@ pub struct Qp {
     out: Outbox,
     /// The cause once the QP has failed.
     fatal: Option<(TerminateCause, bool)>,
+    closer: Closer,
 }
 
 impl Qp {
@@ -120,6 +126,7 @@ impl Qp {
             rq: Rq::new(cfg.rq_depth),
             out: Outbox::new(cfg.id),
             fatal: None,
+            closer: Closer::default(),
         }
     }
 
@@ -180,7 +187,7 @@ impl Qp {
         if !self.rq.has_room() {
             return Err(PostError::QueueFull);
         }
-        let mut sges = Vec::with_capacity(wr.sgl.len());
+        let mut sges = ArrayVec::new();
         let mut total = 0u64;
         for s in &wr.sgl {
             match tpt.check_local(
@@ -235,7 +242,7 @@ impl Qp {
         if self.tx.sq_len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);
         }
-        let total: u64 = wr.sgl.iter().map(|s| u64::from(s.len)).sum();
+        let total = wr.sgl.total_len();
         if total > u64::from(u32::MAX) {
             return Err(PostError::TooLong);
         }
@@ -244,7 +251,7 @@ impl Qp {
         } else {
             Access::empty()
         };
-        let mut chunks = Vec::with_capacity(wr.sgl.len());
+        let mut chunks = ArrayVec::new();
         for s in &wr.sgl {
             match tpt.check_local(s.lkey, s.addr, u64::from(s.len), need, self.cfg.pd) {
                 Ok(t) => chunks.push(Chunk {
@@ -316,23 +323,79 @@ impl Qp {
         }
     }
 
-    /// Starts a graceful close: queued work is still transmitted; when the send queue is
-    /// empty the I/O layer sends FIN ([`Qp::ready_to_fin`]).
+    /// Starts a graceful close: queued work is still transmitted, then FIN
+    /// ([`Qp::poll_close`]).
     pub fn close(&mut self) {
         if self.state == QpState::Rts {
             self.state = QpState::Closing;
         }
     }
 
-    /// Graceful close: everything queued has been handed to the transport.
-    pub fn ready_to_fin(&self) -> bool {
-        self.state == QpState::Closing && self.tx.idle()
+    /// The peer's FIN came in: the stream has ended.
+    pub fn peer_fin(&mut self) {
+        self.closer.peer_fin();
     }
 
-    /// The transport closed (FIN after graceful close, EOF, reset, or a dead peer): the
-    /// QP goes to Error and all outstanding work is flushed.
-    pub fn transport_closed(&mut self) {
+    /// Whether the peer's FIN has come in.
+    pub fn peer_finished(&self) -> bool {
+        self.closer.peer_finished()
+    }
+
+    /// The stream failed under the QP (reset, broken pipe, ended mid-FPDU): it is
+    /// closed, and the QP goes to Error, flushing all outstanding work.
+    pub fn transport_lost(&mut self) {
+        self.closer.lost();
         self.to_error();
+    }
+
+    /// Whether the stream is closed (or failed): no more reads or writes on it.
+    pub fn transport_closed(&self) -> bool {
+        self.closer.is_closed()
+    }
+
+    /// The I/O layer drops the connection itself (an abortive close, or the QP is
+    /// destroyed): the QP goes to Error. Returns whether the QP was connected until now,
+    /// that is, whether to report that it is disconnected.
+    pub fn abandon_transport(&mut self) -> bool {
+        self.to_error();
+        self.closer.abandon()
+    }
+
+    /// The next close step for the I/O layer to take on its transport, given whether
+    /// the transport has written everything it was handed (`flushed`) and the time.
+    /// Call it after every round of progress until it returns `None`.
+    pub fn poll_close(&mut self, flushed: bool, now: Duration) -> Option<CloseAction> {
+        loop {
+            let facts = Facts {
+                state: self.state,
+                terminate_sent: self.terminate_sent(),
+                ready_to_fin: self.state == QpState::Closing && self.tx.idle(),
+                flushed,
+                now,
+            };
+            match self.closer.next(facts) {
+                Next::Wait => return None,
+                Next::BeginClose => self.close(),
+                Next::ToError => self.to_error(),
+                Next::Act { action, to_error } => {
+                    if to_error {
+                        self.to_error();
+                    }
+                    return Some(action);
+                }
+            }
+        }
+    }
+
+    /// When [`Qp::handle_timeout`] must be called next (the close timer), if ever.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        self.closer.deadline(self.params.close_timeout)
+    }
+
+    /// Time has reached `now`: a close timer that has expired makes the next
+    /// [`Qp::poll_close`] reset the connection.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        self.closer.handle_timeout(now, self.params.close_timeout);
     }
 
     /// Moves the QP to Error and flushes all outstanding work requests.

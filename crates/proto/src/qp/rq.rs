@@ -5,7 +5,7 @@
 //! the I/O layer. A buffer is taken when the first segment of its message arrives, and
 //! stays bound to that message (by its MSN) until the message completes or flushes.
 
-use crate::verbs::{QpId, RegionId};
+use crate::verbs::{MAX_SGE, QpId, RegionId};
 use std::collections::VecDeque;
 
 /// A posted receive with its SGEs resolved through the TPT.
@@ -14,7 +14,7 @@ pub struct RecvWqe {
     /// The work request's identifier.
     pub wr_id: u64,
     /// (region, offset, len) per SGE.
-    pub sges: Vec<(RegionId, u64, u32)>,
+    pub sges: arrayvec::ArrayVec<(RegionId, u64, u32), MAX_SGE>,
     /// Octets the SGEs hold together.
     pub total: u64,
 }

@@ -10,6 +10,7 @@
 use super::fpdu::{Chunk, CopiedHeaders, TxFpdu, covering};
 use super::params::{QpParams, RtrKind};
 use crate::verbs::*;
+use arrayvec::ArrayVec;
 use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use softrnic_wire::mpa;
 use softrnic_wire::rdmap::{Opcode, QN_READ_REQUEST, QN_SEND, QN_TERMINATE, ReadRequest};
@@ -21,7 +22,7 @@ struct SqEntry {
     seq: u64,
     wr_id: u64,
     op: SendOp,
-    chunks: Vec<Chunk>,
+    chunks: ArrayVec<Chunk, MAX_SGE>,
     total: u32,
     signaled: bool,
     fence: bool,
@@ -140,7 +141,13 @@ impl TxState {
         self.sq.len() + self.orq.len()
     }
 
-    pub(crate) fn enqueue(&mut self, seq: u64, wr: SendWr, chunks: Vec<Chunk>, total: u32) {
+    pub(crate) fn enqueue(
+        &mut self,
+        seq: u64,
+        wr: SendWr,
+        chunks: ArrayVec<Chunk, MAX_SGE>,
+        total: u32,
+    ) {
         self.sq.push_back(SqEntry {
             seq,
             wr_id: wr.wr_id,
