@@ -85,6 +85,14 @@ pub struct RpingArgs {
     /// headers) into a pcap file, for `softrnic decode` or Wireshark.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
+    /// Client: after the server's MPA Reply, hold the first message for this many MPA
+    /// round trips (a Linux siw server takes its socket into RDMA mode only after its
+    /// Reply, and misses anything that arrives earlier; docs/INTEROP.md).
+    #[arg(long, default_value_t = FirstFpduHold::default().rtts, value_name = "N")]
+    pub hold_rtts: u32,
+    /// Client: the hold's upper bound, in milliseconds.
+    #[arg(long, default_value_t = FirstFpduHold::default().max.as_millis() as u64, value_name = "MS")]
+    pub hold_max_ms: u64,
 }
 
 /// `--crc` values.
@@ -159,6 +167,10 @@ impl RpingArgs {
             srq: self.srq,
             inject: self.inject,
             pcap: self.pcap.clone(),
+            hold: FirstFpduHold {
+                rtts: self.hold_rtts,
+                max: Duration::from_millis(self.hold_max_ms),
+            },
         })
     }
 
@@ -294,6 +306,8 @@ pub struct RpingOpts {
     pub inject: Option<Fault>,
     /// `--pcap`: record the connections into this pcap file.
     pub pcap: Option<PathBuf>,
+    /// Client: how long the first message waits after the MPA Reply.
+    pub hold: FirstFpduHold,
 }
 
 /// A bad remote access the server can make on purpose (`--inject`): checks that the
@@ -348,6 +362,7 @@ impl Default for RpingOpts {
             srq: false,
             inject: None,
             pcap: None,
+            hold: FirstFpduHold::default(),
         }
     }
 }
@@ -422,6 +437,7 @@ fn open_device(opts: &RpingOpts) -> Result<Device> {
     Ok(Device::open(DeviceConfig {
         mpa: opts.mpa.clone(),
         pcap: opts.pcap.clone(),
+        first_fpdu_hold: opts.hold,
         ..DeviceConfig::default()
     })?)
 }
@@ -484,13 +500,6 @@ fn wait(e: &Ends, opts: &RpingOpts, op: WcOpcode) -> Result<Completion> {
 
 /// Runs the client side against an rping server; returns the iterations done.
 pub fn client(addr: SocketAddr, opts: &RpingOpts) -> Result<u64> {
-    client_with(addr, opts, || {})
-}
-
-/// [`client`], calling `connected` once the connection is up and before the first
-/// Send. Interop tests use it to wait until a peer that is slow to take its own
-/// connection into RDMA mode (Linux siw, see docs/INTEROP.md) is ready.
-pub fn client_with(addr: SocketAddr, opts: &RpingOpts, connected: impl FnOnce()) -> Result<u64> {
     let dev = open_device(opts)?;
     let e = open(&dev, opts)?;
     let start =
@@ -503,7 +512,6 @@ pub fn client_with(addr: SocketAddr, opts: &RpingOpts, connected: impl FnOnce())
     let mut cfg = opts.mpa.clone();
     cfg.private_data.clear();
     dev.connect_with(addr, &e.qp, cfg)?;
-    connected();
     let mut i = 0;
     while opts.count == 0 || i < opts.count {
         let data = ping_data(i, opts.size);

@@ -234,10 +234,12 @@ impl Device {
         let mut rec = self.recorder(&s, true);
         let request = init.request();
         s.write_all(&request)?;
+        let sent_at = Instant::now();
         record(&mut rec, |r| r.sent(&request));
         let serial = self.shared.serial;
         trace::mpa_request_sent(serial, qp.id(), peer_addr, init.config());
         let frame = read_frame(&mut s, deadline)?;
+        let rtt = sent_at.elapsed();
         record(&mut rec, |r| r.received(&frame));
         match init.handle_input(&frame)? {
             InitiatorProgress::Established {
@@ -248,6 +250,14 @@ impl Device {
                 sys::socket::set_keepalive(s.as_raw_fd(), self.shared.cfg.keepalive);
                 s.set_read_timeout(None)?;
                 s.set_write_timeout(None)?;
+                // The peer may still be taking its socket into RDMA mode (see
+                // `DeviceConfig::first_fpdu_hold`): nothing is sent until the hold is
+                // over, and the QP is not ours to post on before `connect` returns.
+                let hold = self.shared.cfg.first_fpdu_hold.after(rtt);
+                trace::first_fpdu_hold(serial, qp.id(), peer_addr, rtt, hold);
+                if !hold.is_zero() {
+                    std::thread::sleep(hold);
+                }
                 trace::mpa_established(serial, qp.id(), peer_addr, &negotiated, false);
                 qp.shared
                     .attach(&self.shared, s, params, &frame[consumed..], rec)?;

@@ -52,6 +52,14 @@ pub struct DeviceConfig {
     /// Reply) must be done within this, however the peer paces its octets (RFC 5044's
     /// MPA timer; Linux siw's initiator waits 10 s).
     pub connect_timeout: Duration,
+    /// Initiator: after the peer's MPA Reply, the first FPDU (and so `connect`'s
+    /// return) waits `first_fpdu_hold.rtts` times the MPA round trip (our Request out
+    /// to the Reply in), at most `first_fpdu_hold.max`. A responder that moves its
+    /// socket into RDMA mode only after sending its Reply (Linux siw, see
+    /// docs/INTEROP.md) otherwise misses an FPDU that lands in between, for good. The
+    /// round trip includes the peer's time to decide, so the hold follows the peer's
+    /// pace: tens of microseconds against a fast peer, more against a slow one.
+    pub first_fpdu_hold: FirstFpduHold,
     /// Responder: a connection's whole MPA Request must have arrived within this of
     /// the TCP connection being taken, or the connection is dropped (RST). A silent or
     /// slow peer holds nothing longer than this (Linux siw's responder waits 5 s).
@@ -101,6 +109,7 @@ impl Default for DeviceConfig {
             mpa: softrnic_proto::cm::MpaConfig::default(),
             connect_timeout: Duration::from_secs(10),
             mpa_request_timeout: Duration::from_secs(5),
+            first_fpdu_hold: FirstFpduHold::default(),
             max_mpa_exchanges: 1024,
             max_listener_exchanges: 256,
             keepalive: Duration::from_secs(5),
@@ -113,6 +122,53 @@ impl Default for DeviceConfig {
             fault: None,
             pcap: None,
         }
+    }
+}
+
+/// How long an initiator holds its first FPDU after the MPA Reply
+/// ([`DeviceConfig::first_fpdu_hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstFpduHold {
+    /// Multiples of the MPA round trip (0: no hold).
+    pub rtts: u32,
+    /// The hold's upper bound.
+    pub max: Duration,
+}
+
+impl Default for FirstFpduHold {
+    fn default() -> Self {
+        FirstFpduHold {
+            rtts: 1,
+            max: Duration::from_millis(250),
+        }
+    }
+}
+
+impl FirstFpduHold {
+    /// The hold after an MPA exchange that took `rtt`.
+    pub fn after(&self, rtt: Duration) -> Duration {
+        rtt.saturating_mul(self.rtts).min(self.max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_fpdu_hold_follows_the_round_trip_up_to_its_bound() {
+        let ms = Duration::from_millis;
+        let h = FirstFpduHold {
+            rtts: 2,
+            max: ms(100),
+        };
+        assert_eq!(h.after(ms(0)), ms(0));
+        assert_eq!(h.after(ms(30)), ms(60));
+        assert_eq!(h.after(ms(50)), ms(100));
+        assert_eq!(h.after(Duration::MAX), ms(100));
+        let off = FirstFpduHold { rtts: 0, ..h };
+        assert_eq!(off.after(ms(30)), ms(0));
+        assert_eq!(FirstFpduHold::default().after(ms(20)), ms(20));
     }
 }
 

@@ -58,7 +58,9 @@ mod transport;
 
 pub use cm::{ConnRequest, Connection};
 pub use cq::Cq;
-pub use device::{AsyncEvent, Device, DeviceAttr, DeviceConfig, DeviceUsage, ProgressMode};
+pub use device::{
+    AsyncEvent, Device, DeviceAttr, DeviceConfig, DeviceUsage, FirstFpduHold, ProgressMode,
+};
 pub use engine::EngineInfo;
 pub use error::{Error, Fault, Result};
 pub use listener::{Listener, ListenerStats};

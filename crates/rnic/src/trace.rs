@@ -137,6 +137,21 @@ pub(crate) fn mpa_dropped(dev: u32, peer: SocketAddr, why: &str) {
     info!(target: CM, dev, %peer, why, "connection dropped during MPA setup");
 }
 
+/// Initiator: the first FPDU is held this long after the MPA exchange took `rtt`.
+pub(crate) fn first_fpdu_hold(
+    dev: u32,
+    qp: QpId,
+    peer: SocketAddr,
+    rtt: std::time::Duration,
+    hold: std::time::Duration,
+) {
+    debug!(
+        target: CM, dev, qp = qp.0, %peer,
+        rtt_us = rtt.as_micros() as u64, hold_us = hold.as_micros() as u64,
+        "first FPDU held after the MPA Reply"
+    );
+}
+
 /// Either side: the exchange failed.
 pub(crate) fn mpa_failed(dev: u32, e: &Error) {
     info!(target: CM, dev, error = %e, fault = %e.fault(), "MPA exchange failed");

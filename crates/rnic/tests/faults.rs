@@ -170,6 +170,7 @@ fn resources_or_the_os_are_at_fault() {
     let e = a.dev.create_qp(&a.pd, init(&a.cq, 2)).unwrap_err();
     assert!(matches!(e, Error::Limit(_)), "{e:?}");
     assert_eq!(e.fault(), Fault::Resources);
+    // Beyond max_mr_size: refused before any allocation is tried.
     let e = a.pd.alloc_mr(usize::MAX, Access::LOCAL_WRITE).unwrap_err();
     assert!(matches!(e, Error::Limit("max_mr_size")), "{e:?}");
     assert_eq!(e.fault(), Fault::Resources);

@@ -49,8 +49,6 @@ const OUT_READS: u16 = 128;
 const CYCLE_BUFFER: u32 = 4096;
 /// The cache line softrnic announces (x86-64's), the step of that walk.
 const CACHE_LINE: u32 = 64;
-/// The client's pause between the control connection and its first message.
-const SETTLE: Duration = Duration::from_secs(1);
 /// How long a server leaves the client to close first at the end (see [`close`]):
 /// perftest's client closes by itself at once.
 const SERVER_LINGER: Duration = Duration::from_secs(10);
@@ -548,10 +546,10 @@ pub fn client(
     let test = cfg.test;
     let size = cfg.sizes[0];
     let mut ctrl = Ctrl::new(dev, Side::Client)?;
+    // No pause before the first message (perftest's client sleeps a second here): the
+    // device holds the first FPDU after the MPA Reply for as long as a responder like
+    // Linux siw needs to take its socket into RDMA mode (DeviceConfig::first_fpdu_hold).
     connect(dev, addr, &ctrl.qp, &mpa(cfg, 0))?;
-    // perftest's write_bw client pauses a second here too. In the one rig run without
-    // this pause, siw's server took in our first message but its answer never left.
-    std::thread::sleep(SETTLE);
     let (peer_version, cycle, softrnic_peer) = opening(&mut ctrl)?;
     let (pd, cq) = new_test_cq(dev, cfg)?;
     let mut qps = Vec::new();

@@ -262,15 +262,7 @@ fn serve_round(
             }
         };
         let qp = dev
-            .create_qp(
-                &pd,
-                QpInit {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    sq_depth,
-                    rq_depth,
-                },
-            )
+            .create_qp(&pd, QpInit::new(&cq, sq_depth, rq_depth))
             .map_err(e2s("create QP"))?;
         let buf = pd
             .alloc_mr(
@@ -482,16 +474,10 @@ fn send_bw_server(
                 word[..8].copy_from_slice(&v.to_be_bytes());
                 word[8..].copy_from_slice(&(v ^ CREDIT_CHECK).to_be_bytes());
                 src.write(off, &word).map_err(e2s("credit"))?;
-                let posted = ep.qp.post_send(SendWr {
-                    wr_id: v,
-                    op: SendOp::Write {
-                        remote_addr: ep.peer.addr,
-                        rkey: ep.peer.rkey,
-                    },
-                    sgl: [src.sge(off, CREDIT_LEN)].into(),
-                    signaled: true,
-                    fence: false,
-                });
+                let credit = src.sge(off, CREDIT_LEN);
+                let posted = ep
+                    .qp
+                    .post_send(SendWr::write(v, credit, ep.peer.addr, ep.peer.rkey));
                 if posted.is_ok() {
                     ep.credit_outstanding += 1;
                     ep.next_slot = (ep.next_slot + 1) % CREDIT_SLOTS;
@@ -566,13 +552,7 @@ fn echo_server(
         if reply {
             *answered += 1;
             let op = if test == Test::WriteLat { write } else { send };
-            let _ = ep.qp.post_send(SendWr {
-                wr_id: 0,
-                op,
-                sgl: [src.sge(0, size)].into(),
-                signaled: true,
-                fence: false,
-            });
+            let _ = ep.qp.post_send(SendWr::new(0, op, src.sge(0, size)));
             continue;
         }
         spins = spins.wrapping_add(1);

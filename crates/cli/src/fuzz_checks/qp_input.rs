@@ -57,7 +57,8 @@ const fn region(base: u64, len: u64, access: Access, pd: u32, revoked: bool) -> 
     }
 }
 
-/// Where remote Writes may land; a peer may invalidate it (a Send with Invalidate).
+/// Where remote Writes may land, and the one region a peer may invalidate (Send with
+/// Invalidate: registered with REMOTE_INVALIDATE).
 pub const WRITE_TARGET: usize = 0;
 /// Receive buffers and the Read sink: local write only.
 pub const LOCAL: usize = 1;

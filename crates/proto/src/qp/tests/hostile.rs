@@ -93,7 +93,7 @@ fn refused(op: SendOp, a: &mut Side, b: &mut Side, sink: Sge) -> (Outcome, Vec<u
     .unwrap();
     pump(a, b, false);
     assert_eq!(b.mem, before, "a refused access changes no memory");
-    // Only once its Terminate is out does b shut the connection down.
+    // b closes the connection once its Terminate is out.
     assert_eq!(
         b.closes.first(),
         Some(&CloseAction::Shutdown),
