@@ -18,21 +18,10 @@ fn main() -> Result<()> {
     // Server side: a PD, a CQ, a QP, a buffer the peer may write, and a receive buffer.
     let spd = server_dev.alloc_pd();
     let scq = server_dev.create_cq(16)?;
-    let sqp = server_dev.create_qp(
-        &spd,
-        QpInit {
-            send_cq: &scq,
-            recv_cq: &scq,
-            sq_depth: 8,
-            rq_depth: 8,
-        },
-    )?;
+    let sqp = server_dev.create_qp(&spd, QpInit::new(&scq, 8, 8))?;
     let exposed = spd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let note = spd.alloc_mr(64, Access::LOCAL_WRITE)?;
-    sqp.post_recv(RecvWr {
-        wr_id: 1,
-        sgl: vec![note.sge(0, 64)],
-    })?;
+    sqp.post_recv(RecvWr::new(1, note.sge(0, 64)))?;
     let listener = server_dev.listen("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
 
@@ -53,15 +42,7 @@ fn main() -> Result<()> {
     // Client side.
     let cpd = client_dev.alloc_pd();
     let ccq = client_dev.create_cq(16)?;
-    let cqp = client_dev.create_qp(
-        &cpd,
-        QpInit {
-            send_cq: &ccq,
-            recv_cq: &ccq,
-            sq_depth: 8,
-            rq_depth: 8,
-        },
-    )?;
+    let cqp = client_dev.create_qp(&cpd, QpInit::new(&ccq, 8, 8))?;
     let conn = client_dev.connect(addr, &cqp, b"hello")?;
     let sqp = server.join().expect("server thread")?;
     let pd = conn.peer_private_data();
@@ -76,23 +57,8 @@ fn main() -> Result<()> {
     src.write(0, MSG)?;
     src.write(100, b"done")?;
     cqp.post_send_batch([
-        SendWr {
-            wr_id: 10,
-            op: SendOp::Write { remote_addr, rkey },
-            sgl: vec![src.sge(0, MSG.len())],
-            signaled: true,
-            fence: false,
-        },
-        SendWr {
-            wr_id: 11,
-            op: SendOp::Send {
-                solicited: true,
-                invalidate: None,
-            },
-            sgl: vec![src.sge(100, 4)],
-            signaled: true,
-            fence: false,
-        },
+        SendWr::write(10, src.sge(0, MSG.len()), remote_addr, rkey),
+        SendWr::send(11, src.sge(100, 4)).solicited(),
     ])?;
     for wc in ccq.wait_for(2, Duration::from_secs(5)) {
         println!("client: {:?} wr {} {:?}", wc.opcode, wc.wr_id, wc.status);

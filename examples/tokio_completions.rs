@@ -34,10 +34,7 @@ fn main() -> Result<()> {
     );
     let bufs = rpd.alloc_mr(8 * MSGS as usize, Access::LOCAL_WRITE)?;
     for i in 0..MSGS as usize {
-        rqp.post_recv(RecvWr {
-            wr_id: i as u64,
-            sgl: vec![bufs.sge(8 * i, 8)],
-        })?;
+        rqp.post_recv(RecvWr::new(i as u64, bufs.sge(8 * i, 8)))?;
     }
     let listener = rdev.listen("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
@@ -53,16 +50,7 @@ fn main() -> Result<()> {
         let src = spd.alloc_mr(8, Access::empty())?;
         for i in 0..MSGS {
             src.write(0, &i.to_le_bytes())?;
-            sqp.post_send(SendWr {
-                wr_id: i,
-                op: SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                },
-                sgl: vec![src.sge(0, 8)],
-                signaled: true,
-                fence: false,
-            })?;
+            sqp.post_send(SendWr::send(i, src.sge(0, 8)))?;
             let c = scq.wait_for(1, Duration::from_secs(10));
             assert_eq!(c.len(), 1, "send {i} did not complete");
             if i % 10 == 9 {

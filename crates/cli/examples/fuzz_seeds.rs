@@ -1,5 +1,6 @@
 //! Regenerates the committed fuzz seed corpus (`fuzz/seeds/`) from the siw captures:
-//! MPA frames, one ULPDU per opcode seen, FPDU stream excerpts, and Terminate bodies.
+//! MPA frames, one ULPDU per opcode seen, FPDU stream excerpts, and Terminate bodies;
+//! and the `qp_input` and `cm_responder` seeds that the proto API builds.
 //!
 //! `cargo run -p softrnic-cli --example fuzz_seeds -- ../shared/testdata/siw fuzz/seeds`
 
@@ -151,6 +152,13 @@ fn main() {
     for name in ["siw-rping-mpav1", "siw-rping-crc"] {
         let pcap = std::fs::read(src.join(format!("{name}.pcap"))).expect("small siw capture");
         write("capture", name, &pcap);
+    }
+    // Streams and Requests built with the proto API itself.
+    for (name, seed) in softrnic_cli::fuzz_checks::built_seeds::qp_input_seeds() {
+        write("qp_input", &name, &seed);
+    }
+    for (name, seed) in softrnic_cli::fuzz_checks::built_seeds::cm_responder_seeds() {
+        write("cm_responder", &name, &seed);
     }
     println!("seeds written to {}", dst.display());
 }

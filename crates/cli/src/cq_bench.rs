@@ -24,7 +24,7 @@
 use serde::Serialize;
 use softrnic_rnic::{
     Access, Cq, CqEvent, Device, DeviceConfig, Handler, Mr, ProgressMode, Qp, QpInit, RecvWr,
-    SendOp, SendWr, WcStatus, affinity,
+    SendWr, WcStatus, affinity,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -223,11 +223,8 @@ fn link(
         .alloc_mr(8 * recvs, Access::LOCAL_WRITE)
         .map_err(e2s("register"))?;
     for i in 0..recvs {
-        qp.post_recv(RecvWr {
-            wr_id: i as u64,
-            sgl: vec![bufs.sge(8 * i, 8)],
-        })
-        .map_err(e2s("post_recv"))?;
+        qp.post_recv(RecvWr::new(i as u64, bufs.sge(8 * i, 8)))
+            .map_err(e2s("post_recv"))?;
     }
     let src = ppd.alloc_mr(8, Access::empty()).map_err(e2s("register"))?;
     cq.req_notify(false);
@@ -260,10 +257,7 @@ fn callback(links: Arc<ByCq>, stats: Arc<Mutex<Stats>>) -> impl FnMut(&CqEvent) 
             while let Some(c) = cq.poll_one() {
                 if c.status == WcStatus::Success {
                     let i = c.wr_id as usize;
-                    let _ = qp.post_recv(RecvWr {
-                        wr_id: c.wr_id,
-                        sgl: vec![bufs.sge(8 * i, 8)],
-                    });
+                    let _ = qp.post_recv(RecvWr::new(c.wr_id, bufs.sge(8 * i, 8)));
                 }
                 *n += 1;
             }
@@ -496,16 +490,7 @@ pub fn run_once(a: &CqBenchArgs) -> Result<CqBenchReport, String> {
 
 /// Posts `n` Sends on `l`'s peer QP and reaps their send completions.
 fn send(l: &Link, n: usize) -> Result<(), String> {
-    let wr = |i: usize| SendWr {
-        wr_id: i as u64,
-        op: SendOp::Send {
-            solicited: false,
-            invalidate: None,
-        },
-        sgl: vec![l.src.sge(0, 8)],
-        signaled: true,
-        fence: false,
-    };
+    let wr = |i: usize| SendWr::send(i as u64, l.src.sge(0, 8));
     l.pqp
         .post_send_batch((0..n).map(wr))
         .map_err(e2s("post_send"))?;

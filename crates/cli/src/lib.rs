@@ -9,3 +9,4 @@ pub mod decode;
 pub mod fuzz_checks;
 pub mod logging;
 pub mod rping;
+pub mod srq_sim;

@@ -33,6 +33,11 @@ enum Command {
     /// rdma-core's rping exchange (Send advert, RDMA Read, RDMA Write back), either
     /// role, compatible with Linux `rping`.
     Rping(softrnic_cli::rping::RpingArgs),
+    /// Shared receive queues against per-QP receive queues: N bursty connections,
+    /// peak-sized RQs vs an SRQ grown on limit events vs statistical provisioning;
+    /// buffer memory, starvation, throughput, and a PNG of depth against demand.
+    #[command(name = "srq-sim")]
+    SrqSim(softrnic_cli::srq_sim::SimArgs),
     #[command(flatten)]
     Bench(softrnic_cli::bench::BenchCommand),
     /// Completion events per second and wake-up latency with many CQs on completion
@@ -49,6 +54,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Decode { file, json } => decode_cmd::run(&file, json),
         Command::Rping(r) => softrnic_cli::rping::main(&r),
+        Command::SrqSim(a) => softrnic_cli::srq_sim::main(&a),
         Command::Bench(b) => softrnic_cli::bench::main(&b),
         Command::CqBench(a) => softrnic_cli::cq_bench::main(&a),
     };

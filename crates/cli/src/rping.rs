@@ -48,6 +48,10 @@ pub struct RpingArgs {
     /// Server: serve clients one after another, until killed.
     #[arg(short = 'P', requires = "server")]
     pub persistent: bool,
+    /// Take receive buffers from a shared receive queue (the QP has no receive queue
+    /// of its own).
+    #[arg(long)]
+    pub srq: bool,
     /// Server: make this bad remote access into the client's memory, to check the
     /// client's Terminate (its layer/type/code is printed).
     #[arg(long, value_enum, requires = "server")]
@@ -81,6 +85,14 @@ pub struct RpingArgs {
     /// headers) into a pcap file, for `softrnic decode` or Wireshark.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
+    /// Client: after the server's MPA Reply, hold the first message for this many MPA
+    /// round trips (a Linux siw server takes its socket into RDMA mode only after its
+    /// Reply, and misses anything that arrives earlier; docs/INTEROP.md).
+    #[arg(long, default_value_t = FirstFpduHold::default().rtts, value_name = "N")]
+    pub hold_rtts: u32,
+    /// Client: the hold's upper bound, in milliseconds.
+    #[arg(long, default_value_t = FirstFpduHold::default().max.as_millis() as u64, value_name = "MS")]
+    pub hold_max_ms: u64,
 }
 
 /// `--crc` values.
@@ -152,8 +164,13 @@ impl RpingArgs {
             timeout: Duration::from_secs(self.timeout),
             mpa,
             persistent: self.persistent,
+            srq: self.srq,
             inject: self.inject,
             pcap: self.pcap.clone(),
+            hold: FirstFpduHold {
+                rtts: self.hold_rtts,
+                max: Duration::from_millis(self.hold_max_ms),
+            },
         })
     }
 
@@ -282,11 +299,15 @@ pub struct RpingOpts {
     pub mpa: MpaConfig,
     /// `-P`: the server serves clients one after another until killed.
     pub persistent: bool,
+    /// `--srq`: receive buffers come from a shared receive queue.
+    pub srq: bool,
     /// Server: make a bad remote access into the client's memory on purpose, to see
     /// the peer's Terminate.
     pub inject: Option<Fault>,
     /// `--pcap`: record the connections into this pcap file.
     pub pcap: Option<PathBuf>,
+    /// Client: how long the first message waits after the MPA Reply.
+    pub hold: FirstFpduHold,
 }
 
 /// A bad remote access the server can make on purpose (`--inject`): checks that the
@@ -338,8 +359,10 @@ impl Default for RpingOpts {
             timeout: Duration::from_secs(10),
             mpa,
             persistent: false,
+            srq: false,
             inject: None,
             pcap: None,
+            hold: FirstFpduHold::default(),
         }
     }
 }
@@ -406,33 +429,35 @@ struct Ends {
     cq: Cq,
     qp: Qp,
     pd: Pd,
+    /// With `--srq`: where the receives go.
+    srq: Option<Srq>,
 }
 
 fn open_device(opts: &RpingOpts) -> Result<Device> {
     Ok(Device::open(DeviceConfig {
         mpa: opts.mpa.clone(),
         pcap: opts.pcap.clone(),
+        first_fpdu_hold: opts.hold,
         ..DeviceConfig::default()
     })?)
 }
 
-fn open(dev: &Device) -> Result<Ends> {
+fn open(dev: &Device, opts: &RpingOpts) -> Result<Ends> {
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(16)?;
-    let qp = dev.create_qp(
-        &pd,
-        QpInit {
-            send_cq: &cq,
-            recv_cq: &cq,
-            sq_depth: 16,
-            rq_depth: 16,
-        },
-    )?;
+    let init = QpInit::new(&cq, 16, 16);
+    let (qp, srq) = if opts.srq {
+        let srq = dev.create_srq(&pd, SrqInit::new(16, 1))?;
+        (dev.create_qp_on_srq(&pd, init, &srq)?, Some(srq))
+    } else {
+        (dev.create_qp(&pd, init)?, None)
+    };
     Ok(Ends {
         dev: dev.clone(),
         cq,
         qp,
         pd,
+        srq,
     })
 }
 
@@ -473,27 +498,10 @@ fn wait(e: &Ends, opts: &RpingOpts, op: WcOpcode) -> Result<Completion> {
     }
 }
 
-fn signaled(wr_id: u64, op: SendOp, sgl: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        sgl,
-        signaled: true,
-        fence: false,
-    }
-}
-
 /// Runs the client side against an rping server; returns the iterations done.
 pub fn client(addr: SocketAddr, opts: &RpingOpts) -> Result<u64> {
-    client_with(addr, opts, || {})
-}
-
-/// [`client`], calling `connected` once the connection is up and before the first
-/// Send. Interop tests use it to wait until a peer that is slow to take its own
-/// connection into RDMA mode (Linux siw, see docs/INTEROP.md) is ready.
-pub fn client_with(addr: SocketAddr, opts: &RpingOpts, connected: impl FnOnce()) -> Result<u64> {
     let dev = open_device(opts)?;
-    let e = open(&dev)?;
+    let e = open(&dev, opts)?;
     let start =
         e.pd.alloc_mr(opts.size, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
     let sink =
@@ -504,7 +512,6 @@ pub fn client_with(addr: SocketAddr, opts: &RpingOpts, connected: impl FnOnce())
     let mut cfg = opts.mpa.clone();
     cfg.private_data.clear();
     dev.connect_with(addr, &e.qp, cfg)?;
-    connected();
     let mut i = 0;
     while opts.count == 0 || i < opts.count {
         let data = ping_data(i, opts.size);
@@ -549,21 +556,18 @@ pub fn client_with(addr: SocketAddr, opts: &RpingOpts, connected: impl FnOnce())
 
 /// Sends the 16-octet advert held in `adv` and waits until the Send completed.
 fn send_advert(e: &Ends, adv: &Mr, opts: &RpingOpts, wr_id: u64) -> Result<()> {
-    let send = SendOp::Send {
-        solicited: false,
-        invalidate: None,
-    };
-    e.qp.post_send(signaled(wr_id, send, vec![adv.sge(0, 16)]))?;
+    e.qp.post_send(SendWr::send(wr_id, adv.sge(0, 16)))?;
     wait(e, opts, WcOpcode::Send)?;
     Ok(())
 }
 
 /// Posts the one receive an rping side keeps for the peer's next advert.
 fn repost(e: &Ends, rx: &Mr) -> Result<()> {
-    e.qp.post_recv(RecvWr {
-        wr_id: 1,
-        sgl: vec![rx.sge(0, 16)],
-    })?;
+    let wr = RecvWr::new(1, rx.sge(0, 16));
+    match &e.srq {
+        Some(srq) => srq.post_recv(wr)?,
+        None => e.qp.post_recv(wr)?,
+    }
     Ok(())
 }
 
@@ -601,7 +605,7 @@ pub fn server(listen: SocketAddr, opts: &RpingOpts, ready: impl FnOnce(SocketAdd
 /// Accepts the next client on `l` and serves it until it disconnects or `-C`
 /// iterations are done; returns the iterations done.
 pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
-    let e = open(dev)?;
+    let e = open(dev, opts)?;
     let buf = e.pd.alloc_mr(opts.size.max(16), Access::LOCAL_WRITE)?;
     let adv = e.pd.alloc_mr(16, Access::LOCAL_WRITE)?;
     let rx = e.pd.alloc_mr(16, Access::LOCAL_WRITE)?;
@@ -630,11 +634,7 @@ pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
             });
         }
         let (remote_addr, rkey) = opts.inject.map_or((src.addr, src.rkey), |f| f.read(&src));
-        e.qp.post_send(signaled(
-            20,
-            SendOp::Read { remote_addr, rkey },
-            vec![buf.sge(0, len)],
-        ))?;
+        e.qp.post_send(SendWr::read(20, buf.sge(0, len), remote_addr, rkey))?;
         wait(&e, opts, WcOpcode::Read)?;
         if opts.verbose {
             let got = buf.to_vec();
@@ -646,11 +646,7 @@ pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
         let dst = take_advert(&e, &rx, c)?;
         let len = (dst.size as usize).min(len);
         let (remote_addr, rkey) = opts.inject.map_or((dst.addr, dst.rkey), |f| f.write(&dst));
-        e.qp.post_send(signaled(
-            22,
-            SendOp::Write { remote_addr, rkey },
-            vec![buf.sge(0, len)],
-        ))?;
+        e.qp.post_send(SendWr::write(22, buf.sge(0, len), remote_addr, rkey))?;
         // A Write completes locally once sent; the Send behind it tells whether the
         // peer took it (a Terminate would flush the Send).
         wait(&e, opts, WcOpcode::Write)?;

@@ -19,7 +19,7 @@
 //! Both sides run in this process, so their `Instant`s share one clock. No sleep and no
 //! timing threshold: only the order of events is checked.
 
-use softrnic_cli::bench::{BenchCommand, BenchConfig, BwResult, Measured, rdma, rdma_cm};
+use softrnic_cli::bench::{BenchCommand, BenchConfig, BwResult, Measured, rdma, rdma_cm, server};
 use softrnic_rnic::Device;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -291,7 +291,7 @@ fn native(test: &str, iters: u64, size: usize) {
     let sdev = Device::open(config(&[test]).device_config()).expect("device");
     let listener = sdev.listen("127.0.0.1:0").expect("listen");
     let target = listener.local_addr().expect("address");
-    let server = std::thread::spawn(move || rdma::serve(&sdev, &listener, Default::default()));
+    let server = std::thread::spawn(move || server::serve(&sdev, &listener, Default::default()));
     let expect = iters * size as u64;
     let (addr, logs) = relay(target, expect, test == "send_bw");
     let port = addr.port().to_string();

@@ -6,6 +6,8 @@
 //! - [`qp`]: a reliable-connected queue pair: send queue, receive queue, the transmit
 //!   path (FPDUs out of work requests), the receive path (placement decisions out of
 //!   FPDU headers), RDMA Read ORD/IRD queues, Terminate and flush.
+//! - [`srq`]: a shared receive queue with per-QP soft/hard limits and statistical
+//!   provisioning.
 //!
 //! Memory is never touched here: the core names memory as ([`RegionId`], offset, len)
 //! and the I/O layer (`softrnic-rnic`) resolves that to bytes. So the same core serves
@@ -14,6 +16,7 @@
 
 pub mod cm;
 pub mod qp;
+pub mod srq;
 pub mod tpt;
 pub mod verbs;
 

@@ -60,6 +60,9 @@ pub enum InvalidateError {
     WrongPd,
     /// Already invalidated.
     AlreadyInvalid,
+    /// A peer asked (Send with Invalidate), and the region was not registered for
+    /// remote invalidation ([`Access::REMOTE_INVALIDATE`] with a remote right).
+    NotRemotelyInvalidatable,
 }
 
 /// Shards of the table: STag index `i` lives in shard `(i - 1) % SHARDS`, so lookups
@@ -73,7 +76,15 @@ const MAX_INDEX: usize = 0x00ff_ffff;
 #[derive(Debug, Default)]
 struct Shard {
     slots: Vec<Option<TptEntry>>,
-    free: Vec<usize>,
+    /// Freed slots, with the consumer key their last STag had: a new registration in
+    /// the slot never gets that key again, so a stale STag never names the new region.
+    free: Vec<(usize, u8)>,
+}
+
+/// `key`, unless it is `old`: then the next key. An STag that was handed out before
+/// never comes back for another registration of the same index.
+fn key_other_than(key: u8, old: u8) -> u8 {
+    if key == old { key.wrapping_add(1) } else { key }
 }
 
 /// The table, shared by every QP of a device: lookups take a read lock on one shard
@@ -117,8 +128,10 @@ impl Tpt {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds a region; returns its STag (fresh index, the given consumer key), or None
-    /// when the 24-bit index space is used up.
+    /// Adds a region; returns its STag, or None when the 24-bit index space is used up.
+    /// The STag has a fresh index and the given consumer key, unless the index is
+    /// reused and its last STag had that key: then the key is the next one (choose the
+    /// key at random, RFC 5042 section 5.1, and no STag is ever guessed from another).
     pub fn insert(&self, mut entry: TptEntry) -> Option<STag> {
         entry.valid = true;
         let first = self.next_shard.fetch_add(1, Ordering::Relaxed);
@@ -128,7 +141,8 @@ impl Tpt {
         for k in 0..SHARDS {
             let shard = turn(k);
             let mut s = self.write(shard);
-            if let Some(slot) = s.free.pop() {
+            if let Some((slot, old)) = s.free.pop() {
+                entry.key = key_other_than(entry.key, old);
                 s.slots[slot] = Some(entry);
                 return Some(stag_of(shard, slot, entry.key));
             }
@@ -151,7 +165,7 @@ impl Tpt {
         let (shard, slot) = locate(stag)?;
         let mut s = self.write(shard);
         let e = s.slots.get_mut(slot)?.take()?;
-        s.free.push(slot);
+        s.free.push((slot, e.key));
         Some(e)
     }
 
@@ -176,6 +190,8 @@ impl Tpt {
 
     /// Checks a remote access of `len` octets at tagged offset `to` through `stag`, from
     /// a stream in `pd`, needing `need`. Zero-length accesses still need a valid STag.
+    /// The checks run in this order, and the first that fails names the cause: STag
+    /// (index, key, valid), PD, rights, TO wrap, bounds.
     pub fn check_remote(
         &self,
         stag: STag,
@@ -185,7 +201,7 @@ impl Tpt {
         pd: PdId,
         kind: RemoteAccess,
     ) -> Result<Target, TerminateCause> {
-        let (invalid, bounds, not_assoc) = match kind {
+        let (invalid, bounds, not_assoc, wrap) = match kind {
             RemoteAccess::TaggedPlacement => (
                 TerminateCause::new(
                     Layer::Ddp,
@@ -201,6 +217,11 @@ impl Tpt {
                     Layer::Ddp,
                     ddp_etype::TAGGED_BUFFER,
                     ddp_code::tagged::STAG_NOT_ASSOCIATED,
+                ),
+                TerminateCause::new(
+                    Layer::Ddp,
+                    ddp_etype::TAGGED_BUFFER,
+                    ddp_code::tagged::TO_WRAP,
                 ),
             ),
             RemoteAccess::ReadSource => (
@@ -219,6 +240,11 @@ impl Tpt {
                     rdmap_etype::REMOTE_PROTECTION,
                     rdmap_code::STAG_NOT_ASSOCIATED,
                 ),
+                TerminateCause::new(
+                    Layer::Rdmap,
+                    rdmap_etype::REMOTE_PROTECTION,
+                    rdmap_code::TO_WRAP,
+                ),
             ),
         };
         let rights = TerminateCause::new(
@@ -232,6 +258,11 @@ impl Tpt {
         }
         if !e.access.contains(need) {
             return Err(rights);
+        }
+        // An access whose last octet lies beyond 2^64 - 1 is out of bounds too, but
+        // RFC 5041 (DDP) and RFC 5040 (RDMAP) give it its own code, "TO wrap".
+        if len > 0 && to.checked_add(len - 1).is_none() {
+            return Err(wrap);
         }
         let offset = in_bounds(&e, to, len).ok_or(bounds)?;
         Ok(Target {
@@ -260,8 +291,21 @@ impl Tpt {
         })
     }
 
-    /// Invalidates an STag (local invalidate, or a received Send with Invalidate).
+    /// Invalidates an STag of our own (a local invalidate work request): any region of
+    /// the PD.
     pub fn invalidate(&self, stag: STag, pd: PdId) -> Result<(), InvalidateError> {
+        self.invalidate_as(stag, pd, false)
+    }
+
+    /// Invalidates an STag a peer named in a Send with Invalidate: only a region
+    /// registered for it ([`Access::REMOTE_INVALIDATE`], with REMOTE_READ or
+    /// REMOTE_WRITE), so a peer can invalidate what it was given and nothing else of
+    /// the PD (a local buffer, a receive buffer, another peer's region).
+    pub fn invalidate_remote(&self, stag: STag, pd: PdId) -> Result<(), InvalidateError> {
+        self.invalidate_as(stag, pd, true)
+    }
+
+    fn invalidate_as(&self, stag: STag, pd: PdId, remote: bool) -> Result<(), InvalidateError> {
         let (shard, slot) = locate(stag).ok_or(InvalidateError::Unknown)?;
         let mut s = self.write(shard);
         let e = s
@@ -273,6 +317,9 @@ impl Tpt {
         if e.pd != pd {
             return Err(InvalidateError::WrongPd);
         }
+        if remote && !remotely_invalidatable(e.access) {
+            return Err(InvalidateError::NotRemotelyInvalidatable);
+        }
         if !e.valid {
             return Err(InvalidateError::AlreadyInvalid);
         }
@@ -281,7 +328,8 @@ impl Tpt {
     }
 
     /// Makes an invalidated STag valid again under a new consumer key (fast re-register);
-    /// returns the new STag.
+    /// returns the new STag. The key is `new_key`, or the next one if `new_key` is the
+    /// old key: the invalidated STag stays invalid.
     pub fn revalidate(&self, stag: STag, new_key: u8) -> Option<STag> {
         let (shard, slot) = locate(stag)?;
         let mut s = self.write(shard);
@@ -289,10 +337,17 @@ impl Tpt {
         if e.key != stag_key(stag) || e.valid {
             return None;
         }
+        let new_key = key_other_than(new_key, e.key);
         e.key = new_key;
         e.valid = true;
         Some((stag & !0xff) | u32::from(new_key))
     }
+}
+
+/// Whether rights allow a peer to invalidate the STag (see [`Tpt::invalidate_remote`]).
+pub fn remotely_invalidatable(access: Access) -> bool {
+    access.contains(Access::REMOTE_INVALIDATE)
+        && access.intersects(Access::REMOTE_READ | Access::REMOTE_WRITE)
 }
 
 /// Offset of `[to, to + len)` inside the entry, if it lies within it.
@@ -352,8 +407,18 @@ mod tests {
             t.check_remote(s, 0xfff, 1, Access::REMOTE_WRITE, PdId(1), TAGGED),
             Err(ddp(1))
         );
+        // An access whose last octet would lie beyond 2^64 - 1 is a TO wrap (DDP
+        // 1/0x03), even one that ends exactly at the top is only out of bounds.
         assert_eq!(
             t.check_remote(s, u64::MAX, 2, Access::REMOTE_WRITE, PdId(1), TAGGED),
+            Err(ddp(3))
+        );
+        assert_eq!(
+            t.check_remote(s, u64::MAX - 9, 11, Access::REMOTE_WRITE, PdId(1), TAGGED),
+            Err(ddp(3))
+        );
+        assert_eq!(
+            t.check_remote(s, u64::MAX - 9, 10, Access::REMOTE_WRITE, PdId(1), TAGGED),
             Err(ddp(1))
         );
         // Wrong PD, missing right.
@@ -383,7 +448,17 @@ mod tests {
             t.check_remote(s, 0x1000, 1, Access::REMOTE_WRITE, PdId(3), rs),
             Err(rdmap(3))
         );
-        // Invalidated.
+        assert_eq!(
+            t.check_remote(s, (1 << 63) + 1, 1 << 63, Access::REMOTE_WRITE, PdId(1), rs),
+            Err(rdmap(4)),
+            "a Read source whose TO wraps: RDMAP 1/0x04"
+        );
+        // Invalidated. A peer may not (the region was not registered for it); we may.
+        assert_eq!(
+            t.invalidate_remote(s, PdId(1)),
+            Err(InvalidateError::NotRemotelyInvalidatable)
+        );
+        assert!(t.get(s).unwrap().valid);
         assert_eq!(t.invalidate(s, PdId(2)), Err(InvalidateError::WrongPd));
         assert_eq!(t.invalidate(s, PdId(1)), Ok(()));
         assert_eq!(
@@ -457,6 +532,60 @@ mod tests {
         assert!(t.get(a).is_none(), "the old key no longer names the region");
         t.remove(b);
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn remote_invalidation_needs_the_flag_and_a_remote_right() {
+        let t = Tpt::new();
+        let reg = |access| t.insert(entry(1, access)).unwrap();
+        let local = reg(Access::LOCAL_WRITE);
+        let flag_only = reg(Access::LOCAL_WRITE | Access::REMOTE_INVALIDATE);
+        let remote_only = reg(Access::REMOTE_WRITE);
+        for s in [local, flag_only, remote_only] {
+            assert_eq!(
+                t.invalidate_remote(s, PdId(1)),
+                Err(InvalidateError::NotRemotelyInvalidatable),
+                "{s:#x}"
+            );
+            assert!(t.get(s).unwrap().valid, "{s:#x} untouched");
+        }
+        for access in [Access::REMOTE_WRITE, Access::REMOTE_READ] {
+            let s = reg(access | Access::REMOTE_INVALIDATE);
+            assert_eq!(
+                t.invalidate_remote(s, PdId(2)),
+                Err(InvalidateError::WrongPd)
+            );
+            assert_eq!(t.invalidate_remote(s, PdId(1)), Ok(()));
+            assert_eq!(
+                t.invalidate_remote(s, PdId(1)),
+                Err(InvalidateError::AlreadyInvalid)
+            );
+        }
+        // Our own invalidate takes any region of the PD.
+        assert_eq!(t.invalidate(local, PdId(1)), Ok(()));
+    }
+
+    #[test]
+    fn a_reused_index_or_a_revalidated_stag_never_repeats_a_key() {
+        let t = Tpt::new();
+        let a = t.insert(entry(1, Access::REMOTE_WRITE)).unwrap();
+        t.remove(a);
+        // The same key asked for again at the same index: the next key is used.
+        let b = t.insert(entry(1, Access::REMOTE_WRITE)).unwrap();
+        assert_eq!(b >> 8, a >> 8, "the index is reused");
+        assert_eq!(stag_key(b), 0x5b);
+        assert!(t.get(a).is_none(), "the old STag names nothing");
+        // A different key is kept as asked.
+        t.remove(b);
+        let mut e = entry(1, Access::REMOTE_WRITE);
+        e.key = 0x10;
+        assert_eq!(stag_key(t.insert(e).unwrap()), 0x10);
+        // Revalidation with the old key: the next one.
+        let c = t.insert(entry(1, Access::REMOTE_WRITE)).unwrap();
+        t.invalidate(c, PdId(1)).unwrap();
+        let c2 = t.revalidate(c, stag_key(c)).unwrap();
+        assert_ne!(c2, c);
+        assert!(t.get(c).is_none());
     }
 
     #[test]

@@ -1,10 +1,11 @@
-//! The connection manager: listen, connect, accept and reject with private data, and
-//! conversion of an existing TCP stream into RDMA mode.
+//! The connection manager: connect, accept and reject with private data, and conversion
+//! of an existing TCP stream into RDMA mode. Listening is in `listener.rs`.
 //!
-//! The MPA exchange runs on a blocking socket in the caller's thread (with the device's
-//! connect timeout); then the socket turns non-blocking and goes to the QP's engine.
-//! MPA frames are read exactly (header, then private data), so no FPDU octet is ever
-//! read early and nothing is copied out of order.
+//! An initiator's MPA exchange runs on a blocking socket in the caller's thread, with
+//! one deadline for all of it ([`crate::DeviceConfig::connect_timeout`]), not one per
+//! read; then the socket turns non-blocking and goes to the QP's engine. MPA frames
+//! are read exactly (header, then private data), so no FPDU octet is ever read early
+//! and nothing is copied out of order.
 //!
 //! **Stream conversion**: an application may exchange its own octets on a `TcpStream`
 //! and then convert it. Both sides must stop streaming at an agreed point: from then on
@@ -14,8 +15,9 @@
 //! nothing is lost and nothing is mixed into the RDMA stream; after a successful
 //! conversion, the stream carries FPDUs only.
 
-use crate::device::Device;
+use crate::device::{Device, ExchangeSlot};
 use crate::error::{Error, Result};
+use crate::frame_io::FrameReader;
 use crate::qp::Qp;
 use crate::sys;
 use crate::trace;
@@ -25,10 +27,10 @@ use softrnic_proto::cm::{
     Responder, ResponderProgress,
 };
 use softrnic_proto::qp::{QpParams, RtrKind};
-use softrnic_wire::mpa::FRAME_HEADER_LEN;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
+use std::time::Instant;
 
 /// An established connection.
 #[derive(Debug, Clone)]
@@ -46,13 +48,6 @@ impl Connection {
     }
 }
 
-/// A listening endpoint.
-#[derive(Debug)]
-pub struct Listener {
-    dev: Device,
-    inner: TcpListener,
-}
-
 /// An incoming connection request, waiting for accept or reject.
 #[derive(Debug)]
 pub struct ConnRequest {
@@ -65,64 +60,45 @@ pub struct ConnRequest {
     rec: Option<ConnRecorder>,
 }
 
-/// Reads one MPA frame exactly: the fixed header, then its private data. On a bad key
-/// the octets read so far come back in the error.
-fn read_frame(s: &mut TcpStream) -> Result<Vec<u8>> {
-    let mut buf = vec![0u8; FRAME_HEADER_LEN];
-    let mut got = 0;
-    while got < FRAME_HEADER_LEN {
-        match s.read(&mut buf[got..]) {
-            Ok(0) => {
-                buf.truncate(got);
-                return Err(if got == 0 {
-                    Error::Io(std::io::ErrorKind::UnexpectedEof.into())
-                } else {
-                    Error::StreamNotMpa { octets: buf }
-                });
-            }
-            Ok(n) => {
-                got += n;
-                let probe = got.min(16);
-                let key = &buf[..probe];
-                if key != &softrnic_wire::mpa::REQ_KEY[..probe]
-                    && key != &softrnic_wire::mpa::REP_KEY[..probe]
-                {
-                    buf.truncate(got);
-                    return Err(Error::StreamNotMpa { octets: buf });
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(Error::Timeout);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let pd_len = usize::from(u16::from_be_bytes([buf[18], buf[19]]));
-    if pd_len > softrnic_wire::mpa::MAX_PRIVATE_DATA {
-        return Err(Error::Mpa(CmError::Wire(
-            softrnic_wire::WireError::PrivateDataTooLong(pd_len as u16),
-        )));
-    }
-    buf.resize(FRAME_HEADER_LEN + pd_len, 0);
-    s.read_exact(&mut buf[FRAME_HEADER_LEN..])
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Timeout,
-            _ => Error::Io(e),
-        })?;
-    Ok(buf)
-}
-
 /// FPDU size between loopback peers: within one loopback TCP segment (65483 octets of
 /// payload) with room to spare. Measured here: write_bw at 1 MiB ~1.5x the 32 KiB MSS
 /// default; the largest possible FPDU (65544 octets) spills into a second segment and
 /// does worse.
 const LOOPBACK_FPDU: usize = 65000;
+
+/// Reads one MPA frame from a blocking stream, all of it by `deadline`: each read
+/// waits at most for what is left of the time, so a peer that trickles octets gets no
+/// more time than one that sends nothing.
+fn read_frame(s: &mut TcpStream, deadline: Instant) -> Result<Vec<u8>> {
+    let mut r = FrameReader::default();
+    let mut timed = Timed { s, deadline };
+    loop {
+        if r.read_from(&mut timed)? {
+            return Ok(r.frame().to_vec());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout);
+        }
+    }
+}
+
+/// A blocking stream whose every read waits at most until `deadline` (then "would
+/// block"), so a reader that loops over reads stops at the deadline.
+struct Timed<'a> {
+    s: &'a mut TcpStream,
+    deadline: Instant,
+}
+
+impl std::io::Read for Timed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        self.s.set_read_timeout(Some(left))?;
+        self.s.read(buf)
+    }
+}
 
 /// Records into a connection's recording, if it has one.
 fn record(rec: &mut Option<ConnRecorder>, f: impl FnOnce(&mut ConnRecorder)) {
@@ -175,6 +151,7 @@ impl Device {
             max_fpdu,
             send_rtr: n.rtr.filter(|r| r.we_send).map(|r| kind(r.kind)),
             await_rtr: n.rtr.is_some_and(|r| !r.we_send),
+            close_timeout: self.shared.cfg.close_timeout,
         })
     }
 
@@ -215,30 +192,54 @@ impl Device {
             .to_socket_addrs()?
             .next()
             .ok_or(Error::InvalidArgument("no address"))?;
+        let deadline = Instant::now() + self.shared.cfg.connect_timeout;
+        let slot = self.slot()?;
         let s = TcpStream::connect_timeout(&addr, self.shared.cfg.connect_timeout)?;
-        self.convert_active(s, qp, cfg)
-    }
-
-    /// Converts a connected stream into RDMA mode as the MPA initiator: the next octets
-    /// this side sends are the MPA Request.
-    pub fn convert_active(&self, s: TcpStream, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
-        self.check_qp(qp)?;
-        self.initiate(s, qp, cfg)
+        self.initiate(s, qp, cfg, deadline, slot)
             .inspect_err(|e| trace::mpa_failed(self.shared.serial, e))
     }
 
-    fn initiate(&self, mut s: TcpStream, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
-        s.set_read_timeout(Some(self.shared.cfg.connect_timeout))?;
+    /// A slot for one more MPA exchange ([`crate::DeviceConfig::max_mpa_exchanges`]).
+    fn slot(&self) -> Result<ExchangeSlot> {
+        self.shared.exchange_slot().ok_or(Error::Limit(
+            "MPA exchanges in progress (max_mpa_exchanges)",
+        ))
+    }
+
+    /// Converts a connected stream into RDMA mode as the MPA initiator: the next octets
+    /// this side sends are the MPA Request. The peer's Reply must arrive within
+    /// [`crate::DeviceConfig::connect_timeout`].
+    pub fn convert_active(&self, s: TcpStream, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
+        self.check_qp(qp)?;
+        let deadline = Instant::now() + self.shared.cfg.connect_timeout;
+        let slot = self.slot()?;
+        self.initiate(s, qp, cfg, deadline, slot)
+            .inspect_err(|e| trace::mpa_failed(self.shared.serial, e))
+    }
+
+    fn initiate(
+        &self,
+        mut s: TcpStream,
+        qp: &Qp,
+        cfg: MpaConfig,
+        deadline: Instant,
+        _slot: ExchangeSlot,
+    ) -> Result<Connection> {
         s.set_nodelay(true)?;
+        // The Request fits any send buffer, but a peer that never reads must not hold
+        // us past the deadline either.
+        s.set_write_timeout(Some(deadline.saturating_duration_since(Instant::now())))?;
         let mut init = Initiator::new(cfg)?;
         let peer_addr = s.peer_addr()?;
         let mut rec = self.recorder(&s, true);
         let request = init.request();
         s.write_all(&request)?;
+        let sent_at = Instant::now();
         record(&mut rec, |r| r.sent(&request));
         let serial = self.shared.serial;
         trace::mpa_request_sent(serial, qp.id(), peer_addr, init.config());
-        let frame = read_frame(&mut s)?;
+        let frame = read_frame(&mut s, deadline)?;
+        let rtt = sent_at.elapsed();
         record(&mut rec, |r| r.received(&frame));
         match init.handle_input(&frame)? {
             InitiatorProgress::Established {
@@ -248,6 +249,15 @@ impl Device {
                 let params = self.qp_params(&s, &negotiated)?;
                 sys::socket::set_keepalive(s.as_raw_fd(), self.shared.cfg.keepalive);
                 s.set_read_timeout(None)?;
+                s.set_write_timeout(None)?;
+                // The peer may still be taking its socket into RDMA mode (see
+                // `DeviceConfig::first_fpdu_hold`): nothing is sent until the hold is
+                // over, and the QP is not ours to post on before `connect` returns.
+                let hold = self.shared.cfg.first_fpdu_hold.after(rtt);
+                trace::first_fpdu_hold(serial, qp.id(), peer_addr, rtt, hold);
+                if !hold.is_zero() {
+                    std::thread::sleep(hold);
+                }
                 trace::mpa_established(serial, qp.id(), peer_addr, &negotiated, false);
                 qp.shared
                     .attach(&self.shared, s, params, &frame[consumed..], rec)?;
@@ -263,55 +273,45 @@ impl Device {
         }
     }
 
-    /// Listens for connections.
-    pub fn listen(&self, addr: impl ToSocketAddrs) -> Result<Listener> {
-        Ok(Listener {
-            dev: self.clone(),
-            inner: TcpListener::bind(addr)?,
-        })
-    }
-
     /// Converts a connected stream into RDMA mode as the MPA responder: the next octets
-    /// the peer sends must be its MPA Request.
-    pub fn convert_passive(&self, s: TcpStream) -> Result<ConnRequest> {
-        self.respond(s)
-            .inspect_err(|e| trace::mpa_failed(self.shared.serial, e))
+    /// the peer sends must be its MPA Request, all of it within
+    /// [`crate::DeviceConfig::mpa_request_timeout`].
+    pub fn convert_passive(&self, mut s: TcpStream) -> Result<ConnRequest> {
+        let deadline = Instant::now() + self.shared.cfg.mpa_request_timeout;
+        let r = self.slot().and_then(|_slot| {
+            let frame = read_frame(&mut s, deadline)?;
+            s.set_read_timeout(None)?;
+            self.request_arrived(s, &frame)
+        });
+        r.inspect_err(|e| trace::mpa_failed(self.shared.serial, e))
     }
 
-    fn respond(&self, mut s: TcpStream) -> Result<ConnRequest> {
-        s.set_read_timeout(Some(self.shared.cfg.connect_timeout))?;
+    /// A whole MPA frame arrived on `s` where a Request belongs: the request for the
+    /// application to accept or reject, or why it cannot be one.
+    pub(crate) fn request_arrived(&self, s: TcpStream, frame: &[u8]) -> Result<ConnRequest> {
+        // Our Reply fits any send buffer; a peer that stops reading still cannot hold
+        // the thread that accepts or rejects.
+        s.set_write_timeout(Some(self.shared.cfg.mpa_request_timeout))?;
         let mut responder = Responder::new();
         let mut rec = self.recorder(&s, false);
-        let frame = read_frame(&mut s)?;
-        record(&mut rec, |r| r.received(&frame));
-        match responder.handle_input(&frame)? {
-            ResponderProgress::Request { request, .. } => {
-                let peer_addr = s.peer_addr()?;
-                trace::mpa_request_received(self.shared.serial, peer_addr, &request);
-                Ok(ConnRequest {
-                    rec,
-                    dev: self.clone(),
-                    peer_addr,
-                    stream: s,
-                    request,
-                    responder,
-                })
-            }
-            ResponderProgress::NeedMore => Err(Error::Mpa(CmError::UnexpectedFrame)),
-        }
-    }
-}
-
-impl Listener {
-    /// The bound address.
-    pub fn local_addr(&self) -> Result<SocketAddr> {
-        Ok(self.inner.local_addr()?)
-    }
-
-    /// Waits for the next connection and its MPA Request.
-    pub fn accept(&self) -> Result<ConnRequest> {
-        let (s, _) = self.inner.accept()?;
-        self.dev.convert_passive(s)
+        record(&mut rec, |r| r.received(frame));
+        let request = match responder.handle_input(frame) {
+            Ok(ResponderProgress::Request { request, .. }) => Ok(request),
+            Ok(ResponderProgress::NeedMore) => Err(Error::Mpa(CmError::UnexpectedFrame)),
+            Err(e) => Err(Error::from(e)),
+        };
+        // Not a Request we can answer: reset, so nothing of it lingers.
+        let request = request.inspect_err(|_| sys::socket::set_linger_zero(s.as_raw_fd()))?;
+        let peer_addr = s.peer_addr()?;
+        trace::mpa_request_received(self.shared.serial, peer_addr, &request);
+        Ok(ConnRequest {
+            rec,
+            dev: self.clone(),
+            peer_addr,
+            stream: s,
+            request,
+            responder,
+        })
     }
 }
 
@@ -376,6 +376,7 @@ impl ConnRequest {
         record(&mut self.rec, |r| r.sent(&reply));
         sys::socket::set_keepalive(self.stream.as_raw_fd(), self.dev.shared.cfg.keepalive);
         self.stream.set_read_timeout(None)?;
+        self.stream.set_write_timeout(None)?;
         trace::mpa_established(serial, qp.id(), self.peer_addr, &negotiated, true);
         qp.shared
             .attach(&self.dev.shared, self.stream, params, &[], self.rec)?;

@@ -10,6 +10,7 @@ use crate::cq_notify::{Arm, Armed};
 use crate::cq_ring::{CqRing, Full};
 use crate::device::{AsyncEvent, ProgressMode, Shared};
 use crate::error::{Error, Result};
+use crate::limits::Reservation;
 use crate::qp::QpShared;
 use softrnic_proto::{Completion, WcStatus};
 use std::collections::VecDeque;
@@ -55,6 +56,8 @@ pub(crate) struct CqShared {
     acked: AtomicU64,
     dev: Weak<Shared>,
     pub(crate) qps: Mutex<Vec<Weak<QpShared>>>,
+    /// This CQ's share of [`crate::DeviceConfig::max_cq_entries`].
+    _entries: Reservation,
 }
 
 impl CqShared {
@@ -64,6 +67,7 @@ impl CqShared {
         vector: usize,
         handler: Option<usize>,
         dev: Arc<Shared>,
+        entries: Reservation,
     ) -> Result<CqShared> {
         let ring = CqRing::new(depth).map_err(|_| crate::Error::InvalidArgument("CQ depth"))?;
         Ok(CqShared {
@@ -82,6 +86,7 @@ impl CqShared {
             acked: AtomicU64::new(0),
             dev: Arc::downgrade(&dev),
             qps: Mutex::new(Vec::new()),
+            _entries: entries,
         })
     }
 

@@ -2,18 +2,20 @@
 //! the engine threads that serve the sockets, and the asynchronous event queue.
 
 use crate::cq::{Cq, CqShared};
-
 use crate::engine::{Engine, EngineInfo};
 use crate::error::{Error, Result};
+use crate::limits::{Budget, Reservation};
 use crate::mr::Pd;
 use crate::qp::{Qp, QpInit, QpShared};
 use crate::region::Region;
+use crate::region_table::RegionTable;
+use crate::srq::{Srq, SrqInit};
 use softrnic_proto::tpt::Tpt;
 use softrnic_proto::{PdId, QpId, RegionId};
 use softrnic_wire::TerminateCause;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// How work progresses.
@@ -51,16 +53,48 @@ pub struct DeviceConfig {
     pub max_fpdu: Option<usize>,
     /// MPA settings for connections (CRC policy, revision, IRD/ORD...).
     pub mpa: softrnic_proto::cm::MpaConfig,
-    /// Timeout for the MPA exchange.
+    /// Initiator: the whole of a connect (TCP connection, our MPA Request, the peer's
+    /// Reply) must be done within this, however the peer paces its octets (RFC 5044's
+    /// MPA timer; Linux siw's initiator waits 10 s).
     pub connect_timeout: Duration,
+    /// Initiator: after the peer's MPA Reply, the first FPDU (and so `connect`'s
+    /// return) waits `first_fpdu_hold.rtts` times the MPA round trip (our Request out
+    /// to the Reply in), at most `first_fpdu_hold.max`. A responder that moves its
+    /// socket into RDMA mode only after sending its Reply (Linux siw, see
+    /// docs/INTEROP.md) otherwise misses an FPDU that lands in between, for good. The
+    /// round trip includes the peer's time to decide, so the hold follows the peer's
+    /// pace: tens of microseconds against a fast peer, more against a slow one.
+    pub first_fpdu_hold: FirstFpduHold,
+    /// Responder: a connection's whole MPA Request must have arrived within this of
+    /// the TCP connection being taken, or the connection is dropped (RST). A silent or
+    /// slow peer holds nothing longer than this (Linux siw's responder waits 5 s).
+    pub mpa_request_timeout: Duration,
+    /// MPA exchanges in progress at once on the device, both sides counted (requests
+    /// being read by listeners, connects waiting for a Reply). Beyond it a connect
+    /// fails with [`crate::Error::Limit`] and a listener drops its oldest exchange to
+    /// take the new connection (or the new one, if it has none).
+    pub max_mpa_exchanges: usize,
+    /// MPA Requests one listener reads at once; beyond it, the oldest exchange in
+    /// progress is dropped to make room, so a flood of silent connections cannot keep
+    /// a prompt client out.
+    pub max_listener_exchanges: usize,
     /// TCP keepalive idle time, so a silently dead peer is noticed in bounded time.
     pub keepalive: Duration,
-    /// Limits reported by `query` and enforced.
+    /// How long a QP's close may take (the peer's FIN, or the queued octets draining)
+    /// before its connection is reset.
+    pub close_timeout: Duration,
+    /// Queue pairs at once (reported by `query` and enforced, as every limit here:
+    /// beyond it, creation fails with [`Error::Limit`] and allocates nothing).
     pub max_qp: u32,
-    /// Largest CQ.
+    /// Entries of one CQ.
     pub max_cqe: usize,
-    /// Largest memory region.
+    /// Entries of all CQs together (each entry is a completion slot allocated when
+    /// the CQ is created).
+    pub max_cq_entries: u64,
+    /// Octets of one memory region.
     pub max_mr_size: u64,
+    /// Octets of all memory regions together (allocated or registered).
+    pub max_registered: u64,
     /// For testing: faults injected into every connection of the device.
     pub fault: Option<crate::FaultPlan>,
     /// Record every connection of the device (MPA exchange and FPDUs, with synthetic
@@ -80,13 +114,67 @@ impl Default for DeviceConfig {
             max_fpdu: None,
             mpa: softrnic_proto::cm::MpaConfig::default(),
             connect_timeout: Duration::from_secs(10),
+            mpa_request_timeout: Duration::from_secs(5),
+            first_fpdu_hold: FirstFpduHold::default(),
+            max_mpa_exchanges: 1024,
+            max_listener_exchanges: 256,
             keepalive: Duration::from_secs(5),
+            close_timeout: softrnic_proto::qp::DEFAULT_CLOSE_TIMEOUT,
             max_qp: 65536,
             max_cqe: 1 << 20,
+            max_cq_entries: 1 << 22,
             max_mr_size: 1 << 40,
+            max_registered: 1 << 40,
             fault: None,
             pcap: None,
         }
+    }
+}
+
+/// How long an initiator holds its first FPDU after the MPA Reply
+/// ([`DeviceConfig::first_fpdu_hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstFpduHold {
+    /// Multiples of the MPA round trip (0: no hold).
+    pub rtts: u32,
+    /// The hold's upper bound.
+    pub max: Duration,
+}
+
+impl Default for FirstFpduHold {
+    fn default() -> Self {
+        FirstFpduHold {
+            rtts: 1,
+            max: Duration::from_millis(250),
+        }
+    }
+}
+
+impl FirstFpduHold {
+    /// The hold after an MPA exchange that took `rtt`.
+    pub fn after(&self, rtt: Duration) -> Duration {
+        rtt.saturating_mul(self.rtts).min(self.max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_fpdu_hold_follows_the_round_trip_up_to_its_bound() {
+        let ms = Duration::from_millis;
+        let h = FirstFpduHold {
+            rtts: 2,
+            max: ms(100),
+        };
+        assert_eq!(h.after(ms(0)), ms(0));
+        assert_eq!(h.after(ms(30)), ms(60));
+        assert_eq!(h.after(ms(50)), ms(100));
+        assert_eq!(h.after(Duration::MAX), ms(100));
+        let off = FirstFpduHold { rtts: 0, ..h };
+        assert_eq!(off.after(ms(30)), ms(0));
+        assert_eq!(FirstFpduHold::default().after(ms(20)), ms(20));
     }
 }
 
@@ -105,6 +193,12 @@ pub struct DeviceAttr {
     pub max_mr: u32,
     /// Octets per memory region.
     pub max_mr_size: u64,
+    /// Octets of all memory regions together.
+    pub max_registered: u64,
+    /// Entries of all CQs together.
+    pub max_cq_entries: u64,
+    /// MPA exchanges in progress at once.
+    pub max_mpa_exchanges: usize,
     /// Scatter/gather elements per work request.
     pub max_sge: usize,
     /// Inline data per work request (sends copy from registered memory here, so 0).
@@ -119,8 +213,23 @@ pub struct DeviceAttr {
     /// The highest handler priority (see [`crate::Handler::priority`]); events of
     /// higher priorities are dispatched first on a shared CPU.
     pub max_handler_priority: u8,
-    /// Shared receive queues (coming with the SRQ manager).
+    /// Shared receive queues.
     pub max_srq: u32,
+    /// Receives per shared receive queue.
+    pub max_srq_wr: usize,
+}
+
+/// What a device's objects hold at one moment ([`Device::usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceUsage {
+    /// Queue pairs.
+    pub qps: usize,
+    /// Entries of all CQs.
+    pub cq_entries: u64,
+    /// Octets of all memory regions.
+    pub registered: u64,
+    /// MPA exchanges in progress (listeners' and connects').
+    pub mpa_exchanges: usize,
 }
 
 /// An event the device reports asynchronously.
@@ -158,6 +267,39 @@ pub enum AsyncEvent {
         /// The CQ's identifier.
         cq: u32,
     },
+    /// Fewer receives than its armed limit are posted in an SRQ (once per arm:
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`).
+    SrqLimitReached {
+        /// The SRQ.
+        srq: u32,
+    },
+    /// A QP crossed a soft limit on its SRQ: what the manager saw and answered (absorb
+    /// the burst, or back-pressure: its socket is not read until the SRQ recovers or
+    /// the QP falls back under its limit).
+    SrqSoftLimit {
+        /// The SRQ.
+        srq: u32,
+        /// The analysis, with the QP and the verdict.
+        analysis: softrnic_proto::srq::limits::Analysis,
+    },
+    /// A QP crossed a hard limit on its SRQ: its connection terminates (DDP "no
+    /// buffer" to the peer); a [`AsyncEvent::QpFatal`] follows.
+    SrqHardLimit {
+        /// The SRQ.
+        srq: u32,
+        /// The analysis, with the QP.
+        analysis: softrnic_proto::srq::limits::Analysis,
+    },
+    /// An interval ended with fewer receives posted than statistical provisioning
+    /// asks for: post `target - posted` more (advisory mode).
+    SrqBelowTarget {
+        /// The SRQ.
+        srq: u32,
+        /// The target depth.
+        target: usize,
+        /// Receives posted.
+        posted: usize,
+    },
 }
 
 /// Numbers devices in the process, for the `dev` field of tracing events.
@@ -169,13 +311,12 @@ pub(crate) struct Shared {
     pub(crate) serial: u32,
     /// The TPT: sharded, so lookups on the data path take no device-wide lock.
     pub(crate) tpt: Tpt,
-    regions: RwLock<Vec<Option<Arc<Region>>>>,
-    free_regions: Mutex<Vec<u32>>,
+    regions: RegionTable,
     pub(crate) qps: Mutex<HashMap<u32, Arc<QpShared>>>,
     next_qp: AtomicU32,
     next_pd: AtomicU32,
     next_cq: AtomicU32,
-    next_key: AtomicU32,
+    next_srq: AtomicU32,
     events: Mutex<VecDeque<AsyncEvent>>,
     events_cv: Condvar,
     pub(crate) engines: Vec<Engine>,
@@ -185,48 +326,52 @@ pub(crate) struct Shared {
     pub(crate) cqs: Mutex<Vec<std::sync::Weak<CqShared>>>,
     /// Where connections are recorded ([`DeviceConfig::pcap`]).
     pub(crate) pcap: Option<Arc<crate::transport::pcap::PcapSink>>,
+    /// MPA exchanges in progress ([`DeviceConfig::max_mpa_exchanges`]).
+    pub(crate) exchanges: Arc<Budget>,
+    /// Entries of all CQs ([`DeviceConfig::max_cq_entries`]).
+    pub(crate) cq_entries: Arc<Budget>,
+    /// Octets of all memory regions ([`DeviceConfig::max_registered`]).
+    pub(crate) registered: Arc<Budget>,
 }
 
+/// One MPA exchange in progress, counted against
+/// [`DeviceConfig::max_mpa_exchanges`] until dropped.
+pub(crate) type ExchangeSlot = Reservation;
+
 impl Shared {
+    /// The region registered under `id`, if it still is (one shard's read lock).
     pub(crate) fn region(&self, id: RegionId) -> Option<Arc<Region>> {
-        self.regions.read().ok()?.get(id.0 as usize)?.clone()
+        self.regions.get(id)
     }
 
     pub(crate) fn reserve_region_id(&self) -> Result<RegionId> {
-        if let Some(i) = self.free_regions.lock()?.pop() {
-            return Ok(RegionId(i));
-        }
-        let mut r = self.regions.write()?;
-        let id = u32::try_from(r.len()).map_err(|_| Error::Limit("regions"))?;
-        r.push(None);
-        Ok(RegionId(id))
+        self.regions.reserve()
     }
 
     pub(crate) fn release_region_id(&self, id: RegionId) {
-        if let Ok(mut f) = self.free_regions.lock() {
-            f.push(id.0);
-        }
+        self.regions.release(id);
     }
 
-    pub(crate) fn install_region(&self, id: RegionId, r: Arc<Region>) {
-        if let Ok(mut t) = self.regions.write()
-            && let Some(slot) = t.get_mut(id.0 as usize)
-        {
-            *slot = Some(r);
-        }
+    pub(crate) fn install_region(&self, r: Arc<Region>) {
+        self.regions.install(r);
     }
 
     pub(crate) fn remove_region(&self, id: RegionId) {
-        if let Ok(mut t) = self.regions.write()
-            && let Some(slot) = t.get_mut(id.0 as usize)
-        {
-            *slot = None;
-        }
-        self.release_region_id(id);
+        self.regions.remove(id);
     }
 
-    pub(crate) fn next_key(&self) -> u8 {
-        (self.next_key.fetch_add(0x3b, Ordering::Relaxed) & 0xff) as u8
+    /// A consumer key for a new STag: random (RFC 5042 section 5.1: a peer that has
+    /// seen some STags must not be able to guess others), from the kernel.
+    pub(crate) fn next_key(&self) -> Result<u8> {
+        let mut k = [0u8; 1];
+        crate::sys::random::fill(&mut k)?;
+        Ok(k[0])
+    }
+
+    /// A slot for one more MPA exchange, unless the device has
+    /// [`DeviceConfig::max_mpa_exchanges`] in progress.
+    pub(crate) fn exchange_slot(&self) -> Option<ExchangeSlot> {
+        self.exchanges.reserve(1).ok()
     }
 
     /// The engine that drives the QPs receiving into CQs of `vector`: one pinned to
@@ -299,6 +444,8 @@ impl Device {
                 .max(engines.len()),
             n => n,
         };
+        let max_exchanges = cfg.max_mpa_exchanges as u64;
+        let (max_cq_entries, max_registered) = (cfg.max_cq_entries, cfg.max_registered);
         let pcap = match &cfg.pcap {
             Some(path) => Some(Arc::new(crate::transport::pcap::PcapSink::create(path)?)),
             None => None,
@@ -308,18 +455,20 @@ impl Device {
             cfg,
             serial: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
             tpt: Tpt::new(),
-            regions: RwLock::new(Vec::new()),
-            free_regions: Mutex::new(Vec::new()),
+            regions: RegionTable::default(),
             qps: Mutex::new(HashMap::new()),
             next_qp: AtomicU32::new(1),
             next_pd: AtomicU32::new(1),
             next_cq: AtomicU32::new(1),
-            next_key: AtomicU32::new(0x17),
+            next_srq: AtomicU32::new(1),
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
             engines,
             handlers: crate::handler::Handlers::new(vectors),
             cqs: Mutex::new(Vec::new()),
+            exchanges: Budget::new(max_exchanges, "max_mpa_exchanges"),
+            cq_entries: Budget::new(max_cq_entries, "max_cq_entries"),
+            registered: Budget::new(max_registered, "max_registered"),
         });
         for (i, e) in shared.engines.iter().enumerate() {
             e.attach(Arc::downgrade(&shared));
@@ -344,13 +493,17 @@ impl Device {
             max_cqe: c.max_cqe,
             max_mr: 0x00ff_ffff,
             max_mr_size: c.max_mr_size,
+            max_registered: c.max_registered,
+            max_cq_entries: c.max_cq_entries,
+            max_mpa_exchanges: c.max_mpa_exchanges,
             max_sge: softrnic_proto::MAX_SGE,
             max_inline: 0,
             max_ird: softrnic_proto::cm::MpaConfig::MAX_DEPTH,
             max_ord: softrnic_proto::cm::MpaConfig::MAX_DEPTH,
             num_comp_vectors: self.shared.handlers.count(),
             max_handler_priority: u8::MAX,
-            max_srq: 0,
+            max_srq: 65536,
+            max_srq_wr: crate::srq::MAX_SRQ_WR,
         }
     }
 
@@ -384,9 +537,13 @@ impl Device {
     }
 
     fn new_cq(&self, depth: usize, vector: usize, handler: Option<usize>) -> Result<Cq> {
-        if depth == 0 || depth > self.shared.cfg.max_cqe {
+        if depth == 0 {
             return Err(Error::InvalidArgument("CQ depth out of range"));
         }
+        if depth > self.shared.cfg.max_cqe {
+            return Err(Error::Limit("max_cqe"));
+        }
+        let entries = self.shared.cq_entries.reserve(depth as u64)?;
         let id = self.shared.next_cq.fetch_add(1, Ordering::Relaxed);
         let cq = Arc::new(CqShared::new(
             id,
@@ -394,6 +551,7 @@ impl Device {
             vector,
             handler,
             self.shared.clone(),
+            entries,
         )?);
         let mut all = self.shared.cqs.lock()?;
         all.retain(|w| w.strong_count() > 0);
@@ -408,10 +566,32 @@ impl Device {
         e.iter().enumerate().map(|(i, e)| e.info(i)).collect()
     }
 
+    /// Creates a shared receive queue in `pd` (`ibv_create_srq`).
+    pub fn create_srq(&self, pd: &Pd, init: SrqInit) -> Result<Srq> {
+        let id = self.shared.next_srq.fetch_add(1, Ordering::Relaxed);
+        Srq::create(&self.shared, id, pd, init)
+    }
+
     /// Creates a QP in `pd` (state Idle; connect it with the connection manager).
     pub fn create_qp(&self, pd: &Pd, init: QpInit<'_>) -> Result<Qp> {
+        self.create_qp_with(pd, init, None)
+    }
+
+    /// Creates a QP in `pd` whose receive buffers come from `srq`: it has no receive
+    /// queue of its own (`init.rq_depth` is not used, as libibverbs ignores
+    /// `max_recv_wr` with an SRQ) and [`Qp::post_recv`] on it is refused.
+    pub fn create_qp_on_srq(&self, pd: &Pd, init: QpInit<'_>, srq: &Srq) -> Result<Qp> {
+        self.create_qp_with(pd, init, Some(srq))
+    }
+
+    fn create_qp_with(&self, pd: &Pd, init: QpInit<'_>, srq: Option<&Srq>) -> Result<Qp> {
         if !Arc::ptr_eq(&pd.dev, &self.shared) {
             return Err(Error::InvalidArgument("PD of another device"));
+        }
+        if let Some(s) = srq
+            && !s.shared.belongs_to(&self.shared)
+        {
+            return Err(Error::InvalidArgument("SRQ of another device"));
         }
         let mut qps = self.shared.qps.lock()?;
         if qps.len() >= self.shared.cfg.max_qp as usize {
@@ -419,7 +599,11 @@ impl Device {
         }
         let id = QpId(self.shared.next_qp.fetch_add(1, Ordering::Relaxed));
         let (scq, rcq) = (init.send_cq.shared.clone(), init.recv_cq.shared.clone());
-        let qp = Arc::new(QpShared::new(id, pd.id, &self.shared, init)?);
+        let srq = srq.map(|s| s.shared.clone());
+        let qp = Arc::new(QpShared::new(id, pd.id, &self.shared, init, srq.clone())?);
+        if let Some(s) = &srq {
+            s.attach(&qp)?;
+        }
         qps.insert(id.0, qp.clone());
         // The CQs learn their QPs, so a polling consumer can drive them (hybrid mode).
         for cq in [&scq, &rcq] {
@@ -432,6 +616,18 @@ impl Device {
             }
         }
         Ok(Qp { shared: qp })
+    }
+
+    /// What the device's objects hold now, against the limits [`Device::query`]
+    /// reports.
+    pub fn usage(&self) -> DeviceUsage {
+        let s = &self.shared;
+        DeviceUsage {
+            qps: s.qps.lock().map(|q| q.len()).unwrap_or(0),
+            cq_entries: s.cq_entries.used(),
+            registered: s.registered.used(),
+            mpa_exchanges: s.exchanges.used() as usize,
+        }
     }
 
     /// Next asynchronous event, if any.

@@ -6,6 +6,9 @@
 //! Engine `i` serves completion vector `i`: a QP is registered with the engine of its
 //! receive CQ's vector. An engine given a CPU pins itself to it before serving anything.
 //!
+//! An engine also keeps its QPs' timers (the close timer): it wakes for the earliest
+//! and drives the QP, which sees the time and acts.
+//!
 //! Each engine has its own token -> QP map, filled when a QP's socket is registered and
 //! emptied when it is deregistered; the event loop looks a batch of events up under one
 //! lock of that map, which only registrations on the same engine ever contend for, and
@@ -17,7 +20,8 @@ use crate::qp::QpShared;
 use crate::sys::affinity;
 use mio::{Events, Interest, Poll, Token, Waker};
 use softrnic_proto::QpId;
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
@@ -28,6 +32,16 @@ const WAKER: Token = Token(usize::MAX);
 /// The QPs an engine serves, by the token their socket is registered with (the QP id).
 /// Weak: a QP dropped without deregistering is never kept alive, only skipped.
 type QpMap = Mutex<HashMap<Token, Weak<QpShared>>>;
+
+/// Deadlines at which to drive a QP, earliest first.
+type Timers = Mutex<BinaryHeap<Reverse<(Duration, QpId)>>>;
+
+/// The time QPs see: the time since the first call in the process. Their timers are
+/// durations on this clock.
+pub(crate) fn now() -> Duration {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed()
+}
 
 /// What an engine thread looks like from outside (`Device::engines`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +65,7 @@ pub(crate) struct Engine {
     dev: Arc<OnceLock<Weak<Shared>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     qps: Arc<QpMap>,
+    timers: Arc<Timers>,
     cpu: Option<usize>,
     tid: i32,
     events: Arc<AtomicU64>,
@@ -67,7 +82,9 @@ impl Engine {
         let dev: Arc<OnceLock<Weak<Shared>>> = Arc::new(OnceLock::new());
         let events = Arc::new(AtomicU64::new(0));
         let qps: Arc<QpMap> = Arc::default();
+        let timers: Arc<Timers> = Arc::default();
         let (s, d, n, q) = (stop.clone(), dev.clone(), events.clone(), qps.clone());
+        let t = timers.clone();
         let (started_tx, started) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name(format!("softrnic-engine-{index}"))
@@ -76,7 +93,7 @@ impl Engine {
                 let ok = pinned.is_ok();
                 let _ = started_tx.send(pinned.map(|()| affinity::thread_id()));
                 if ok {
-                    run(poll, s, d, q, n, spin);
+                    run(poll, s, d, q, t, n, spin);
                 }
             })?;
         let tid = match started.recv() {
@@ -99,6 +116,7 @@ impl Engine {
             dev,
             thread: Mutex::new(Some(thread)),
             qps,
+            timers,
             cpu,
             tid,
             events,
@@ -150,6 +168,19 @@ impl Engine {
         self.forget(token_of(qp));
     }
 
+    /// Drives `qp` once time reaches `at` (on the [`now`] clock). A QP gone by then is
+    /// skipped; a QP driven early finds nothing due and asks again.
+    pub(crate) fn arm_timer(&self, at: Duration, qp: QpId) {
+        if let Ok(mut t) = self.timers.lock() {
+            let earliest = t.peek().is_none_or(|Reverse((first, _))| at < *first);
+            t.push(Reverse((at, qp)));
+            if earliest {
+                // The engine may be asleep with no deadline, or a later one.
+                let _ = self.waker.wake();
+            }
+        }
+    }
+
     fn forget(&self, token: Token) {
         if let Ok(mut m) = self.qps.lock() {
             m.remove(&token);
@@ -185,14 +216,23 @@ fn run(
     stop: Arc<AtomicBool>,
     dev: Arc<OnceLock<Weak<Shared>>>,
     qps: Arc<QpMap>,
+    timers: Arc<Timers>,
     handled: Arc<AtomicU64>,
     spin: Duration,
 ) {
     let mut events = Events::with_capacity(256);
     let mut ready: Vec<Arc<QpShared>> = Vec::with_capacity(256);
+    let mut due: Vec<QpId> = Vec::new();
     let mut last_busy = Instant::now();
     loop {
-        let timeout = (last_busy.elapsed() < spin).then_some(Duration::ZERO);
+        let spinning = (last_busy.elapsed() < spin).then_some(Duration::ZERO);
+        let timeout = match next_timer(&timers) {
+            Some(at) => Some(
+                at.saturating_sub(now())
+                    .min(spinning.unwrap_or(Duration::MAX)),
+            ),
+            None => spinning,
+        };
         if let Err(e) = poll.poll(&mut events, timeout)
             && e.kind() != std::io::ErrorKind::Interrupted
         {
@@ -201,12 +241,14 @@ fn run(
         if stop.load(Ordering::Acquire) {
             break;
         }
-        if events.is_empty() {
+        take_due(&timers, &mut due);
+        if events.is_empty() && due.is_empty() {
             continue;
         }
         // Hold the device only while working, so dropping it is never blocked by an
         // engine thread sleeping in epoll.
         let Some(d) = dev.get().and_then(Weak::upgrade) else {
+            due.clear();
             continue;
         };
         // One look-up of this engine's map for the whole batch (epoll reports a socket
@@ -218,7 +260,14 @@ fn run(
                     .filter(|e| e.token() != WAKER)
                     .filter_map(|e| m.get(&e.token())?.upgrade()),
             );
+            // A QP whose timer is due and whose socket also reported is driven twice;
+            // the second drive finds nothing to do.
+            ready.extend(
+                due.drain(..)
+                    .filter_map(|qp| m.get(&token_of(qp))?.upgrade()),
+            );
         }
+        due.clear();
         if ready.is_empty() {
             continue;
         }
@@ -232,5 +281,25 @@ fn run(
         if crate::handler::take_woke_dispatcher() {
             std::thread::yield_now();
         }
+    }
+}
+
+fn next_timer(timers: &Timers) -> Option<Duration> {
+    let t = timers.lock().ok()?;
+    t.peek().map(|Reverse((at, _))| *at)
+}
+
+/// Moves the QPs whose deadline has come out of `timers` into `due`.
+fn take_due(timers: &Timers, due: &mut Vec<QpId>) {
+    let Ok(mut t) = timers.lock() else {
+        return;
+    };
+    let now = now();
+    while let Some(Reverse((at, qp))) = t.peek().copied() {
+        if at > now {
+            break;
+        }
+        t.pop();
+        due.push(qp);
     }
 }

@@ -12,8 +12,8 @@
 //! let dev = Device::open(DeviceConfig::default())?;
 //! let pd = dev.alloc_pd();
 //! let cq = dev.create_cq(64)?;
-//! let init = || QpInit { send_cq: &cq, recv_cq: &cq, sq_depth: 16, rq_depth: 16 };
-//! let (server_qp, client_qp) = (dev.create_qp(&pd, init())?, dev.create_qp(&pd, init())?);
+//! let server_qp = dev.create_qp(&pd, QpInit::new(&cq, 16, 16))?;
+//! let client_qp = dev.create_qp(&pd, QpInit::new(&cq, 16, 16))?;
 //! let listener = dev.listen("127.0.0.1:0")?;
 //! let addr = listener.local_addr()?;
 //! let server = std::thread::spawn(move || listener.accept()?.accept(&server_qp, b"hi").map(|_| server_qp));
@@ -25,13 +25,7 @@
 //! let target = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
 //! let source = pd.alloc_mr(4096, Access::empty())?;
 //! source.write(0, b"RDMA over plain TCP")?;
-//! client_qp.post_send(SendWr {
-//!     wr_id: 1,
-//!     op: SendOp::Write { remote_addr: target.addr(), rkey: target.rkey() },
-//!     sgl: vec![source.sge(0, 19)],
-//!     signaled: true,
-//!     fence: false,
-//! })?;
+//! client_qp.post_send(SendWr::write(1, source.sge(0, 19), target.addr(), target.rkey()))?;
 //! let wc = cq.wait_for(1, Duration::from_secs(5));
 //! assert_eq!(wc[0].status, WcStatus::Success);
 //! # drop(server_qp);
@@ -58,12 +52,18 @@ pub mod cq_ring;
 pub mod device;
 mod engine;
 pub mod error;
+mod frame_io;
 pub mod handler;
 mod handler_verbs;
+mod limits;
+pub mod listener;
 pub mod mr;
 pub mod qp;
 mod receive;
 pub mod region;
+mod region_table;
+pub mod srq;
+pub mod srq_pool;
 mod sys;
 mod trace;
 mod transmit;
@@ -72,19 +72,26 @@ mod transport;
 #[cfg(feature = "tokio")]
 pub use async_channel::AsyncCompChannel;
 pub use channel::{CompChannel, CqEvent};
-pub use cm::{ConnRequest, Connection, Listener};
+pub use cm::{ConnRequest, Connection};
 pub use cq::{Cq, EventCounts};
 pub use cq_notify::Armed;
-pub use device::{AsyncEvent, Device, DeviceAttr, DeviceConfig, ProgressMode};
+pub use device::{
+    AsyncEvent, Device, DeviceAttr, DeviceConfig, DeviceUsage, FirstFpduHold, ProgressMode,
+};
 pub use engine::EngineInfo;
 pub use error::{Error, Fault, Result};
 pub use handler::{Handler, HandlerInfo, HandlerKind};
+pub use listener::{Listener, ListenerStats};
 pub use mr::{Mr, Pd};
 pub use qp::{Qp, QpInit, QpStats, RX_DIRECT_MIN, RX_STAGING_LEN, TX_GATHER_MAX};
 pub use softrnic_proto::cm::{CmError, CrcPolicy, MpaConfig, RefusalReason, RtrTypes};
+pub use softrnic_proto::srq::limits::{Analysis, Level, LimitKind, QpLimits, Verdict};
+pub use softrnic_proto::srq::stats::{Estimator, ProvisionConfig};
 pub use softrnic_proto::{
-    Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, Sgl, TooManySge,
+    WcOpcode, WcStatus,
 };
 pub use softrnic_wire::TerminateCause;
+pub use srq::{ChainError, ManagedInit, Srq, SrqAttr, SrqInit, SrqModify, SrqUsage};
 pub use sys::affinity;
 pub use transport::fault::{FaultEnd, FaultPlan};

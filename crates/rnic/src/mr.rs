@@ -14,6 +14,7 @@
 
 use crate::device::Shared;
 use crate::error::{Error, Result};
+use crate::limits::Reservation;
 use crate::region::Region;
 use softrnic_proto::tpt::TptEntry;
 use softrnic_proto::{Access, PdId, RegionId, STag};
@@ -35,6 +36,8 @@ impl std::fmt::Debug for Pd {
 /// A registered memory region. Dropping it deregisters it.
 pub struct Mr {
     dev: Arc<Shared>,
+    /// This region's share of [`crate::DeviceConfig::max_registered`].
+    _reservation: Reservation,
     region: Arc<Region>,
     stag: STag,
     access: Access,
@@ -60,7 +63,7 @@ impl Pd {
 
     /// Allocates `len` zeroed octets and registers them with the given rights.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<Mr> {
-        self.register_with(access, |id| Ok(Region::alloc(id, len)?))
+        self.register_with(len, access, |id| Ok(Region::alloc(id, len)?))
     }
 
     /// Registers memory the program owns, like `ibv_reg_mr`.
@@ -72,15 +75,34 @@ impl Pd {
     /// QPs using it are idle or destroyed, none remain). The program must not access the
     /// memory except through the [`Mr`] while it is registered.
     pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize, access: Access) -> Result<Mr> {
-        // SAFETY: forwarded: the caller guarantees what `Region::from_raw` requires.
-        self.register_with(access, |id| Ok(unsafe { Region::from_raw(id, ptr, len) }))
+        self.register_with(len, access, |id| {
+            // SAFETY: forwarded: the caller guarantees what `Region::from_raw` requires.
+            Ok(unsafe { Region::from_raw(id, ptr, len) })
+        })
     }
 
+    /// Registers `len` octets that `make` provides: within the device's limits
+    /// ([`crate::DeviceConfig::max_mr_size`] for one region,
+    /// [`crate::DeviceConfig::max_registered`] for all), checked before anything is
+    /// allocated.
     fn register_with(
         &self,
+        len: usize,
         access: Access,
         make: impl FnOnce(RegionId) -> Result<Region>,
     ) -> Result<Mr> {
+        if len as u64 > self.dev.cfg.max_mr_size {
+            return Err(Error::Limit("max_mr_size"));
+        }
+        let reservation = self.dev.registered.reserve(len as u64)?;
+        if access.contains(Access::REMOTE_INVALIDATE)
+            && !softrnic_proto::tpt::remotely_invalidatable(access)
+        {
+            return Err(Error::InvalidArgument(
+                "REMOTE_INVALIDATE needs REMOTE_READ or REMOTE_WRITE",
+            ));
+        }
+        let key = self.dev.next_key()?;
         let id = self.dev.reserve_region_id()?;
         let region = match make(id) {
             Ok(r) => Arc::new(r),
@@ -89,7 +111,6 @@ impl Pd {
                 return Err(e);
             }
         };
-        let key = self.dev.next_key();
         let entry = TptEntry {
             pd: self.id,
             key,
@@ -99,7 +120,7 @@ impl Pd {
             region: id,
             valid: true,
         };
-        self.dev.install_region(id, region.clone());
+        self.dev.install_region(region.clone());
         let stag = match self.dev.tpt.insert(entry) {
             Some(s) => s,
             None => {
@@ -108,6 +129,7 @@ impl Pd {
             }
         };
         Ok(Mr {
+            _reservation: reservation,
             dev: self.dev.clone(),
             region,
             stag,

@@ -16,6 +16,7 @@ use crate::cq::{Cq, CqShared};
 use crate::device::{AsyncEvent, Shared};
 use crate::error::{Error, Result};
 use crate::receive::{Staging, feed, receive};
+use crate::srq::SrqShared;
 use crate::transmit::{TxQueue, transmit};
 use crate::transport::Transport;
 use crate::transport::fault::FaultTransport;
@@ -25,6 +26,7 @@ use softrnic_proto::qp::{CqSide, QpConfig, QpEvent, QpParams};
 use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 pub use crate::receive::{RX_DIRECT_MIN, RX_STAGING_LEN};
 pub use crate::transmit::TX_GATHER_MAX;
@@ -39,6 +41,23 @@ pub struct QpInit<'a> {
     pub sq_depth: usize,
     /// Receive queue depth.
     pub rq_depth: usize,
+}
+
+impl<'a> QpInit<'a> {
+    /// Send and receive completions both go to `cq`.
+    pub fn new(cq: &'a Cq, sq_depth: usize, rq_depth: usize) -> Self {
+        QpInit::with_cqs(cq, cq, sq_depth, rq_depth)
+    }
+
+    /// Send completions go to `send_cq`, receive completions to `recv_cq`.
+    pub fn with_cqs(send_cq: &'a Cq, recv_cq: &'a Cq, sq_depth: usize, rq_depth: usize) -> Self {
+        QpInit {
+            send_cq,
+            recv_cq,
+            sq_depth,
+            rq_depth,
+        }
+    }
 }
 
 /// Statistics of one QP's I/O.
@@ -58,16 +77,11 @@ pub struct QpStats {
     pub tx_fpdus: u64,
 }
 
-/// A QP's connection: the stream, what is queued for it, and how far closing went.
+/// A QP's connection: the stream and what is queued for it. (How far closing went is
+/// the core's close machine's.)
 pub(crate) struct Conn {
     pub(crate) transport: Box<dyn Transport>,
     pub(crate) tx: TxQueue,
-    /// Our FIN is out.
-    pub(crate) fin_sent: bool,
-    /// The peer's FIN came in (the stream ended).
-    pub(crate) eof: bool,
-    /// The stream is closed (or failed): no more reads or writes.
-    pub(crate) closed: bool,
 }
 
 pub(crate) struct QpInner {
@@ -75,7 +89,10 @@ pub(crate) struct QpInner {
     pub(crate) conn: Option<Conn>,
     stats: QpStats,
     staging: Staging,
-    disconnected: bool,
+    /// The close-timer deadline the engine was last asked to wake the QP at.
+    timer_armed: Option<Duration>,
+    /// The SRQ has been told that this QP went to error.
+    srq_flushed: bool,
     /// The state last reported to tracing.
     traced_state: QpState,
 }
@@ -86,6 +103,8 @@ pub(crate) struct QpShared {
     dev: Weak<Shared>,
     send_cq: Arc<CqShared>,
     recv_cq: Arc<CqShared>,
+    /// The shared receive queue its receive buffers come from, if any.
+    pub(crate) srq: Option<Arc<SrqShared>>,
     pub(crate) inner: Mutex<QpInner>,
     /// The engine serving the socket: chosen when the connection is attached, by the
     /// receive CQ's vector, and changed (under the QP lock) when that CQ moves.
@@ -93,12 +112,15 @@ pub(crate) struct QpShared {
 }
 
 impl QpShared {
-    pub(crate) fn new(id: QpId, pd: PdId, dev: &Arc<Shared>, init: QpInit<'_>) -> Result<QpShared> {
-        if init.sq_depth == 0
-            || init.rq_depth == 0
-            || init.sq_depth > 16384
-            || init.rq_depth > 16384
-        {
+    pub(crate) fn new(
+        id: QpId,
+        pd: PdId,
+        dev: &Arc<Shared>,
+        init: QpInit<'_>,
+        srq: Option<Arc<SrqShared>>,
+    ) -> Result<QpShared> {
+        let rq_ok = srq.is_some() || (1..=16384).contains(&init.rq_depth);
+        if init.sq_depth == 0 || init.sq_depth > 16384 || !rq_ok {
             return Err(Error::InvalidArgument("queue depth must be 1..=16384"));
         }
         for cq in [init.send_cq, init.recv_cq] {
@@ -106,24 +128,30 @@ impl QpShared {
                 return Err(Error::InvalidArgument("CQ of another device"));
             }
         }
-        let core = softrnic_proto::qp::Qp::new(QpConfig {
+        let cfg = QpConfig {
             id,
             pd,
             sq_depth: init.sq_depth,
             rq_depth: init.rq_depth,
-        });
+        };
+        let core = match srq {
+            Some(_) => softrnic_proto::qp::Qp::new_on_srq(cfg),
+            None => softrnic_proto::qp::Qp::new(cfg),
+        };
         Ok(QpShared {
             id,
             pd,
             dev: Arc::downgrade(dev),
             send_cq: init.send_cq.shared.clone(),
             recv_cq: init.recv_cq.shared.clone(),
+            srq,
             inner: Mutex::new(QpInner {
                 core,
                 conn: None,
                 stats: QpStats::default(),
                 staging: Staging::default(),
-                disconnected: false,
+                timer_armed: None,
+                srq_flushed: false,
                 traced_state: QpState::Idle,
             }),
             engine: AtomicUsize::new(0),
@@ -143,17 +171,24 @@ impl QpShared {
     /// another CPU). Under the QP lock: the old engine forgets the socket, the new one
     /// registers it (epoll reports a socket that is ready at registration, so nothing
     /// that arrived in between is missed), and the QP is driven once. An event the old
-    /// engine already fetched drives the QP once more, which finds nothing to do.
+    /// engine already fetched drives the QP once more, which finds nothing to do, and its
+    /// timer for the QP finds the QP gone from its map.
     pub(crate) fn move_to_engine(self: &Arc<Self>, dev: &Shared, to: usize) -> Result<()> {
         let mut g = self.lock()?;
         let from = self.engine();
         if from == to {
             return Ok(());
         }
-        let Some(conn) = g.conn.as_mut().filter(|c| !c.closed) else {
-            // Not attached (attach chooses by the CQ's vector then) or closed for good
-            // (deregistered already).
+        if g.conn.is_none() {
+            // Not attached: attach chooses by the CQ's vector then.
             self.engine.store(to, Ordering::Relaxed);
+            return Ok(());
+        }
+        if g.core.transport_closed() {
+            // Closing for good: it stays with the engine it has, which deregisters it.
+            return Ok(());
+        }
+        let Some(conn) = g.conn.as_mut() else {
             return Ok(());
         };
         let (Some(old), Some(new)) = (dev.engines.get(from), dev.engines.get(to)) else {
@@ -166,6 +201,9 @@ impl QpShared {
             return Err(e);
         }
         self.engine.store(to, Ordering::Relaxed);
+        // The old engine's timer for this QP finds it gone from its map; the new engine
+        // is asked for the close timer afresh by this drive.
+        g.timer_armed = None;
         self.progress_locked(&mut g, dev);
         Ok(())
     }
@@ -198,6 +236,8 @@ impl QpShared {
     pub(crate) fn progress_locked(&self, g: &mut QpInner, dev: &Shared) -> bool {
         let mut moved = false;
         let mut disconnected = false;
+        let now = crate::engine::now();
+        g.core.handle_timeout(now);
         if g.conn.is_some() {
             // Transmit first: a request just posted leaves before the receive path's
             // read (often an empty one) is paid; what the receive path queues (Read
@@ -207,7 +247,8 @@ impl QpShared {
                 moved = true;
                 self.transmit(g, dev);
             }
-            disconnected = self.close_if_done(g, dev);
+            disconnected = self.close_if_done(g, now, dev);
+            self.arm_timer(g, dev);
         }
         self.deliver(g, dev);
         if disconnected {
@@ -225,7 +266,15 @@ impl QpShared {
             ..
         } = g;
         match conn.as_mut() {
-            Some(conn) => receive(self.id, core, conn, stats, staging, dev),
+            Some(conn) => receive(
+                self.id,
+                core,
+                conn,
+                stats,
+                staging,
+                dev,
+                self.srq.as_deref(),
+            ),
             None => false,
         }
     }
@@ -240,21 +289,34 @@ impl QpShared {
         }
     }
 
-    fn close_if_done(&self, g: &mut QpInner, dev: &Shared) -> bool {
-        let QpInner {
-            core,
-            conn,
-            disconnected,
-            ..
-        } = g;
+    fn close_if_done(&self, g: &mut QpInner, now: Duration, dev: &Shared) -> bool {
+        let QpInner { core, conn, .. } = g;
         match conn.as_mut() {
-            Some(c) => close_if_done(core, c, disconnected, self.engine(), dev),
+            Some(c) => close_if_done(core, c, now, self.engine(), dev),
             None => false,
+        }
+    }
+
+    /// Asks the QP's engine to drive it when its close timer is due (once per deadline).
+    fn arm_timer(&self, g: &mut QpInner, dev: &Shared) {
+        let due = g.core.poll_timeout();
+        if due != g.timer_armed {
+            g.timer_armed = due;
+            if let (Some(at), Some(e)) = (due, dev.engines.get(self.engine())) {
+                e.arm_timer(at, self.id);
+            }
         }
     }
 
     fn deliver(&self, g: &mut QpInner, dev: &Shared) {
         crate::trace::qp_state(dev.serial, self.id, &mut g.traced_state, g.core.state());
+        if let Some(srq) = &self.srq
+            && g.core.state() == QpState::Error
+            && !std::mem::replace(&mut g.srq_flushed, true)
+        {
+            // Its bound buffers were flushed to the program: it holds none now.
+            srq.flushed(self.id);
+        }
         while let Some(e) = g.core.poll_event() {
             if let QpEvent::Fatal { cause, remote } = e {
                 dev.post_event(AsyncEvent::QpFatal {
@@ -302,7 +364,7 @@ impl QpShared {
                 ..
             } = &mut *g;
             // A failed placement leaves the QP in error; the first progress closes it.
-            let _ = feed(core, stats, staging, dev, leftover);
+            let _ = feed(core, stats, staging, dev, self.srq.as_deref(), leftover);
         }
         let index = dev.engine_for(self.recv_cq.vector());
         let engine = dev
@@ -314,9 +376,6 @@ impl QpShared {
         g.conn = Some(Conn {
             transport,
             tx: TxQueue::default(),
-            fin_sent: false,
-            eof: false,
-            closed: false,
         });
         dev.post_event(AsyncEvent::Established { qp: self.id });
         self.progress_locked(&mut g, dev);
@@ -435,8 +494,7 @@ impl Qp {
             // Closing the socket with a zero linger time sends RST, not FIN (a
             // `shutdown` would send FIN, and the peer would take it for a graceful
             // close). The engine forgets the socket before it is closed.
-            drop_conn(c, self.shared.id, self.shared.engine(), &dev);
-            disconnected = !std::mem::replace(&mut g.disconnected, true);
+            disconnected = drop_conn(c, &mut g.core, self.shared.engine(), &dev);
         }
         // The flushes reach the CQ before Disconnected is posted.
         self.shared.progress_locked(&mut g, &dev);
@@ -454,11 +512,14 @@ impl Drop for Qp {
                 && let Some(c) = g.conn.take()
             {
                 // Destroying a connected QP is an abortive close: RST.
-                drop_conn(c, self.shared.id, self.shared.engine(), &dev);
+                drop_conn(c, &mut g.core, self.shared.engine(), &dev);
             }
             if let Ok(mut q) = dev.qps.lock() {
                 q.remove(&self.shared.id.0);
             }
+        }
+        if let Some(srq) = &self.shared.srq {
+            srq.detach(self.shared.id);
         }
     }
 }

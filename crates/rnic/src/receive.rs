@@ -6,6 +6,7 @@
 use crate::close::connection_lost;
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
+use crate::srq::{SrqShared, SrqSource};
 use softrnic_proto::QpId;
 use softrnic_proto::qp::{Qp as Core, RxCtx, RxNeed};
 use softrnic_wire::crc::crc32c_append;
@@ -131,17 +132,28 @@ pub(crate) fn receive(
     stats: &mut QpStats,
     staging: &mut Staging,
     dev: &Shared,
+    srq: Option<&SrqShared>,
 ) -> bool {
-    if conn.closed {
+    if core.transport_closed() {
         return false;
     }
     let mut moved = false;
+    if core.rx_need() == RxNeed::Wait {
+        // Held back by the SRQ (back-pressure): ask again; still held back, the
+        // socket stays unread until the SRQ wakes this QP.
+        let mut src = srq.map(|s| SrqSource { srq: s, dev });
+        core.rx_retry(&mut ctx_for(dev, &mut src));
+        if core.rx_need() == RxNeed::Wait {
+            return false;
+        }
+        moved = true;
+    }
     loop {
         // Octets read ahead go first.
         if staging.start < staging.end {
             let (start, end) = (staging.start, staging.end);
             let buf = std::mem::take(&mut staging.buf);
-            let fed = feed(core, stats, staging, dev, &buf[start..end]);
+            let fed = feed(core, stats, staging, dev, srq, &buf[start..end]);
             staging.buf = buf;
             let used = match fed {
                 Ok(used) => used,
@@ -153,16 +165,16 @@ pub(crate) fn receive(
             };
             staging.start += used;
             moved |= used > 0;
-            if used == 0 || core.rx_need() == RxNeed::Stopped {
+            if used == 0 || matches!(core.rx_need(), RxNeed::Stopped | RxNeed::Wait) {
                 break;
             }
             continue;
         }
-        if conn.eof {
+        if core.peer_finished() {
             break;
         }
         let r = match core.rx_need() {
-            RxNeed::Stopped => break,
+            RxNeed::Stopped | RxNeed::Wait => break,
             RxNeed::Place(chunk) if staging.direct(core, chunk.len) => {
                 let Some(region) = dev.region(chunk.region) else {
                     // The region was deregistered between the TPT check and the
@@ -220,12 +232,12 @@ pub(crate) fn receive(
         };
         match r {
             Ok(0) => {
-                conn.eof = true;
+                core.peer_fin();
                 moved = true;
                 if core.rx_mid_fpdu() {
                     // The stream ended inside an FPDU: it was lost (a peer that
                     // died mid-transfer), not closed between messages.
-                    connection_lost(qp, conn, core, dev, io::ErrorKind::UnexpectedEof);
+                    connection_lost(qp, core, dev, io::ErrorKind::UnexpectedEof);
                 }
                 break;
             }
@@ -233,13 +245,21 @@ pub(crate) fn receive(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                connection_lost(qp, conn, core, dev, e.kind());
+                connection_lost(qp, core, dev, e.kind());
                 moved = true;
                 break;
             }
         }
     }
     moved
+}
+
+/// The receive context: the device's TPT, and the QP's SRQ if it has one.
+fn ctx_for<'a>(dev: &'a Shared, src: &'a mut Option<SrqSource<'a>>) -> RxCtx<'a> {
+    match src {
+        Some(s) => RxCtx::with_srq(&dev.tpt, s),
+        None => RxCtx::new(&dev.tpt),
+    }
 }
 
 /// Hands octets read into user space to the protocol core, copying the payload among
@@ -251,13 +271,15 @@ pub(crate) fn feed(
     stats: &mut QpStats,
     staging: &mut Staging,
     dev: &Shared,
+    srq: Option<&SrqShared>,
     data: &[u8],
 ) -> std::result::Result<usize, ()> {
-    let mut ctx = RxCtx::new(&dev.tpt);
+    let mut src = srq.map(|s| SrqSource { srq: s, dev });
+    let mut ctx = ctx_for(dev, &mut src);
     let mut at = 0;
     while at < data.len() {
         match core.rx_need() {
-            RxNeed::Stopped => break,
+            RxNeed::Stopped | RxNeed::Wait => break,
             RxNeed::Internal(n) => {
                 let k = n.min(data.len() - at);
                 core.rx_buffer()[..k].copy_from_slice(&data[at..at + k]);

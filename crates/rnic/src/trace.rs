@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 const CM: &str = "softrnic_rnic::cm";
 const QP: &str = "softrnic_rnic::qp";
 const CQ: &str = "softrnic_rnic::cq";
+const SRQ: &str = "softrnic_rnic::srq";
 const ENGINE: &str = "softrnic_rnic::engine";
 
 /// An asynchronous event as it is posted: connection established or closed, a QP gone
@@ -42,6 +43,22 @@ pub(crate) fn async_event(dev: u32, e: &AsyncEvent) {
             warn!(target: QP, dev, qp = qp.0, ?error, "connection lost");
         }
         AsyncEvent::CqOverflow { cq } => warn!(target: CQ, dev, cq, "CQ overflow"),
+        AsyncEvent::SrqLimitReached { srq } => info!(target: SRQ, dev, srq, "SRQ limit reached"),
+        AsyncEvent::SrqSoftLimit { srq, analysis: a } => {
+            info!(target: SRQ, dev, srq, qp = a.qp.0, count = a.count, available = a.available,
+                sustained = a.sustained, verdict = ?a.verdict, "SRQ soft limit")
+        }
+        AsyncEvent::SrqHardLimit { srq, analysis: a } => {
+            warn!(target: SRQ, dev, srq, qp = a.qp.0, count = a.count, limit = ?a.limit,
+                "SRQ hard limit: terminating the QP")
+        }
+        AsyncEvent::SrqBelowTarget {
+            srq,
+            target,
+            posted,
+        } => {
+            debug!(target: SRQ, dev, srq, target, posted, "SRQ below its target depth")
+        }
     }
 }
 
@@ -112,6 +129,27 @@ pub(crate) fn mpa_reject_sent(dev: u32, peer: SocketAddr, reason: Option<Refusal
         Some(r) => info!(target: CM, dev, %peer, reason = %r, "MPA Reply sent: refused"),
         None => info!(target: CM, dev, %peer, "MPA Reply sent: rejected"),
     }
+}
+
+/// Responder: a listener dropped a connection before its MPA Request was whole (late,
+/// evicted, refused, not MPA, malformed).
+pub(crate) fn mpa_dropped(dev: u32, peer: SocketAddr, why: &str) {
+    info!(target: CM, dev, %peer, why, "connection dropped during MPA setup");
+}
+
+/// Initiator: the first FPDU is held this long after the MPA exchange took `rtt`.
+pub(crate) fn first_fpdu_hold(
+    dev: u32,
+    qp: QpId,
+    peer: SocketAddr,
+    rtt: std::time::Duration,
+    hold: std::time::Duration,
+) {
+    debug!(
+        target: CM, dev, qp = qp.0, %peer,
+        rtt_us = rtt.as_micros() as u64, hold_us = hold.as_micros() as u64,
+        "first FPDU held after the MPA Reply"
+    );
 }
 
 /// Either side: the exchange failed.

@@ -65,7 +65,7 @@ pub(crate) fn transmit(
     stats: &mut QpStats,
     dev: &Shared,
 ) -> bool {
-    if conn.closed {
+    if core.transport_closed() {
         return false;
     }
     let mut moved = false;
@@ -119,7 +119,7 @@ pub(crate) fn transmit(
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    connection_lost(qp, conn, core, dev, e.kind());
+                    connection_lost(qp, core, dev, e.kind());
                     moved = true;
                     break;
                 }
@@ -145,7 +145,7 @@ pub(crate) fn transmit(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                connection_lost(qp, conn, core, dev, e.kind());
+                connection_lost(qp, core, dev, e.kind());
                 moved = true;
                 break;
             }

@@ -4,11 +4,11 @@
 //! request completes exactly once.
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_rnic::*;
-use support::*;
+use std::io::Read;
+use std::time::Duration;
 
 /// Asserts no further Disconnected or QpFatal event about `qp` is queued on `dev`
 /// (events about other QPs are put back in order).
@@ -27,22 +27,11 @@ fn no_more_close_events(dev: &Device, qp: &Qp) {
     drop(keep);
 }
 
-fn pair_in(progress: ProgressMode) -> (End, End) {
-    pair_with(
-        DeviceConfig {
-            progress,
-            ..DeviceConfig::default()
-        },
-        256,
-        256,
-    )
-}
-
 fn graceful(from_active: bool, progress: ProgressMode) {
     const N: usize = 8;
     const SZ: usize = 64 << 10;
     const EXTRA: usize = 4;
-    let (a, b) = pair_in(progress);
+    let (a, b) = end().progress(progress).pair();
     let (s, r) = if from_active { (&a, &b) } else { (&b, &a) };
     let data = pattern(N * SZ, 11);
     let src = s.pd.alloc_mr(N * SZ, Access::empty()).unwrap();
@@ -51,15 +40,16 @@ fn graceful(from_active: bool, progress: ProgressMode) {
         r.pd.alloc_mr((N + EXTRA) * SZ, Access::LOCAL_WRITE)
             .unwrap();
     for i in 0..N + EXTRA {
-        r.qp.post_recv(recv(100 + i as u64, dst.sge(i * SZ, SZ)))
+        r.qp.post_recv(RecvWr::new(100 + i as u64, dst.sge(i * SZ, SZ)))
             .unwrap();
     }
     // The closing side has receives outstanding too; they flush at the end.
     let sbuf = s.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..3u64 {
-        s.qp.post_recv(recv(200 + i, sbuf.sge(0, 64))).unwrap();
+        s.qp.post_recv(RecvWr::new(200 + i, sbuf.sge(0, 64)))
+            .unwrap();
     }
-    s.qp.post_send_batch((0..N).map(|i| send(i as u64, vec![src.sge(i * SZ, SZ)])))
+    s.qp.post_send_batch((0..N).map(|i| SendWr::send(i as u64, src.sge(i * SZ, SZ))))
         .unwrap();
     // Close at once, with the sends still queued: they must finish first.
     s.qp.disconnect().unwrap();
@@ -99,7 +89,7 @@ fn graceful(from_active: bool, progress: ProgressMode) {
     no_more_close_events(&s.dev, &s.qp);
     no_more_close_events(&r.dev, &r.qp);
     // Work posted to the closed QPs flushes at once.
-    r.qp.post_recv(recv(999, dst.sge(0, 8))).unwrap();
+    r.qp.post_recv(RecvWr::new(999, dst.sge(0, 8))).unwrap();
     let c = take(&r.cq, 1)[0];
     assert_eq!((c.wr_id, c.status), (999, WcStatus::WrFlushError));
 }
@@ -127,20 +117,22 @@ fn graceful_close_from_passive_side_engine_progress() {
 fn abortive(from_active: bool, progress: ProgressMode) {
     const N: u64 = 32;
     const SZ: usize = 1 << 20;
-    let (a, b) = pair_in(progress);
+    let (a, b) = end().progress(progress).pair();
     let (x, y) = if from_active { (&a, &b) } else { (&b, &a) };
     let ybuf = y.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let xbuf = x.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..4u64 {
-        y.qp.post_recv(recv(100 + i, ybuf.sge(0, 64))).unwrap();
-        x.qp.post_recv(recv(200 + i, xbuf.sge(0, 64))).unwrap();
+        y.qp.post_recv(RecvWr::new(100 + i, ybuf.sge(0, 64)))
+            .unwrap();
+        x.qp.post_recv(RecvWr::new(200 + i, xbuf.sge(0, 64)))
+            .unwrap();
     }
     let target =
         y.pd.alloc_mr(SZ, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .unwrap();
     let src = x.pd.alloc_mr(SZ, Access::empty()).unwrap();
     x.qp.post_send_batch(
-        (0..N).map(|i| write(i, target.addr(), target.rkey(), vec![src.sge(0, SZ)])),
+        (0..N).map(|i| SendWr::write(i, src.sge(0, SZ), target.addr(), target.rkey())),
     )
     .unwrap();
     x.qp.abort().unwrap();
@@ -226,10 +218,11 @@ enum LocalFault {
 /// A local error moves the QP to Error; the connection must then close, so the peer
 /// learns too and flushes its own work instead of waiting forever.
 fn local_error(fault: LocalFault, progress: ProgressMode) {
-    let (a, b) = pair_in(progress);
+    let (a, b) = end().progress(progress).pair();
     let bbuf = b.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..3u64 {
-        b.qp.post_recv(recv(100 + i, bbuf.sge(0, 64))).unwrap();
+        b.qp.post_recv(RecvWr::new(100 + i, bbuf.sge(0, 64)))
+            .unwrap();
     }
     let foreign = a
         .dev
@@ -238,20 +231,12 @@ fn local_error(fault: LocalFault, progress: ProgressMode) {
         .unwrap();
     let (status, opcode) = match fault {
         LocalFault::InvalidateForeignStag => {
-            a.qp.post_send(SendWr {
-                wr_id: 1,
-                op: SendOp::LocalInvalidate {
-                    stag: foreign.rkey(),
-                },
-                sgl: vec![],
-                signaled: true,
-                fence: false,
-            })
-            .unwrap();
+            a.qp.post_send(SendWr::local_invalidate(1, foreign.rkey()))
+                .unwrap();
             (WcStatus::LocalAccessError, WcOpcode::LocalInvalidate)
         }
         LocalFault::RecvForeignLkey => {
-            a.qp.post_recv(recv(1, foreign.sge(0, 64))).unwrap();
+            a.qp.post_recv(RecvWr::new(1, foreign.sge(0, 64))).unwrap();
             (WcStatus::LocalProtectionError, WcOpcode::Recv)
         }
     };
@@ -294,10 +279,11 @@ fn local_receive_error_closes_the_connection_engine_progress() {
 /// one cut inside an FPDU (a lost stream).
 fn raw_peer_closes(tail: &[u8]) -> (End, Vec<AsyncEvent>) {
     use std::io::{Read, Write};
-    let e = end_on(DeviceConfig::default(), 64, 8, 8);
+    let e = end().cq(64).queues(8, 8).build();
     let buf = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..3u64 {
-        e.qp.post_recv(recv(100 + i, buf.sge(0, 64))).unwrap();
+        e.qp.post_recv(RecvWr::new(100 + i, buf.sge(0, 64)))
+            .unwrap();
     }
     let mut s = raw_initiator(&e);
     s.write_all(tail).unwrap();
@@ -334,5 +320,30 @@ fn peer_fin_inside_an_fpdu_is_a_lost_stream() {
     assert_eq!(
         events,
         vec![AsyncEvent::Established { qp: e.qp.id() }, lost]
+    );
+}
+
+#[test]
+fn a_peer_that_never_closes_is_reset_when_the_close_timer_expires() {
+    let cfg = DeviceConfig {
+        close_timeout: Duration::from_millis(200),
+        ..DeviceConfig::default()
+    };
+    let e = end().config(cfg).build();
+    let buf = e.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    e.qp.post_recv(RecvWr::new(7, buf.sge(0, 64))).unwrap();
+    let mut s = raw_initiator(&e);
+    e.qp.disconnect().unwrap();
+    // The peer gets our FIN and never answers it (nor closes): after the close
+    // timeout, the connection is reset and the QP is disconnected.
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "only our FIN: {rest:?}");
+    disconnected(&e.dev, &e.qp);
+    assert_eq!(e.qp.state(), QpState::Error);
+    let g = drained(&e.cq);
+    assert_eq!(
+        (g.len(), g[0].wr_id, g[0].status),
+        (1, 7, WcStatus::WrFlushError)
     );
 }

@@ -4,14 +4,12 @@
 //! converting come back to it whole in `Error::StreamNotMpa`, nothing lost or mixed.
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_proto::cm::Initiator;
 use softrnic_rnic::*;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use support::*;
 
 /// A connected pair of plain TCP streams: (connecting side, accepting side).
 fn stream_pair() -> (TcpStream, TcpStream) {
@@ -19,25 +17,6 @@ fn stream_pair() -> (TcpStream, TcpStream) {
     let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (s, _) = l.accept().unwrap();
     (c, s)
-}
-
-/// A device with a PD, a CQ and an Idle QP.
-fn end() -> End {
-    let dev = Device::open(DeviceConfig::default()).unwrap();
-    let pd = dev.alloc_pd();
-    let cq = dev.create_cq(256).unwrap();
-    let qp = dev
-        .create_qp(
-            &pd,
-            QpInit {
-                send_cq: &cq,
-                recv_cq: &cq,
-                sq_depth: 32,
-                rq_depth: 32,
-            },
-        )
-        .unwrap();
-    End { dev, pd, cq, qp }
 }
 
 fn mpa_config(private_data: &[u8]) -> MpaConfig {
@@ -67,7 +46,8 @@ fn convert_after_application_bytes(tcp_connector_is_active: bool) {
     } else {
         (s, c)
     };
-    let (a, b) = (end(), end());
+    let ends = end().cq(256).queues(32, 32);
+    let (a, b) = (ends.build(), ends.build());
     std::thread::scope(|sc| {
         let h = sc.spawn(|| {
             let req = b.dev.convert_passive(passive_stream).unwrap();
@@ -94,16 +74,13 @@ fn convert_after_application_bytes(tcp_connector_is_active: bool) {
         b.pd.alloc_mr(20_000, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .unwrap();
     bbuf.fill(0, 20_000, 0xee).unwrap();
-    b.qp.post_recv(recv(100, bbuf.sge(0, 10_000))).unwrap();
-    a.qp.post_recv(recv(200, asrc.sge(10_000, 10_000))).unwrap();
+    b.qp.post_recv(RecvWr::new(100, bbuf.sge(0, 10_000)))
+        .unwrap();
+    a.qp.post_recv(RecvWr::new(200, asrc.sge(10_000, 10_000)))
+        .unwrap();
     a.qp.post_send_batch([
-        send(1, vec![asrc.sge(0, 10_000)]),
-        write(
-            2,
-            bbuf.addr() + 10_000,
-            bbuf.rkey(),
-            vec![asrc.sge(0, 10_000)],
-        ),
+        SendWr::send(1, asrc.sge(0, 10_000)),
+        SendWr::write(2, asrc.sge(0, 10_000), bbuf.addr() + 10_000, bbuf.rkey()),
     ])
     .unwrap();
     let r = one(&b.cq);
@@ -115,7 +92,7 @@ fn convert_after_application_bytes(tcp_connector_is_active: bool) {
     bsrc.write(0, &back).unwrap();
     // The Write preceded this Send on the wire: once its answer arrives, both the Send
     // and the Write are in place.
-    b.qp.post_send(send(3, vec![bsrc.sge(0, 3_000)])).unwrap();
+    b.qp.post_send(SendWr::send(3, bsrc.sge(0, 3_000))).unwrap();
     let got = take(&a.cq, 3);
     assert_eq!(
         got.iter()
@@ -161,7 +138,8 @@ fn convert_after_application_bytes_tcp_acceptor_active() {
 fn unread_application_bytes_come_back_in_stream_not_mpa() {
     let (mut c, s) = stream_pair();
     c.write_all(b"extra").unwrap();
-    let (a, b) = (end(), end());
+    let ends = end().cq(256).queues(32, 32);
+    let (a, b) = (ends.build(), ends.build());
     let cfg = mpa_config(b"from active");
     let request = Initiator::new(cfg.clone()).unwrap().request();
     std::thread::scope(|sc| {

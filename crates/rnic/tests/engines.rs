@@ -50,7 +50,7 @@ fn receive_on_vector(dev: &Device, vector: usize, data: &[u8]) -> Vec<u8> {
     let dst = pd.alloc_mr(data.len(), Access::LOCAL_WRITE).unwrap();
     qp.post_recv(RecvWr {
         wr_id: 7,
-        sgl: vec![dst.sge(0, data.len())],
+        sgl: [dst.sge(0, data.len())].into(),
     })
     .unwrap();
 
@@ -73,7 +73,7 @@ fn receive_on_vector(dev: &Device, vector: usize, data: &[u8]) -> Vec<u8> {
             solicited: false,
             invalidate: None,
         },
-        sgl: vec![src.sge(0, data.len())],
+        sgl: [src.sge(0, data.len())].into(),
         signaled: true,
         fence: false,
     })

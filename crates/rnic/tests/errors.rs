@@ -5,12 +5,10 @@
 //! STag allowed touched, and every work request completing exactly once afterwards.
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_rnic::*;
 use softrnic_wire::terminate::Layer;
-use support::*;
 
 /// The byte memory is filled with before each fault; it must still be there after.
 const FILL: u8 = 0x5a;
@@ -120,22 +118,13 @@ fn terminated_both_ends(initiator: &End, target: &End, cause: TerminateCause) {
     assert_eq!(initiator.qp.state(), QpState::Error);
 }
 
-/// A connected pair whose devices progress as `progress` says.
-fn pair_in(progress: ProgressMode) -> (End, End) {
-    pair_with(
-        DeviceConfig {
-            progress,
-            ..DeviceConfig::default()
-        },
-        256,
-        256,
-    )
-}
-
 /// Runs one faulting `op` from the active end `a` against the passive end `b`.
 fn violation(op: Op, fault: Fault, cause: TerminateCause, progress: ProgressMode) {
-    let (a, b) = pair_in(progress);
-    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let (a, b) = end().progress(progress).pair();
+    let all = Access::LOCAL_WRITE
+        | Access::REMOTE_WRITE
+        | Access::REMOTE_READ
+        | Access::REMOTE_INVALIDATE;
     let access = match (fault, op) {
         (Fault::MissingRight, Op::Write) => all - Access::REMOTE_WRITE,
         (Fault::MissingRight, Op::Read) => all - Access::REMOTE_READ,
@@ -168,19 +157,10 @@ fn violation(op: Op, fault: Fault, cause: TerminateCause, progress: ProgressMode
     match fault {
         Fault::InvalidatedBySend => {
             let note = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
-            b.qp.post_recv(recv(50, note.sge(0, 64))).unwrap();
+            b.qp.post_recv(RecvWr::new(50, note.sge(0, 64))).unwrap();
             let src = a.pd.alloc_mr(64, Access::empty()).unwrap();
-            a.qp.post_send(SendWr {
-                wr_id: 40,
-                op: SendOp::Send {
-                    solicited: false,
-                    invalidate: Some(mr.rkey()),
-                },
-                sgl: vec![src.sge(0, 4)],
-                signaled: true,
-                fence: false,
-            })
-            .unwrap();
+            a.qp.post_send(SendWr::send(40, src.sge(0, 4)).invalidate(mr.rkey()))
+                .unwrap();
             let s = one(&a.cq);
             assert_eq!((s.wr_id, s.status), (40, WcStatus::Success));
             let r = one(&b.cq);
@@ -191,14 +171,8 @@ fn violation(op: Op, fault: Fault, cause: TerminateCause, progress: ProgressMode
             assert!(!mr.is_valid());
         }
         Fault::InvalidatedLocally => {
-            b.qp.post_send(SendWr {
-                wr_id: 60,
-                op: SendOp::LocalInvalidate { stag: mr.rkey() },
-                sgl: vec![],
-                signaled: true,
-                fence: false,
-            })
-            .unwrap();
+            b.qp.post_send(SendWr::local_invalidate(60, mr.rkey()))
+                .unwrap();
             let c = one(&b.cq);
             assert_eq!(
                 (c.wr_id, c.status, c.opcode),
@@ -213,7 +187,7 @@ fn violation(op: Op, fault: Fault, cause: TerminateCause, progress: ProgressMode
         Op::Write => {
             let src = a.pd.alloc_mr(LEN, Access::empty()).unwrap();
             src.write(0, &pattern(LEN, 1)).unwrap();
-            a.qp.post_send(write(1, addr, rkey, vec![src.sge(0, OP_LEN)]))
+            a.qp.post_send(SendWr::write(1, src.sge(0, OP_LEN), addr, rkey))
                 .unwrap();
             // A Write completes when it is handed to TCP, before the peer looks at it.
             let c = one(&a.cq);
@@ -226,7 +200,7 @@ fn violation(op: Op, fault: Fault, cause: TerminateCause, progress: ProgressMode
         Op::Read => {
             let sink = a.pd.alloc_mr(LEN, Access::LOCAL_WRITE).unwrap();
             sink.fill(0, LEN, FILL).unwrap();
-            a.qp.post_send(read(1, addr, rkey, sink.sge(0, OP_LEN)))
+            a.qp.post_send(SendWr::read(1, sink.sge(0, OP_LEN), addr, rkey))
                 .unwrap();
             let c = one(&a.cq);
             assert_eq!(
@@ -297,13 +271,13 @@ fn flush_after_fatal_error_completes_every_request_once_engine_progress() {
 }
 
 fn flush_after_fatal_error(progress: ProgressMode) {
-    let (a, b) = pair_in(progress);
+    let (a, b) = end().progress(progress).pair();
     let abuf = a.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     let bbuf = b.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..4u64 {
-        a.qp.post_recv(recv(200 + i, abuf.sge(64 * i as usize, 64)))
+        a.qp.post_recv(RecvWr::new(200 + i, abuf.sge(64 * i as usize, 64)))
             .unwrap();
-        b.qp.post_recv(recv(100 + i, bbuf.sge(64 * i as usize, 64)))
+        b.qp.post_recv(RecvWr::new(100 + i, bbuf.sge(64 * i as usize, 64)))
             .unwrap();
     }
     let target =
@@ -317,12 +291,12 @@ fn flush_after_fatal_error(progress: ProgressMode) {
     src.write(0, &data).unwrap();
     // A good Write, then a Read from an STag that does not exist.
     a.qp.post_send_batch([
-        write(1, target.addr(), target.rkey(), vec![src.sge(0, 64)]),
-        read(
+        SendWr::write(1, src.sge(0, 64), target.addr(), target.rkey()),
+        SendWr::read(
             2,
+            src.sge(1024, 64),
             target.addr(),
             (0x00ab_cdef << 8) | 0x42,
-            src.sge(1024, 64),
         ),
     ])
     .unwrap();
@@ -334,14 +308,19 @@ fn flush_after_fatal_error(progress: ProgressMode) {
     assert_eq!(&placed[..], &data[..]);
 
     // Posted after the error: flushed at once.
-    a.qp.post_send(send(3, vec![src.sge(0, 8)])).unwrap();
-    a.qp.post_send(write(4, target.addr(), target.rkey(), vec![src.sge(0, 8)]))
+    a.qp.post_send(SendWr::send(3, src.sge(0, 8))).unwrap();
+    a.qp.post_send(SendWr::write(
+        4,
+        src.sge(0, 8),
+        target.addr(),
+        target.rkey(),
+    ))
+    .unwrap();
+    a.qp.post_send(SendWr::read(5, src.sge(0, 8), target.addr(), target.rkey()))
         .unwrap();
-    a.qp.post_send(read(5, target.addr(), target.rkey(), src.sge(0, 8)))
-        .unwrap();
-    a.qp.post_recv(recv(210, abuf.sge(0, 64))).unwrap();
-    b.qp.post_send(send(300, vec![bbuf.sge(0, 8)])).unwrap();
-    b.qp.post_send(write(301, src.addr(), src.rkey(), vec![bbuf.sge(0, 8)]))
+    a.qp.post_recv(RecvWr::new(210, abuf.sge(0, 64))).unwrap();
+    b.qp.post_send(SendWr::send(300, bbuf.sge(0, 8))).unwrap();
+    b.qp.post_send(SendWr::write(301, bbuf.sge(0, 8), src.addr(), src.rkey()))
         .unwrap();
 
     let ga = take(&a.cq, 10);
@@ -385,9 +364,9 @@ fn flush_after_fatal_error(progress: ProgressMode) {
 fn send_without_posted_receive_terminates() {
     let (a, b) = pair();
     let abuf = a.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
-    a.qp.post_recv(recv(200, abuf.sge(0, 64))).unwrap();
+    a.qp.post_recv(RecvWr::new(200, abuf.sge(0, 64))).unwrap();
     let src = a.pd.alloc_mr(64, Access::empty()).unwrap();
-    a.qp.post_send(send(1, vec![src.sge(0, 64)])).unwrap();
+    a.qp.post_send(SendWr::send(1, src.sge(0, 64))).unwrap();
     let s = one(&a.cq);
     assert_eq!(
         (s.wr_id, s.status, s.opcode),
@@ -398,7 +377,7 @@ fn send_without_posted_receive_terminates() {
     assert_eq!((r.wr_id, r.status), (200, WcStatus::WrFlushError));
     // A receive posted now, too late, flushes.
     let bbuf = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
-    b.qp.post_recv(recv(100, bbuf.sge(0, 64))).unwrap();
+    b.qp.post_recv(RecvWr::new(100, bbuf.sge(0, 64))).unwrap();
     let r = one(&b.cq);
     assert_eq!((r.wr_id, r.status), (100, WcStatus::WrFlushError));
     assert_eq!(a.cq.poll_one(), None);

@@ -5,22 +5,20 @@
 //! what was sent.
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_rnic::*;
 use std::io::ErrorKind;
 use std::num::NonZeroUsize;
 use std::time::Duration;
-use support::*;
 
 const MIB: usize = 1 << 20;
 
 /// A connected pair (active `a`, passive `b`) whose devices have their own configs.
 fn pair_of(a_cfg: DeviceConfig, b_cfg: DeviceConfig) -> (End, End) {
-    let a = end_on(a_cfg, 4096, 64, 64);
-    let b = end_on(b_cfg, 4096, 64, 64);
-    connect(&a.dev, &a.qp, &b.dev, &b.qp);
+    let a = end().config(a_cfg).cq(4096).queues(64, 64).build();
+    let b = end().config(b_cfg).cq(4096).queues(64, 64).build();
+    connect(&a, &b);
     (a, b)
 }
 
@@ -82,16 +80,17 @@ fn peer_fin_inside_an_fpdu_fails_the_receiver_and_flushes_everything() {
             .unwrap();
     let rbuf = b.pd.alloc_mr(4 * 4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..4 {
-        b.qp.post_recv(recv(100 + i as u64, rbuf.sge(i * 4096, 4096)))
+        b.qp.post_recv(RecvWr::new(100 + i as u64, rbuf.sge(i * 4096, 4096)))
             .unwrap();
     }
     let abuf = a.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..2 {
-        a.qp.post_recv(recv(200 + i, abuf.sge(0, 64))).unwrap();
+        a.qp.post_recv(RecvWr::new(200 + i, abuf.sge(0, 64)))
+            .unwrap();
     }
     a.qp.post_send_batch([
-        write(1, target.addr(), target.rkey(), vec![src.sge(0, MIB)]),
-        send(2, vec![src.sge(0, 4096)]),
+        SendWr::write(1, src.sge(0, MIB), target.addr(), target.rkey()),
+        SendWr::send(2, src.sge(0, 4096)),
     ])
     .unwrap();
 
@@ -152,16 +151,18 @@ fn reset_inside_a_read_response_fails_the_read_once() {
     let sink = a.pd.alloc_mr(2 * MIB, Access::LOCAL_WRITE).unwrap();
     let bbuf = b.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..2 {
-        b.qp.post_recv(recv(100 + i, bbuf.sge(0, 64))).unwrap();
+        b.qp.post_recv(RecvWr::new(100 + i, bbuf.sge(0, 64)))
+            .unwrap();
     }
     let abuf = a.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
     for i in 0..2 {
-        a.qp.post_recv(recv(200 + i, abuf.sge(0, 64))).unwrap();
+        a.qp.post_recv(RecvWr::new(200 + i, abuf.sge(0, 64)))
+            .unwrap();
     }
     // Two Reads: the reset cuts the first one's response; the second never starts.
     a.qp.post_send_batch([
-        read(1, src.addr(), src.rkey(), sink.sge(0, MIB)),
-        read(2, src.addr(), src.rkey(), sink.sge(MIB, MIB)),
+        SendWr::read(1, sink.sge(0, MIB), src.addr(), src.rkey()),
+        SendWr::read(2, sink.sge(MIB, MIB), src.addr(), src.rkey()),
     ])
     .unwrap();
 
@@ -233,12 +234,13 @@ fn transfers_through(octets: usize, size: usize, delay: Duration) {
     let exposed = b.pd.alloc_mr(size, Access::REMOTE_READ).unwrap();
     exposed.write(0, &r).unwrap();
     let sink = a.pd.alloc_mr(size, Access::LOCAL_WRITE).unwrap();
-    b.qp.post_recv(recv(100, inbox.sge(0, size))).unwrap();
+    b.qp.post_recv(RecvWr::new(100, inbox.sge(0, size)))
+        .unwrap();
 
     a.qp.post_send_batch([
-        write(1, target.addr(), target.rkey(), vec![src.sge(0, size)]),
-        send(2, vec![src.sge(size, size)]),
-        read(3, exposed.addr(), exposed.rkey(), sink.sge(0, size)),
+        SendWr::write(1, src.sge(0, size), target.addr(), target.rkey()),
+        SendWr::send(2, src.sge(size, size)),
+        SendWr::read(3, sink.sge(0, size), exposed.addr(), exposed.rkey()),
     ])
     .unwrap();
     let wait = Duration::from_secs(300);

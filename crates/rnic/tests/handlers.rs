@@ -4,13 +4,14 @@
 //! that CPU; on a shared CPU the higher priority is dispatched first; misuse is an
 //! error value.
 
+mod common;
+
+use common::*;
 use softrnic_rnic::*;
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-const T: Duration = Duration::from_secs(20);
 
 /// A receiving device and a peer device that sends to it.
 struct Rig {
@@ -48,28 +49,19 @@ impl Rig {
     /// A QP pair whose receiving CQ is on `vector`, with `recvs` receives posted.
     fn link(&self, vector: usize, recvs: usize) -> Link {
         let cq = self.dev.create_cq_on(recvs + 8, vector).unwrap();
-        let init = |cq, rq| QpInit {
-            send_cq: cq,
-            recv_cq: cq,
-            sq_depth: 64,
-            rq_depth: rq,
-        };
-        let qp = self.dev.create_qp(&self.pd, init(&cq, recvs)).unwrap();
-        let pqp = self.peer.create_qp(&self.ppd, init(&self.pcq, 4)).unwrap();
-        let listener = self.dev.listen("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::scope(|s| {
-            let h = s.spawn(|| listener.accept().unwrap().accept(&qp, b"").unwrap());
-            self.peer.connect(addr, &pqp, b"").unwrap();
-            h.join().unwrap();
-        });
+        let qp = self
+            .dev
+            .create_qp(&self.pd, QpInit::new(&cq, 64, recvs))
+            .unwrap();
+        let pqp = self
+            .peer
+            .create_qp(&self.ppd, QpInit::new(&self.pcq, 64, 4))
+            .unwrap();
+        connect_qps((&self.peer, &pqp), (&self.dev, &qp));
         let bufs = self.pd.alloc_mr(8 * recvs, Access::LOCAL_WRITE).unwrap();
         for i in 0..recvs {
-            qp.post_recv(RecvWr {
-                wr_id: i as u64,
-                sgl: vec![bufs.sge(8 * i, 8)],
-            })
-            .unwrap();
+            qp.post_recv(RecvWr::new(i as u64, bufs.sge(8 * i, 8)))
+                .unwrap();
         }
         let src = self.ppd.alloc_mr(8, Access::empty()).unwrap();
         Link {
@@ -83,22 +75,13 @@ impl Rig {
 
     /// Sends `n` messages on `l` and reaps their send completions at the peer.
     fn send(&self, l: &Link, n: usize) {
-        let wr = |i: usize| SendWr {
-            wr_id: i as u64,
-            op: SendOp::Send {
-                solicited: false,
-                invalidate: None,
-            },
-            sgl: vec![l.src.sge(0, 8)],
-            signaled: true,
-            fence: false,
-        };
+        let wr = |i: usize| SendWr::send(i as u64, l.src.sge(0, 8));
         let mut sent = 0;
         while sent < n {
             let k = (n - sent).min(32);
             l.pqp.post_send_batch((sent..sent + k).map(wr)).unwrap();
             sent += k;
-            let got = self.pcq.wait_for(k, T);
+            let got = self.pcq.wait_for(k, WAIT);
             assert_eq!(got.len(), k);
             assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
         }
@@ -107,7 +90,7 @@ impl Rig {
 
 /// Waits until `cond` holds (checked after each wake-up of this thread), or fails.
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + T;
+    let deadline = Instant::now() + WAIT;
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::yield_now();
@@ -301,7 +284,7 @@ fn on_a_shared_cpu_the_higher_priority_is_dispatched_first() {
     let fast: Vec<Link> = (0..2).map(|_| r.link(2, 4)).collect();
     gate.cq.req_notify(false);
     r.send(&gate, 1);
-    started.recv_timeout(T).unwrap();
+    started.recv_timeout(WAIT).unwrap();
     for l in bulk.iter().chain(&fast) {
         l.cq.req_notify(false);
         r.send(l, 1);
@@ -347,7 +330,7 @@ fn a_panicking_callback_is_counted_and_its_dispatcher_goes_on() {
     wait_until("the first callback", || r.dev.handlers()[0].panics == 1);
     l.cq.req_notify(false);
     r.send(&l, 1);
-    assert_eq!(rx.recv_timeout(T).unwrap(), l.cq.id());
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), l.cq.id());
     // Counted once the callback has returned.
     wait_until("the second callback's return", || {
         r.dev.handlers()[0].events == 2

@@ -3,11 +3,9 @@
 //! overflows (the device reports it, and every completion is still delivered in order).
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_rnic::*;
-use support::*;
 
 #[test]
 fn more_reads_than_ord_complete_in_order() {
@@ -16,7 +14,7 @@ fn more_reads_than_ord_complete_in_order() {
     let mut cfg = DeviceConfig::default();
     cfg.mpa.ird = 2;
     cfg.mpa.ord = 2;
-    let (a, b) = pair_with(cfg, 64, 64);
+    let (a, b) = end().config(cfg).queues(64, 64).pair();
     assert_eq!((a.qp.params().ord, a.qp.params().ird), (2, 2));
     assert_eq!((b.qp.params().ord, b.qp.params().ird), (2, 2));
     let data = pattern(READS * SZ, 21);
@@ -27,11 +25,11 @@ fn more_reads_than_ord_complete_in_order() {
     let sink = a.pd.alloc_mr(READS * SZ, Access::LOCAL_WRITE).unwrap();
     // Read range i into sink range READS-1-i, so a misplaced response shows.
     a.qp.post_send_batch((0..READS).map(|i| {
-        read(
+        SendWr::read(
             i as u64,
+            sink.sge((READS - 1 - i) * SZ, SZ),
             source.addr() + (i * SZ) as u64,
             source.rkey(),
-            sink.sge((READS - 1 - i) * SZ, SZ),
         )
     }))
     .unwrap();
@@ -63,55 +61,41 @@ fn more_reads_than_ord_complete_in_order() {
 fn cq_overflow_is_reported_and_loses_nothing() {
     const SENDS: usize = 16;
     const SZ: usize = 3000;
-    let open = || Device::open(DeviceConfig::default()).unwrap();
-    let (da, db) = (open(), open());
-    let (pa, pb) = (da.alloc_pd(), db.alloc_pd());
-    let acq = da.create_cq(64).unwrap();
-    let bsend = db.create_cq(64).unwrap();
+    let a = end().cq(64).queues(64, 64).build();
     // The receive CQ the test will let overflow.
-    let brecv = db.create_cq(4).unwrap();
-    assert_eq!(brecv.depth(), 4);
-    let init = |s, r| QpInit {
-        send_cq: s,
-        recv_cq: r,
-        sq_depth: 64,
-        rq_depth: 64,
-    };
-    let qa = da.create_qp(&pa, init(&acq, &acq)).unwrap();
-    let qb = db.create_qp(&pb, init(&bsend, &brecv)).unwrap();
-    connect(&da, &qa, &db, &qb);
+    let b = end().cq(64).recv_cq(4).queues(64, 64).build();
+    assert_eq!(b.recv_cq().depth(), 4);
+    connect(&a, &b);
 
     let data = pattern(SENDS * SZ, 31);
-    let src = pa.alloc_mr(SENDS * SZ, Access::empty()).unwrap();
+    let src = a.pd.alloc_mr(SENDS * SZ, Access::empty()).unwrap();
     src.write(0, &data).unwrap();
-    let dst = pb
-        .alloc_mr(SENDS * SZ, Access::LOCAL_WRITE | Access::REMOTE_READ)
-        .unwrap();
+    let dst =
+        b.pd.alloc_mr(SENDS * SZ, Access::LOCAL_WRITE | Access::REMOTE_READ)
+            .unwrap();
     for i in 0..SENDS {
-        qb.post_recv(recv(100 + i as u64, dst.sge(i * SZ, SZ)))
+        b.qp.post_recv(RecvWr::new(100 + i as u64, dst.sge(i * SZ, SZ)))
             .unwrap();
     }
-    qa.post_send_batch((0..SENDS).map(|i| send(i as u64, vec![src.sge(i * SZ, SZ)])))
+    a.qp.post_send_batch((0..SENDS).map(|i| SendWr::send(i as u64, src.sge(i * SZ, SZ))))
         .unwrap();
     // Nobody polls the receive CQ: it overflows, and the device says so.
-    let e = event(&db, "CqOverflow", |e| {
+    let e = event(&b.dev, "CqOverflow", |e| {
         matches!(e, AsyncEvent::CqOverflow { .. })
     });
-    assert_eq!(e, AsyncEvent::CqOverflow { cq: brecv.id() });
+    assert_eq!(
+        e,
+        AsyncEvent::CqOverflow {
+            cq: b.recv_cq().id()
+        }
+    );
     // A fenced Read after the Sends: when it completes, the target has processed
     // every Send before it (the stream is in order).
-    let back = pa.alloc_mr(SZ, Access::LOCAL_WRITE).unwrap();
-    qa.post_send(SendWr {
-        fence: true,
-        ..read(
-            99,
-            dst.addr() + ((SENDS - 1) * SZ) as u64,
-            dst.rkey(),
-            back.sge(0, SZ),
-        )
-    })
-    .unwrap();
-    let sent = take(&acq, SENDS + 1);
+    let back = a.pd.alloc_mr(SZ, Access::LOCAL_WRITE).unwrap();
+    let last = dst.addr() + ((SENDS - 1) * SZ) as u64;
+    a.qp.post_send(SendWr::read(99, back.sge(0, SZ), last, dst.rkey()).fence())
+        .unwrap();
+    let sent = take(&a.cq, SENDS + 1);
     assert!(
         sent.iter()
             .map(|c| (c.wr_id, c.status))
@@ -122,9 +106,9 @@ fn cq_overflow_is_reported_and_loses_nothing() {
     // The pass that sent the Read Response delivered the receive completions before
     // releasing the QP; taking the QP's lock (reading its state) waits for that pass.
     // So all 16 are in the CQ now: 4 in its ring, the rest kept beside it.
-    assert_eq!(qb.state(), QpState::Rts);
+    assert_eq!(b.qp.state(), QpState::Rts);
     // Every receive completion is there, in order, none dropped.
-    let got = take(&brecv, SENDS);
+    let got = take(b.recv_cq(), SENDS);
     assert_eq!(
         got.iter()
             .map(|c| (c.wr_id, c.status, c.opcode, c.byte_len))
@@ -134,16 +118,16 @@ fn cq_overflow_is_reported_and_loses_nothing() {
             .collect::<Vec<_>>()
     );
     assert!(dst.to_vec() == data, "received data");
-    assert_eq!(brecv.poll_one(), None);
-    assert_eq!(bsend.poll_one(), None);
+    assert_eq!(b.recv_cq().poll_one(), None);
+    assert_eq!(b.cq.poll_one(), None);
     // The overflow was reported once.
-    let later: Vec<AsyncEvent> = std::iter::from_fn(|| db.poll_event()).collect();
-    assert_eq!(later, vec![AsyncEvent::Established { qp: qb.id() }]);
-    assert_eq!(qb.fatal_cause(), None);
+    let later: Vec<AsyncEvent> = std::iter::from_fn(|| b.dev.poll_event()).collect();
+    assert_eq!(later, vec![AsyncEvent::Established { qp: b.qp.id() }]);
+    assert_eq!(b.qp.fatal_cause(), None);
     // The CQ works normally afterwards.
-    qb.post_recv(recv(500, dst.sge(0, SZ))).unwrap();
-    qa.post_send(send(50, vec![src.sge(0, SZ)])).unwrap();
-    assert_eq!(take(&acq, 1)[0].status, WcStatus::Success);
-    let c = take(&brecv, 1)[0];
+    b.qp.post_recv(RecvWr::new(500, dst.sge(0, SZ))).unwrap();
+    a.qp.post_send(SendWr::send(50, src.sge(0, SZ))).unwrap();
+    assert_eq!(take(&a.cq, 1)[0].status, WcStatus::Success);
+    let c = take(b.recv_cq(), 1)[0];
     assert_eq!((c.wr_id, c.status), (500, WcStatus::Success));
 }

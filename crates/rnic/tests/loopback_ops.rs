@@ -12,7 +12,7 @@ fn send_recv_all_sizes_with_sg_lists() {
     for crc in [CrcPolicy::Off, CrcPolicy::Required] {
         let mut cfg = DeviceConfig::default();
         cfg.mpa.crc = crc;
-        let (a, b) = pair_with(cfg, 64, 64);
+        let (a, b) = end().config(cfg).queues(64, 64).pair();
         assert_eq!(a.qp.params().crc, crc == CrcPolicy::Required);
         for (i, &size) in SIZES.iter().enumerate() {
             let data = pattern(size, i as u64);
@@ -21,19 +21,19 @@ fn send_recv_all_sizes_with_sg_lists() {
             let dst = b.pd.alloc_mr(size + 3, Access::LOCAL_WRITE).unwrap();
             // Receive into three SGEs, send from two.
             let c1 = size / 3;
-            b.qp.post_recv(RecvWr {
-                wr_id: 100 + i as u64,
-                sgl: vec![
+            b.qp.post_recv(RecvWr::new(
+                100 + i as u64,
+                [
                     dst.sge(0, c1),
                     dst.sge(c1, 1.min(size - c1)),
                     dst.sge(c1 + 1.min(size - c1), size + 3 - c1 - 1.min(size - c1)),
                 ],
-            })
+            ))
             .unwrap();
             let h = size / 2;
-            a.qp.post_send(send(
+            a.qp.post_send(SendWr::send(
                 i as u64,
-                vec![src.sge(7, h), src.sge(7 + h, size - h)],
+                [src.sge(7, h), src.sge(7 + h, size - h)],
             ))
             .unwrap();
             let s = one(&a.cq);
@@ -71,33 +71,17 @@ fn write_and_read_all_sizes() {
             .unwrap();
         target.fill(0, size + 16, 0xee).unwrap();
         let sgl = if size > 1 {
-            vec![src.sge(0, 1), src.sge(1, size - 1)]
+            Sgl::from([src.sge(0, 1), src.sge(1, size - 1)])
         } else {
-            vec![src.sge(0, size)]
+            Sgl::from(src.sge(0, size))
         };
-        a.qp.post_send(SendWr {
-            wr_id: 1,
-            op: SendOp::Write {
-                remote_addr: target.addr() + 8,
-                rkey: target.rkey(),
-            },
-            sgl,
-            signaled: true,
-            fence: false,
-        })
-        .unwrap();
+        a.qp.post_send(SendWr::write(1, sgl, target.addr() + 8, target.rkey()))
+            .unwrap();
         // Read it back into another buffer; the fence orders it after the Write.
         let sink = a.pd.alloc_mr(size.max(1), Access::LOCAL_WRITE).unwrap();
-        a.qp.post_send(SendWr {
-            wr_id: 2,
-            op: SendOp::Read {
-                remote_addr: target.addr() + 8,
-                rkey: target.rkey(),
-            },
-            sgl: vec![sink.sge(0, size)],
-            signaled: true,
-            fence: true,
-        })
+        a.qp.post_send(
+            SendWr::read(2, sink.sge(0, size), target.addr() + 8, target.rkey()).fence(),
+        )
         .unwrap();
         let w = one(&a.cq);
         let r = one(&a.cq);
@@ -141,26 +125,20 @@ fn write_and_read_all_sizes() {
 fn send_with_invalidate_solicited_and_local_invalidate() {
     let (a, b) = pair();
     let exposed =
-        b.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-            .unwrap();
+        b.pd.alloc_mr(
+            64,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_INVALIDATE,
+        )
+        .unwrap();
     let buf = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
     let src = a.pd.alloc_mr(64, Access::empty()).unwrap();
-    b.qp.post_recv(RecvWr {
-        wr_id: 9,
-        sgl: vec![buf.sge(0, 64)],
-    })
-    .unwrap();
+    b.qp.post_recv(RecvWr::new(9, buf.sge(0, 64))).unwrap();
     b.cq.req_notify(true);
-    a.qp.post_send(SendWr {
-        wr_id: 1,
-        op: SendOp::Send {
-            solicited: true,
-            invalidate: Some(exposed.rkey()),
-        },
-        sgl: vec![src.sge(0, 10)],
-        signaled: true,
-        fence: false,
-    })
+    a.qp.post_send(
+        SendWr::send(1, src.sge(0, 10))
+            .solicited()
+            .invalidate(exposed.rkey()),
+    )
     .unwrap();
     let r = one(&b.cq);
     assert_eq!(
@@ -171,14 +149,8 @@ fn send_with_invalidate_solicited_and_local_invalidate() {
     assert_eq!(one(&a.cq).status, WcStatus::Success);
     // Local invalidate on the sender side, signaled.
     let mine = a.pd.alloc_mr(64, Access::REMOTE_READ).unwrap();
-    a.qp.post_send(SendWr {
-        wr_id: 3,
-        op: SendOp::LocalInvalidate { stag: mine.rkey() },
-        sgl: vec![],
-        signaled: true,
-        fence: false,
-    })
-    .unwrap();
+    a.qp.post_send(SendWr::local_invalidate(3, mine.rkey()))
+        .unwrap();
     let c = one(&a.cq);
     assert_eq!(
         (c.wr_id, c.status, c.opcode),

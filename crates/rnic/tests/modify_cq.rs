@@ -11,12 +11,14 @@
 //! payload landed in its slot, and per CQ the events handled equal those raised,
 //! delivered and acknowledged.
 
+mod common;
+
+use common::*;
 use softrnic_rnic::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const T: Duration = Duration::from_secs(30);
 const CQS: usize = 4;
 const MSGS: usize = 1500;
 const BATCH: usize = 25;
@@ -59,7 +61,7 @@ fn wait_until(what: &str, cond: impl FnMut() -> bool) {
 
 /// Waits for `cond`, failing after `T` with `state()` in the message.
 fn wait_until_or(what: &str, mut cond: impl FnMut() -> bool, state: impl Fn() -> String) {
-    let deadline = Instant::now() + T;
+    let deadline = Instant::now() + WAIT;
     while !cond() {
         assert!(
             Instant::now() < deadline,
@@ -114,43 +116,14 @@ fn moves_under_load(progress: ProgressMode, seed: u64) {
     let mut links = Vec::new();
     for i in 0..CQS {
         let cq = dev.create_cq_on(MSGS + 8, i % 2).unwrap();
-        let qp = dev
-            .create_qp(
-                &pd,
-                QpInit {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    sq_depth: 8,
-                    rq_depth: MSGS,
-                },
-            )
-            .unwrap();
+        let qp = dev.create_qp(&pd, QpInit::new(&cq, 8, MSGS)).unwrap();
         let pcq = peer.create_cq(256).unwrap();
-        let pqp = peer
-            .create_qp(
-                &ppd,
-                QpInit {
-                    send_cq: &pcq,
-                    recv_cq: &pcq,
-                    sq_depth: 64,
-                    rq_depth: 4,
-                },
-            )
-            .unwrap();
-        let listener = dev.listen("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::scope(|s| {
-            let h = s.spawn(|| listener.accept().unwrap().accept(&qp, b"").unwrap());
-            peer.connect(addr, &pqp, b"").unwrap();
-            h.join().unwrap();
-        });
+        let pqp = peer.create_qp(&ppd, QpInit::new(&pcq, 64, 4)).unwrap();
+        connect_qps((&peer, &pqp), (&dev, &qp));
         let bufs = pd.alloc_mr(8 * MSGS, Access::LOCAL_WRITE).unwrap();
         for k in 0..MSGS {
-            qp.post_recv(RecvWr {
-                wr_id: k as u64,
-                sgl: vec![bufs.sge(8 * k, 8)],
-            })
-            .unwrap();
+            qp.post_recv(RecvWr::new(k as u64, bufs.sge(8 * k, 8)))
+                .unwrap();
         }
         // Message k carries k and this CQ's number.
         let src = ppd.alloc_mr(8 * MSGS, Access::empty()).unwrap();
@@ -250,16 +223,8 @@ fn moves_under_load(progress: ProgressMode, seed: u64) {
                     if sent < MSGS && sent - done < 48 && m > last_moves {
                         last_moves = m;
                         let k = BATCH.min(MSGS - sent);
-                        let wrs = (sent..sent + k).map(|j| SendWr {
-                            wr_id: (j * CQS + i) as u64,
-                            op: SendOp::Send {
-                                solicited: false,
-                                invalidate: None,
-                            },
-                            sgl: vec![l.src.sge(8 * j, 8)],
-                            signaled: true,
-                            fence: false,
-                        });
+                        let wrs = (sent..sent + k)
+                            .map(|j| SendWr::send((j * CQS + i) as u64, l.src.sge(8 * j, 8)));
                         l.pqp.post_send_batch(wrs).unwrap();
                         sent += k;
                     }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// A pair whose passive side `b` has its CQ bound to handler 0, a channel.
 fn pair_on_channel(cfg: DeviceConfig) -> (End, End, CompChannel) {
-    let (a, b) = pair_with(cfg, 256, 256);
+    let (a, b) = end().config(cfg).queues(256, 256).pair();
     let ch = CompChannel::new().unwrap();
     b.dev.set_handler(0, Handler::channel(&ch)).unwrap();
     b.dev.modify_cq(&b.cq, Some(0)).unwrap();
@@ -28,26 +28,15 @@ fn pair_on_channel(cfg: DeviceConfig) -> (End, End, CompChannel) {
 fn recvs(e: &End, n: usize, len: usize) -> Mr {
     let m = e.pd.alloc_mr(len * n, Access::LOCAL_WRITE).unwrap();
     for i in 0..n {
-        e.qp.post_recv(RecvWr {
-            wr_id: i as u64,
-            sgl: vec![m.sge(i * len, len)],
-        })
-        .unwrap();
+        e.qp.post_recv(RecvWr::new(i as u64, m.sge(i * len, len)))
+            .unwrap();
     }
     m
 }
 
 fn send_se(wr_id: u64, src: &Mr, solicited: bool) -> SendWr {
-    SendWr {
-        wr_id,
-        op: SendOp::Send {
-            solicited,
-            invalidate: None,
-        },
-        sgl: vec![src.sge(0, 8)],
-        signaled: true,
-        fence: false,
-    }
+    let wr = SendWr::send(wr_id, src.sge(0, 8));
+    if solicited { wr.solicited() } else { wr }
 }
 
 fn blank() -> Completion {
@@ -64,14 +53,14 @@ fn blank() -> Completion {
 
 /// Polls `cq` (never arming it) until one completion is there.
 fn poll_one_spin(cq: &Cq) -> Completion {
-    let deadline = std::time::Instant::now() + T;
+    let deadline = std::time::Instant::now() + WAIT;
     loop {
         if let Some(c) = cq.poll_one() {
             return c;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "no completion in {T:?}"
+            "no completion in {WAIT:?}"
         );
         std::thread::yield_now();
     }
@@ -161,11 +150,11 @@ fn a_completion_in_error_wakes_a_solicited_arm() {
     // The posted receives flush (in error) when the QP is reset.
     b.qp.abort().unwrap();
     let ev = ch
-        .get_event(Some(T))
+        .get_event(Some(WAIT))
         .unwrap()
         .expect("a flush wakes a solicited arm");
     assert!(ev.cq().same_as(&b.cq));
-    let got = b.cq.wait_for(3, T);
+    let got = b.cq.wait_for(3, WAIT);
     assert_eq!(got.len(), 3);
     assert!(
         got.iter().all(|c| c.status == WcStatus::WrFlushError),
@@ -184,28 +173,12 @@ fn the_channel_fd_is_readable_while_events_are_queued() {
     let (a, b, ch) = pair_on_channel(DeviceConfig::default());
     // A second CQ on the same handler, with its own QP pair.
     let cq2 = b.dev.create_cq_on(64, 0).unwrap();
-    let init = |cq| QpInit {
-        send_cq: cq,
-        recv_cq: cq,
-        sq_depth: 8,
-        rq_depth: 8,
-    };
-    let qb2 = b.dev.create_qp(&b.pd, init(&cq2)).unwrap();
-    let qa2 = a.dev.create_qp(&a.pd, init(&a.cq)).unwrap();
-    let listener = b.dev.listen("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::scope(|s| {
-        let h = s.spawn(|| listener.accept().unwrap().accept(&qb2, b"").unwrap());
-        a.dev.connect(addr, &qa2, b"").unwrap();
-        h.join().unwrap();
-    });
+    let qb2 = b.dev.create_qp(&b.pd, QpInit::new(&cq2, 8, 8)).unwrap();
+    let qa2 = a.dev.create_qp(&a.pd, QpInit::new(&a.cq, 8, 8)).unwrap();
+    connect_qps((&a.dev, &qa2), (&b.dev, &qb2));
     let _bufs = recvs(&b, 2, 8);
     let buf2 = b.pd.alloc_mr(8, Access::LOCAL_WRITE).unwrap();
-    qb2.post_recv(RecvWr {
-        wr_id: 77,
-        sgl: vec![buf2.sge(0, 8)],
-    })
-    .unwrap();
+    qb2.post_recv(RecvWr::new(77, buf2.sge(0, 8))).unwrap();
     let src = a.pd.alloc_mr(8, Access::empty()).unwrap();
 
     let mut poll = Poll::new().unwrap();
@@ -222,14 +195,14 @@ fn the_channel_fd_is_readable_while_events_are_queued() {
     a.qp.post_send(send_se(1, &src, false)).unwrap();
     qa2.post_send(send_se(2, &src, false)).unwrap();
     // Blocks until the first event makes the fd readable.
-    poll.poll(&mut events, Some(T)).unwrap();
+    poll.poll(&mut events, Some(WAIT)).unwrap();
     assert_eq!(
         events.iter().map(|e| e.token()).collect::<Vec<_>>(),
         [Token(7)]
     );
     let mut seen = Vec::new();
     while seen.len() < 2 {
-        let ev = ch.get_event(Some(T)).unwrap().expect("two events");
+        let ev = ch.get_event(Some(WAIT)).unwrap().expect("two events");
         seen.push(ev.cq().id());
     }
     seen.sort_unstable();
@@ -276,7 +249,7 @@ fn events_are_acknowledged_in_batches_and_never_beyond_delivery() {
 
 #[test]
 fn a_cq_without_handler_wakes_wait_notify_even_when_raised_before_the_wait() {
-    let (a, b) = pair_with(DeviceConfig::default(), 64, 64);
+    let (a, b) = end().queues(64, 64).pair();
     let _bufs = recvs(&b, 2, 8);
     let src = a.pd.alloc_mr(8, Access::empty()).unwrap();
     assert_eq!(b.cq.handler(), None);
@@ -302,7 +275,7 @@ fn arm_poll_race(progress: ProgressMode, seed: u64) {
         progress,
         ..DeviceConfig::default()
     };
-    let (a, b) = pair_with(cfg, 64, 4096);
+    let (a, b) = end().config(cfg).queues(64, 4096).pair();
     let ch = CompChannel::new().unwrap();
     b.dev.set_handler(1, Handler::channel(&ch)).unwrap();
     b.dev.modify_cq(&b.cq, Some(1)).unwrap();
@@ -339,7 +312,7 @@ fn arm_poll_race(progress: ProgressMode, seed: u64) {
                 }
             }
             while done < MSGS {
-                done += a.cq.wait_for(1, T).len() as u64;
+                done += a.cq.wait_for(1, WAIT).len() as u64;
             }
         });
         let mut got = vec![false; MSGS as usize];
@@ -373,7 +346,7 @@ fn arm_poll_race(progress: ProgressMode, seed: u64) {
                 n += take(&buf[..m], &mut got);
                 continue;
             }
-            let ev = ch.get_event(Some(T)).unwrap();
+            let ev = ch.get_event(Some(WAIT)).unwrap();
             assert!(
                 ev.is_some(),
                 "lost wake-up (seed {seed:#x}): {n} of {MSGS} received, CQ armed {:?}",

@@ -4,14 +4,12 @@
 //! Reply, every FPDU, and the close.
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_capture::{Connection, read_capture};
 use softrnic_rnic::*;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
-use support::*;
 
 fn scratch(name: &str) -> PathBuf {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pcap");
@@ -45,9 +43,9 @@ fn record_both_ends(name: &str, fault: Option<FaultPlan>) {
     };
     let (sent, written, read_back) = (pattern(4096, 7), pattern(200_000, 8), pattern(100_000, 9));
     {
-        let a = end_on(cfg(&pa), 64, 16, 16);
-        let b = end_on(cfg(&pb), 64, 16, 16);
-        connect(&a.dev, &a.qp, &b.dev, &b.qp);
+        let a = end().config(cfg(&pa)).cq(64).queues(16, 16).build();
+        let b = end().config(cfg(&pb)).cq(64).queues(16, 16).build();
+        connect(&a, &b);
         let src = a.pd.alloc_mr(300_000, Access::empty()).unwrap();
         src.write(0, &sent).unwrap();
         src.write(4096, &written).unwrap();
@@ -60,20 +58,16 @@ fn record_both_ends(name: &str, fault: Option<FaultPlan>) {
             )
             .unwrap();
         target.write(200_000, &read_back).unwrap();
-        b.qp.post_recv(recv(100, inbox.sge(0, 4096))).unwrap();
+        b.qp.post_recv(RecvWr::new(100, inbox.sge(0, 4096)))
+            .unwrap();
         a.qp.post_send_batch([
-            send(1, vec![src.sge(0, 4096)]),
-            write(
-                2,
-                target.addr(),
-                target.rkey(),
-                vec![src.sge(4096, 200_000)],
-            ),
-            read(
+            SendWr::send(1, src.sge(0, 4096)),
+            SendWr::write(2, src.sge(4096, 200_000), target.addr(), target.rkey()),
+            SendWr::read(
                 3,
+                sink.sge(0, 100_000),
                 target.addr() + 200_000,
                 target.rkey(),
-                sink.sge(0, 100_000),
             ),
         ])
         .unwrap();

@@ -9,7 +9,6 @@
 //! has a timing-dependent split, bounded by one staging buffer.
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_rnic::*;
@@ -18,7 +17,6 @@ use softrnic_wire::mpa;
 use softrnic_wire::rdmap::Opcode;
 use std::io::{Read, Write};
 use std::time::Instant;
-use support::*;
 
 /// Messages per size: the first one on a fresh connection, then the steady state.
 const N: usize = 6;
@@ -96,11 +94,11 @@ fn write_copy_split_per_size() {
             b.pd.alloc_mr(N * size, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
                 .unwrap();
         let post = |i: usize| {
-            a.qp.post_send(write(
+            a.qp.post_send(SendWr::write(
                 i as u64,
+                src.sge(i * size, size),
                 dst.addr() + (i * size) as u64,
                 dst.rkey(),
-                vec![src.sge(i * size, size)],
             ))
             .unwrap();
         };
@@ -136,14 +134,11 @@ fn send_copy_split_per_size() {
         src.write(0, &data).unwrap();
         let dst = b.pd.alloc_mr(N * size, Access::LOCAL_WRITE).unwrap();
         for i in 0..N {
-            b.qp.post_recv(RecvWr {
-                wr_id: 100 + i as u64,
-                sgl: vec![dst.sge(i * size, size)],
-            })
-            .unwrap();
+            b.qp.post_recv(RecvWr::new(100 + i as u64, dst.sge(i * size, size)))
+                .unwrap();
         }
         let post = |i: usize| {
-            a.qp.post_send(send(i as u64, vec![src.sge(i * size, size)]))
+            a.qp.post_send(SendWr::send(i as u64, src.sge(i * size, size)))
         };
         post(0).unwrap();
         let r = one(&b.cq);
@@ -206,13 +201,9 @@ fn send_fpdu(payload: &[u8]) -> Vec<u8> {
 /// missing region: a small payload is read ahead and copied, a large one is read
 /// directly.
 fn region_gone_mid_payload(size: usize) {
-    let b = end_on(DeviceConfig::default(), 64, 4, 4);
+    let b = end().cq(64).queues(4, 4).build();
     let buf = b.pd.alloc_mr(size, Access::LOCAL_WRITE).unwrap();
-    b.qp.post_recv(RecvWr {
-        wr_id: 7,
-        sgl: vec![buf.sge(0, size)],
-    })
-    .unwrap();
+    b.qp.post_recv(RecvWr::new(7, buf.sge(0, size))).unwrap();
     let mut c = raw_initiator(&b);
     let fpdu = send_fpdu(&pattern(size, 3));
     let first = 2 + UNTAGGED_HEADER_LEN + 1;
@@ -251,13 +242,9 @@ fn large_payload_begun_in_read_ahead_is_finished_directly() {
     const TAIL: usize = 100;
     // What goes first fits one read-ahead.
     const { assert!(2 + UNTAGGED_HEADER_LEN + S - TAIL <= RX_STAGING_LEN) };
-    let b = end_on(DeviceConfig::default(), 64, 4, 4);
+    let b = end().cq(64).queues(4, 4).build();
     let buf = b.pd.alloc_mr(S, Access::LOCAL_WRITE).unwrap();
-    b.qp.post_recv(RecvWr {
-        wr_id: 7,
-        sgl: vec![buf.sge(0, S)],
-    })
-    .unwrap();
+    b.qp.post_recv(RecvWr::new(7, buf.sge(0, S))).unwrap();
     let mut c = raw_initiator(&b);
     let data = pattern(S, 5);
     let fpdu = send_fpdu(&data);
@@ -303,21 +290,18 @@ fn large_writes_with_small_sends_between_stay_direct() {
             .unwrap();
     let small = b.pd.alloc_mr(N * S, Access::LOCAL_WRITE).unwrap();
     for i in 0..N {
-        b.qp.post_recv(RecvWr {
-            wr_id: 100 + i as u64,
-            sgl: vec![small.sge(i * S, S)],
-        })
-        .unwrap();
+        b.qp.post_recv(RecvWr::new(100 + i as u64, small.sge(i * S, S)))
+            .unwrap();
     }
     let post = |i: usize| {
-        a.qp.post_send(write(
+        a.qp.post_send(SendWr::write(
             2 * i as u64,
+            src.sge(i * W, W),
             dst.addr() + (i * W) as u64,
             dst.rkey(),
-            vec![src.sge(i * W, W)],
         ))
         .unwrap();
-        a.qp.post_send(send(2 * i as u64 + 1, vec![src.sge(N * W + i * S, S)]))
+        a.qp.post_send(SendWr::send(2 * i as u64 + 1, src.sge(N * W + i * S, S)))
             .unwrap();
     };
     post(0);

@@ -24,6 +24,9 @@
 //! `SOFTRNIC_STRESS_OPS`. Two tests guard a fixed CQ overflow bug (completions
 //! beyond a CQ's depth come out of posting order).
 
+mod common;
+
+use common::{connect_qps, end};
 use softrnic_rnic::*;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write as _;
@@ -313,18 +316,6 @@ struct World {
     n: Counts,
 }
 
-fn empty_wc() -> Completion {
-    Completion {
-        wr_id: 0,
-        status: WcStatus::GeneralError,
-        opcode: WcOpcode::Recv,
-        byte_len: 0,
-        qp: QpId(0),
-        solicited: false,
-        invalidated: None,
-    }
-}
-
 fn send_cq(pair: usize) -> usize {
     pair % CQS
 }
@@ -411,7 +402,7 @@ impl World {
     /// A gather list for `payload` over the first `payload.len()` octets of `b`, its
     /// pieces placed in shuffled order, the payload written piece by piece. Returns the
     /// list and whether it has several elements.
-    fn gather(&self, rng: &mut Rng, b: &Buf, payload: &[u8]) -> (Vec<Sge>, bool) {
+    fn gather(&self, rng: &mut Rng, b: &Buf, payload: &[u8]) -> (Sgl, bool) {
         let k = if rng.chance(30) {
             rng.range(2, self.max_sge)
         } else {
@@ -419,18 +410,19 @@ impl World {
         };
         let pieces = scatter(rng, payload.len(), k);
         let mut at = 0;
-        let mut sgl = Vec::with_capacity(pieces.len());
+        let mut sgl = Sgl::new();
         for &(off, len) in &pieces {
             self.write_buf(b, off, &payload[at..at + len]);
             at += len;
-            sgl.push(self.sge(b, off, len));
+            sgl.push(self.sge(b, off, len))
+                .expect("at most max_sge pieces");
         }
         (sgl, pieces.len() > 1)
     }
 
     /// Polls every CQ of both devices once; returns how many completions were handled.
     fn pump(&mut self) -> usize {
-        let mut buf = [empty_wc(); 32];
+        let mut buf = [Completion::default(); 32];
         let mut total = 0;
         for s in 0..2 {
             for c in 0..CQS {
@@ -528,10 +520,11 @@ impl World {
                     1
                 };
                 let sges = scatter(rng, len, k);
-                let rsgl: Vec<Sge> = sges
-                    .iter()
-                    .map(|&(o, l)| self.sge(&rbuf, GUARD + o, l))
-                    .collect();
+                let mut rsgl = Sgl::new();
+                for &(o, l) in &sges {
+                    rsgl.push(self.sge(&rbuf, GUARD + o, l))
+                        .expect("at most max_sge pieces");
+                }
                 if rsgl.len() > 1 {
                     self.n.multi_sge += 1;
                 }
@@ -539,16 +532,16 @@ impl World {
                     self.n.invalidates += 1;
                     self.sides[peer]
                         .pd
-                        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+                        .alloc_mr(
+                            64,
+                            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_INVALIDATE,
+                        )
                         .unwrap()
                 });
                 let inv = victim.as_ref().map(Mr::rkey);
                 let rwr = self.wr_id();
                 self.sides[peer].qps[pair]
-                    .post_recv(RecvWr {
-                        wr_id: rwr,
-                        sgl: rsgl,
-                    })
+                    .post_recv(RecvWr::new(rwr, rsgl))
                     .unwrap_or_else(|e| panic!("post_recv on pair {pair} side {peer}: {e}"));
                 let p = &mut self.eps[pair][peer];
                 p.rq_out += 1;
@@ -611,7 +604,7 @@ impl World {
                 let sink = self.alloc(rng, side, n + 2 * GUARD);
                 self.fill_buf(&sink, n + 2 * GUARD);
                 let (remote_addr, rkey) = self.remote(&src, 0);
-                let sgl = vec![self.sge(&sink, GUARD, n)];
+                let sgl = Sgl::from(self.sge(&sink, GUARD, n));
                 (
                     Job::Read {
                         sink,
@@ -642,11 +635,8 @@ impl World {
         );
         self.sides[side].qps[pair]
             .post_send(SendWr {
-                wr_id,
-                op: wr_op,
-                sgl,
-                signaled: true,
                 fence,
+                ..SendWr::new(wr_id, wr_op, sgl)
             })
             .unwrap_or_else(|e| panic!("post_send {op:?} on pair {pair} side {side}: {e}"));
     }
@@ -794,12 +784,7 @@ fn make_side(cfg: DeviceConfig, cq_depth: usize) -> (Side, Vec<Ep>) {
             });
             dev.create_qp(
                 &pd,
-                QpInit {
-                    send_cq: &cqs[send_cq(i)],
-                    recv_cq: &cqs[recv_cq(i)],
-                    sq_depth,
-                    rq_depth,
-                },
+                QpInit::with_cqs(&cqs[send_cq(i)], &cqs[recv_cq(i)], sq_depth, rq_depth),
             )
             .unwrap()
         })
@@ -912,48 +897,25 @@ fn random_mix_with_overflowing_cqs() {
 /// Reads (completed by the engine thread) while this thread polls.
 #[test]
 fn cq_overflow_keeps_posting_order() {
-    let dev = Device::open(DeviceConfig {
-        progress: ProgressMode::Engine,
-        ..DeviceConfig::default()
-    })
-    .unwrap();
-    let pd = dev.alloc_pd();
-    let (cq, other) = (dev.create_cq(1).unwrap(), dev.create_cq(64).unwrap());
-    let init = |c| QpInit {
-        send_cq: c,
-        recv_cq: c,
-        sq_depth: 64,
-        rq_depth: 1,
-    };
-    let (qp, peer) = (
-        dev.create_qp(&pd, init(&cq)).unwrap(),
-        dev.create_qp(&pd, init(&other)).unwrap(),
-    );
-    let listener = dev.listen("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::scope(|s| {
-        s.spawn(|| listener.accept().unwrap().accept(&peer, b"").unwrap());
-        dev.connect(addr, &qp, b"").unwrap();
-    });
-    let mr = pd
-        .alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_READ)
-        .unwrap();
+    let e = end()
+        .progress(ProgressMode::Engine)
+        .cq(1)
+        .queues(64, 1)
+        .build();
+    let other = e.dev.create_cq(64).unwrap();
+    let peer = e.dev.create_qp(&e.pd, QpInit::new(&other, 64, 1)).unwrap();
+    connect_qps((&e.dev, &e.qp), (&e.dev, &peer));
+    let (qp, cq) = (&e.qp, &e.cq);
+    let mr =
+        e.pd.alloc_mr(64, Access::LOCAL_WRITE | Access::REMOTE_READ)
+            .unwrap();
     const N: u64 = 200_000;
     let (mut posted, mut next) = (0, 0);
     let mut last = Instant::now();
     while next < N {
         while posted - next < 32 && posted < N {
-            qp.post_send(SendWr {
-                wr_id: posted,
-                op: SendOp::Read {
-                    remote_addr: mr.addr(),
-                    rkey: mr.rkey(),
-                },
-                sgl: vec![mr.sge(0, 0)],
-                signaled: true,
-                fence: false,
-            })
-            .unwrap();
+            qp.post_send(SendWr::read(posted, mr.sge(0, 0), mr.addr(), mr.rkey()))
+                .unwrap();
             posted += 1;
         }
         while let Some(c) = cq.poll_one() {

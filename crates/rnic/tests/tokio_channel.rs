@@ -41,11 +41,8 @@ fn pair(ch: &CompChannel, msgs: usize) -> Pair {
     let sqp = sdev.create_qp(&spd, init(&scq, 4)).unwrap();
     let bufs = rpd.alloc_mr(8 * msgs, Access::LOCAL_WRITE).unwrap();
     for i in 0..msgs {
-        rqp.post_recv(RecvWr {
-            wr_id: i as u64,
-            sgl: vec![bufs.sge(8 * i, 8)],
-        })
-        .unwrap();
+        rqp.post_recv(RecvWr::new(i as u64, bufs.sge(8 * i, 8)))
+            .unwrap();
     }
     let listener = rdev.listen("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -94,16 +91,7 @@ fn a_task_awaits_every_completion_through_events() {
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 let burst = ((rng % 8) as usize + 1).min(MSGS - sent);
-                let wrs = (sent..sent + burst).map(|i| SendWr {
-                    wr_id: i as u64,
-                    op: SendOp::Send {
-                        solicited: false,
-                        invalidate: None,
-                    },
-                    sgl: vec![p.src.sge(0, 8)],
-                    signaled: true,
-                    fence: false,
-                });
+                let wrs = (sent..sent + burst).map(|i| SendWr::send(i as u64, p.src.sge(0, 8)));
                 p.sqp.post_send_batch(wrs).unwrap();
                 assert_eq!(p.scq.wait_for(burst, T).len(), burst);
                 sent += burst;

@@ -131,17 +131,7 @@ fn a_connection_life_is_traced() {
     });
     // A Send that finds no receive buffer: b terminates, a receives the Terminate.
     let src = apd.alloc_mr(64, Access::empty()).unwrap();
-    aqp.post_send(SendWr {
-        wr_id: 1,
-        op: SendOp::Send {
-            solicited: false,
-            invalidate: None,
-        },
-        sgl: vec![src.sge(0, 64)],
-        signaled: true,
-        fence: false,
-    })
-    .unwrap();
+    aqp.post_send(SendWr::send(1, src.sge(0, 64))).unwrap();
     let want = TerminateCause::new(
         Layer::Ddp,
         ddp_etype::UNTAGGED_BUFFER,

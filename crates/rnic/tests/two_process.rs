@@ -7,7 +7,6 @@
 //! flushes all its work in bounded time.
 
 mod common;
-mod support;
 
 use common::*;
 use softrnic_rnic::*;
@@ -16,7 +15,6 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
-use support::*;
 
 const ROLE: &str = "SOFTRNIC_PEER_ROLE";
 const ADDR: &str = "SOFTRNIC_PEER_ADDR";
@@ -117,24 +115,6 @@ fn role_is(role: &str) -> bool {
     std::env::var(ROLE).is_ok_and(|r| r == role)
 }
 
-fn end(sq: usize, rq: usize) -> End {
-    let dev = Device::open(DeviceConfig::default()).unwrap();
-    let pd = dev.alloc_pd();
-    let cq = dev.create_cq(256).unwrap();
-    let qp = dev
-        .create_qp(
-            &pd,
-            QpInit {
-                send_cq: &cq,
-                recv_cq: &cq,
-                sq_depth: sq,
-                rq_depth: rq,
-            },
-        )
-        .unwrap();
-    End { dev, pd, cq, qp }
-}
-
 /// An exposed region's address, key and length, for the private data.
 fn advert(mr: &Mr) -> Vec<u8> {
     let mut v = mr.addr().to_le_bytes().to_vec();
@@ -161,7 +141,7 @@ fn peer_server() {
         role_is("server"),
         "run by its parent test with {ROLE}=server, not on its own"
     );
-    let e = end(16, 16);
+    let e = end().cq(256).queues(16, 16).build();
     let exposed =
         e.pd.alloc_mr(
             2 * HALF,
@@ -170,8 +150,8 @@ fn peer_server() {
         .unwrap();
     exposed.write(0, &pattern(HALF, 7)).unwrap();
     let rbuf = e.pd.alloc_mr(HALF + 64, Access::LOCAL_WRITE).unwrap();
-    e.qp.post_recv(recv(1, rbuf.sge(0, HALF))).unwrap();
-    e.qp.post_recv(recv(2, rbuf.sge(HALF, 64))).unwrap();
+    e.qp.post_recv(RecvWr::new(1, rbuf.sge(0, HALF))).unwrap();
+    e.qp.post_recv(RecvWr::new(2, rbuf.sge(HALF, 64))).unwrap();
     let listener = e.dev.listen("127.0.0.1:0").unwrap();
     println!("ADDR {}", listener.local_addr().unwrap());
     std::io::stdout().flush().unwrap();
@@ -198,8 +178,11 @@ fn peer_server() {
         "Write data"
     );
     // Answer with what arrived: the Send's octets and the Write's.
-    e.qp.post_send(send(3, vec![rbuf.sge(0, HALF), exposed.sge(HALF, HALF)]))
-        .unwrap();
+    e.qp.post_send(SendWr::send(
+        3,
+        [rbuf.sge(0, HALF), exposed.sge(HALF, HALF)],
+    ))
+    .unwrap();
     let s = one(&e.cq);
     assert_eq!((s.wr_id, s.status), (3, WcStatus::Success));
     // The parent closes once it has the answer.
@@ -211,7 +194,7 @@ fn peer_server() {
 fn send_write_read_across_processes() {
     let peer = Peer::spawn("peer_server", "server", None);
     let addr: SocketAddr = peer.expect("ADDR ").parse().unwrap();
-    let e = end(16, 16);
+    let e = end().cq(256).queues(16, 16).build();
     let conn = e.dev.connect(addr, &e.qp, b"two-process client").unwrap();
     let (raddr, rkey, rlen) = parse_advert(conn.peer_private_data());
     assert_eq!(rlen, 2 * HALF);
@@ -222,12 +205,13 @@ fn send_write_read_across_processes() {
     src.write(2 * HALF, b"done").unwrap();
     let sink = e.pd.alloc_mr(HALF, Access::LOCAL_WRITE).unwrap();
     let answer = e.pd.alloc_mr(2 * HALF, Access::LOCAL_WRITE).unwrap();
-    e.qp.post_recv(recv(10, answer.sge(0, 2 * HALF))).unwrap();
+    e.qp.post_recv(RecvWr::new(10, answer.sge(0, 2 * HALF)))
+        .unwrap();
     e.qp.post_send_batch([
-        send(1, vec![src.sge(0, HALF)]),
-        write(2, raddr + HALF as u64, rkey, vec![src.sge(HALF, HALF)]),
-        read(3, raddr, rkey, sink.sge(0, HALF)),
-        send(4, vec![src.sge(2 * HALF, 4)]),
+        SendWr::send(1, src.sge(0, HALF)),
+        SendWr::write(2, src.sge(HALF, HALF), raddr + HALF as u64, rkey),
+        SendWr::read(3, sink.sge(0, HALF), raddr, rkey),
+        SendWr::send(4, src.sge(2 * HALF, 4)),
     ])
     .unwrap();
     let got = take(&e.cq, 5);
@@ -277,7 +261,7 @@ fn peer_streamer() {
         "run by its parent test with {ROLE}=streamer, not on its own"
     );
     let addr: SocketAddr = std::env::var(ADDR).unwrap().parse().unwrap();
-    let e = end(64, 4);
+    let e = end().cq(256).queues(64, 4).build();
     let conn = e.dev.connect(addr, &e.qp, b"streamer").unwrap();
     let (raddr, rkey, rlen) = parse_advert(conn.peer_private_data());
     assert_eq!(rlen, 4 * MIB);
@@ -292,10 +276,10 @@ fn peer_streamer() {
         while outstanding < 32 {
             let wr = if posted % 4 == 3 && sends < 8 {
                 sends += 1;
-                send(posted, vec![note.sge(0, 1024)])
+                SendWr::send(posted, note.sge(0, 1024))
             } else {
                 let at = raddr + (posted % 4) * MIB as u64;
-                write(posted, at, rkey, vec![src.sge(0, MIB)])
+                SendWr::write(posted, src.sge(0, MIB), at, rkey)
             };
             if e.qp.post_send(wr).is_err() {
                 return;
@@ -315,7 +299,7 @@ fn peer_streamer() {
 #[test]
 fn killed_peer_flushes_everything() {
     const RECVS: u64 = 64;
-    let e = end(16, RECVS as usize);
+    let e = end().cq(256).queues(16, RECVS as usize).build();
     let exposed =
         e.pd.alloc_mr(4 * MIB, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .unwrap();
@@ -323,7 +307,7 @@ fn killed_peer_flushes_everything() {
         e.pd.alloc_mr(RECVS as usize * 1024, Access::LOCAL_WRITE)
             .unwrap();
     for i in 0..RECVS {
-        e.qp.post_recv(recv(i, rbuf.sge(i as usize * 1024, 1024)))
+        e.qp.post_recv(RecvWr::new(i, rbuf.sge(i as usize * 1024, 1024)))
             .unwrap();
     }
     let listener = e.dev.listen("127.0.0.1:0").unwrap();
@@ -384,7 +368,7 @@ fn killed_peer_flushes_everything() {
     }
     assert_eq!(e.cq.poll_one(), None);
     // Work posted now flushes at once.
-    e.qp.post_recv(recv(500, rbuf.sge(0, 8))).unwrap();
+    e.qp.post_recv(RecvWr::new(500, rbuf.sge(0, 8))).unwrap();
     let c = take(&e.cq, 1)[0];
     assert_eq!((c.wr_id, c.status), (500, WcStatus::WrFlushError));
 }

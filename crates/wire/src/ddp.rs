@@ -65,7 +65,7 @@ impl<T: AsRef<[u8]>> DdpHeader<T> {
     pub fn last(&self) -> bool {
         self.b()[0] & FLAG_LAST != 0
     }
-    /// The reserved DDP control bits (zero from a conforming sender).
+    /// The reserved DDP control bits (zero from a conforming sender, ignored on receive).
     pub fn ddp_reserved(&self) -> u8 {
         (self.b()[0] & DDP_RSVD_MASK) >> 2
     }
@@ -77,7 +77,8 @@ impl<T: AsRef<[u8]>> DdpHeader<T> {
     pub fn rdmap_version(&self) -> u8 {
         self.b()[1] >> RV_SHIFT
     }
-    /// The reserved RDMAP control bits.
+    /// The reserved RDMAP control bits (zero from a conforming sender, ignored on
+    /// receive).
     pub fn rdmap_reserved(&self) -> u8 {
         (self.b()[1] & RDMAP_RSVD_MASK) >> 4
     }
@@ -154,8 +155,11 @@ pub struct DdpRepr {
 }
 
 impl DdpRepr {
-    /// Parses and validates a header: versions, reserved bits, opcode, and that the
-    /// opcode fits the T bit.
+    /// Parses and validates a header: versions, opcode, and that the opcode fits the T
+    /// bit. The reserved control bits are not checked: RFC 5041 (section 4.2) and
+    /// RFC 5040 (section 4.1) have a sender zero them and a receiver ignore them, so a
+    /// later revision may use them without breaking this one (the view's
+    /// [`DdpHeader::ddp_reserved`] and [`DdpHeader::rdmap_reserved`] still show them).
     pub fn parse<T: AsRef<[u8]>>(h: &DdpHeader<T>) -> Result<Self> {
         let tagged = h.tagged();
         if h.ddp_version() != DDP_VERSION {
@@ -164,17 +168,8 @@ impl DdpRepr {
                 tagged,
             });
         }
-        if h.ddp_reserved() != 0 {
-            return Err(WireError::DdpReservedBits {
-                bits: h.ddp_reserved(),
-                tagged,
-            });
-        }
         if h.rdmap_version() != RDMAP_VERSION {
             return Err(WireError::BadRdmapVersion(h.rdmap_version()));
-        }
-        if h.rdmap_reserved() != 0 {
-            return Err(WireError::RdmapReservedBits(h.rdmap_reserved()));
         }
         let opcode = Opcode::from_bits(h.opcode_bits())?;
         if opcode.is_tagged() != tagged {

@@ -75,20 +75,9 @@ pub enum WireError {
         /// Whether the segment was tagged (selects the Terminate code).
         tagged: bool,
     },
-    /// Reserved DDP control bits are set.
-    #[error("reserved DDP control bits set: {bits:#x}")]
-    DdpReservedBits {
-        /// The reserved bits.
-        bits: u8,
-        /// Whether the segment was tagged.
-        tagged: bool,
-    },
     /// The RDMAP version is not 1.
     #[error("invalid RDMAP version {0}")]
     BadRdmapVersion(u8),
-    /// Reserved RDMAP control bits are set.
-    #[error("reserved RDMAP control bits set: {0:#x}")]
-    RdmapReservedBits(u8),
     /// An opcode RFC 5040 and RFC 7306 do not define.
     #[error("unknown RDMAP opcode {0:#x}")]
     UnknownOpcode(u8),
@@ -164,9 +153,8 @@ impl WireError {
             | MissingRfc6581Params => llp(llp_code::INVALID_REQ_REP),
             CrcMismatch { .. } => llp(llp_code::CRC_MISMATCH),
             BadMarker { .. } | BadUlpduLength(_) => llp(llp_code::FPDU_START),
-            // Reserved bits set means the header is not of the version we speak.
-            BadDdpVersion { tagged, .. } | DdpReservedBits { tagged, .. } => ddp_version(tagged),
-            BadRdmapVersion(_) | RdmapReservedBits(_) => op(rdmap_code::INVALID_VERSION),
+            BadDdpVersion { tagged, .. } => ddp_version(tagged),
+            BadRdmapVersion(_) => op(rdmap_code::INVALID_VERSION),
             UnknownOpcode(_) | OpcodeTagMismatch { .. } => op(rdmap_code::UNEXPECTED_OPCODE),
             InvalidQueueNumber { .. } => untagged(ddp_code::untagged::INVALID_QN),
             NotSingleSegment { .. } => untagged(ddp_code::untagged::INVALID_MO),

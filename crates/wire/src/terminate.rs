@@ -289,6 +289,29 @@ pub struct TerminateRepr<'a> {
     pub layout: TerminateLayout,
 }
 
+/// What a received Terminate says went wrong, read as leniently as its body allows:
+/// the whole body parsed (in either layout) if it can be, else the control word alone
+/// in RFC 5040's layout (a sender that copies headers wrongly or adds octets still
+/// said why), else, with fewer than four octets, RDMAP remote operation error,
+/// unspecified. A Terminate is the last message of a stream (RFC 5040): it is never
+/// answered with another, however malformed, so this never fails.
+pub fn received_cause(body: &[u8]) -> TerminateCause {
+    if let Ok(t) = TerminateRepr::parse(body) {
+        return t.cause;
+    }
+    match body.get(..CONTROL_LEN) {
+        Some(c) => TerminateCause::new(Layer::from_bits(c[0] >> 4), c[0] & 0x0f, c[1]),
+        None => UNREADABLE,
+    }
+}
+
+/// The cause reported for a received Terminate whose control word is missing.
+pub const UNREADABLE: TerminateCause = TerminateCause::new(
+    Layer::Rdmap,
+    rdmap_etype::REMOTE_OPERATION,
+    rdmap_code::UNSPECIFIED,
+);
+
 impl<'a> TerminateRepr<'a> {
     /// Parses a Terminate body (the ULPDU after the untagged DDP header), in RFC 5040's
     /// layout or, where its flags prove it, in siw's (see [`TerminateLayout`]).

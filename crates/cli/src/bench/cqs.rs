@@ -7,6 +7,21 @@
 use softrnic_rnic::{Completion, Cq, Device};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// The depth of each CQ: one per engine (at most one per QP, at least one), `total`
+/// shared out in proportion to the QPs on each (QP `i` on CQ `i % n`), summing to
+/// `total` exactly, each at least 1.
+fn depths(engines: usize, qps: usize, total: usize) -> Vec<usize> {
+    let qps = qps.max(1);
+    let n = engines.clamp(1, qps);
+    let on = |k: usize| qps / n + usize::from(k < qps % n);
+    let mut d: Vec<usize> = (0..n).map(|k| (total * on(k) / qps).max(1)).collect();
+    let sum: usize = d.iter().sum();
+    for k in 0..total.saturating_sub(sum) {
+        d[k % n] += 1;
+    }
+    d
+}
+
 /// One CQ per engine, polled in turn.
 pub struct CqSet {
     cqs: Vec<Cq>,
@@ -15,12 +30,14 @@ pub struct CqSet {
 }
 
 impl CqSet {
-    /// CQs for `qps` QPs on `dev`, each `depth` deep (the depth one CQ for all of them
-    /// would need, so any grouping fits).
-    pub fn new(dev: &Device, qps: usize, depth: usize) -> Result<CqSet, String> {
-        let n = dev.engines().len().clamp(1, qps.max(1));
-        let cqs = (0..n)
-            .map(|v| dev.create_cq_on(depth, v))
+    /// CQs for `qps` QPs on `dev`, `total` entries in all (what one CQ for all of them
+    /// would take), shared out in proportion to the QPs on each, so the device's CQ
+    /// entry budget sees the same total.
+    pub fn new(dev: &Device, qps: usize, total: usize) -> Result<CqSet, String> {
+        let cqs = depths(dev.engines().len(), qps, total)
+            .into_iter()
+            .enumerate()
+            .map(|(v, depth)| dev.create_cq_on(depth, v))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("create CQ: {e}"))?;
         Ok(CqSet {
@@ -64,6 +81,17 @@ impl CqSet {
 mod tests {
     use super::*;
     use softrnic_rnic::DeviceConfig;
+
+    #[test]
+    fn depths_share_the_total_by_qps() {
+        assert_eq!(depths(1, 8, 100), [100]);
+        assert_eq!(depths(2, 4, 100), [50, 50]);
+        // 5 QPs on 2 CQs: 3 and 2 of them.
+        assert_eq!(depths(2, 5, 100), [60, 40]);
+        assert_eq!(depths(3, 2, 64), [32, 32]);
+        assert_eq!(depths(4, 7, 703).iter().sum::<usize>(), 703);
+        assert_eq!(depths(2, 1, 64), [64]);
+    }
 
     #[test]
     fn one_cq_per_engine_and_qps_round_robin() {

@@ -19,6 +19,7 @@ pub mod perftest;
 pub mod rdma;
 pub mod rdma_cm;
 pub mod report;
+pub mod server;
 pub mod stats;
 pub mod tcp;
 
@@ -340,6 +341,10 @@ pub struct BenchArgs {
     /// sockets) instead of leaving the passive side to the engine threads.
     #[arg(long)]
     pub server_poll: bool,
+    /// Server: a round whose QPs move nothing for this many seconds is dropped, so a
+    /// silent client cannot hold the server.
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub idle_timeout: u64,
     /// Latency tests: iterations run before measuring.
     #[arg(long, default_value_t = 100)]
     pub warmup: u64,
@@ -492,6 +497,8 @@ pub struct BenchConfig {
     pub pin_engines: bool,
     /// Server thread busy-polls in the one-sided tests.
     pub server_poll: bool,
+    /// Server: rounds silent this long are dropped.
+    pub idle_timeout: Duration,
     /// Latency warm-up iterations.
     pub warmup: u64,
     /// Progress line on stderr.
@@ -587,6 +594,7 @@ impl BenchConfig {
             engine_spin: a.engine_spin_us.map(Duration::from_micros),
             pin_engines: a.pin_engines,
             server_poll: a.server_poll,
+            idle_timeout: Duration::from_secs(a.idle_timeout.max(1)),
             warmup: a.warmup,
             show_progress: !a.quiet,
             verbose: a.verbose,
@@ -602,10 +610,12 @@ impl BenchConfig {
     }
 
     /// What the server side takes from the flags (the rest comes from the client).
-    pub fn server_opts(&self) -> rdma::ServerOpts {
-        rdma::ServerOpts {
+    pub fn server_opts(&self) -> server::ServerOpts {
+        server::ServerOpts {
             poll: self.server_poll,
             verbose: self.verbose,
+            idle: self.idle_timeout,
+            ..server::ServerOpts::default()
         }
     }
 
@@ -725,7 +735,12 @@ pub fn run_config(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRo
 }
 
 fn run_server(cfg: &BenchConfig, bind: &str) -> Result<Vec<ResultRow>, String> {
-    let dev = Device::open(cfg.device_config()).map_err(|e| format!("device: {e}"))?;
+    // A standalone server serves whoever connects: its device's memory is bounded.
+    let dc = DeviceConfig {
+        max_registered: server::SERVER_MEMORY,
+        ..cfg.device_config()
+    };
+    let dev = Device::open(dc).map_err(|e| format!("device: {e}"))?;
     let addr = resolve_addr(bind, cfg.port)?;
     let listener = dev
         .listen(addr)
@@ -745,7 +760,7 @@ fn run_server(cfg: &BenchConfig, bind: &str) -> Result<Vec<ResultRow>, String> {
             ""
         }
     );
-    rdma::serve(&dev, &listener, cfg.server_opts())?;
+    server::serve(&dev, &listener, cfg.server_opts())?;
     Ok(Vec::new())
 }
 
@@ -776,7 +791,7 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
         .name("bench-server".into())
         .spawn(move || {
             let _pin = cpus.and_then(|(_, s)| affinity::pin_current(s).ok());
-            rdma::serve(&sdev, &listener, server_opts)
+            server::serve(&sdev, &listener, server_opts)
         })
         .map_err(|e| e.to_string())?;
     let mut tcp_server = None;

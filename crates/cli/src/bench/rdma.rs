@@ -25,10 +25,10 @@
 use super::cqs::CqSet;
 use super::meta::{FLAG_LAST, Meta};
 use super::stats::{BwMeter, BwResult, LatResult, LatStats, Progress};
-use super::{BenchConfig, MAX_SIZE, Measured, Test};
+use super::{BenchConfig, Measured, Test};
 use softrnic_rnic::{
-    Access, AsyncEvent, Completion, Device, Listener, Mr, Qp, QpId, QpInit, QpStats, RecvWr,
-    SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    Access, AsyncEvent, Completion, Device, Mr, Qp, QpId, QpInit, QpStats, RecvWr, SendOp, SendWr,
+    Sge, WcOpcode, WcStatus,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -37,29 +37,16 @@ use std::time::{Duration, Instant};
 const STALL: Duration = Duration::from_secs(10);
 /// Credit buffer: the count of reposted receives, and the count XOR [`CREDIT_CHECK`], so
 /// a torn read is recognised.
-const CREDIT_LEN: usize = 16;
-const CREDIT_CHECK: u64 = 0xa5a5_5a5a_c3c3_3c3c;
+pub(super) const CREDIT_LEN: usize = 16;
+pub(super) const CREDIT_CHECK: u64 = 0xa5a5_5a5a_c3c3_3c3c;
 /// Credit Writes the server may have outstanding per QP (one source slot each).
-const CREDIT_SLOTS: usize = 32;
+pub(super) const CREDIT_SLOTS: usize = 32;
 /// wr_id of the closing Read.
 pub(super) const BARRIER_ID: u64 = u64::MAX;
 /// wr_id of the delivery probes.
 pub(super) const PROBE_ID: u64 = u64::MAX - 1;
 
-/// An empty completion to size poll buffers with.
-pub(super) fn blank() -> Completion {
-    Completion {
-        wr_id: 0,
-        status: WcStatus::GeneralError,
-        opcode: WcOpcode::Recv,
-        byte_len: 0,
-        qp: QpId(0),
-        solicited: false,
-        invalidated: None,
-    }
-}
-
-fn e2s(what: &str) -> impl Fn(softrnic_rnic::Error) -> String + '_ {
+pub(super) fn e2s(what: &str) -> impl Fn(softrnic_rnic::Error) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
@@ -67,7 +54,7 @@ fn e2s(what: &str) -> impl Fn(softrnic_rnic::Error) -> String + '_ {
 pub(super) struct Watch {
     ids: Vec<QpId>,
     gone: Vec<bool>,
-    problems: Vec<String>,
+    pub(super) problems: Vec<String>,
 }
 
 impl Watch {
@@ -108,7 +95,7 @@ impl Watch {
     }
 
     /// Takes the queued events; true once every QP is gone.
-    fn check(&mut self, dev: &Device) -> bool {
+    pub(super) fn check(&mut self, dev: &Device) -> bool {
         while let Some(e) = dev.poll_event() {
             self.note(e);
         }
@@ -158,12 +145,9 @@ pub(super) fn post_window(
     room: u64,
     signaled: impl Fn(u64) -> bool,
 ) -> Result<(), softrnic_rnic::Error> {
-    batch.extend((first..first + room).map(|idx| SendWr {
-        wr_id: idx,
-        op,
-        sgl: vec![sge],
-        signaled: signaled(idx),
-        fence: false,
+    batch.extend((first..first + room).map(|idx| {
+        let wr = SendWr::new(idx, op, sge);
+        if signaled(idx) { wr } else { wr.unsignaled() }
     }));
     qp.post_send_batch(batch.drain(..))
 }
@@ -179,11 +163,8 @@ pub(super) fn check_wc(c: &Completion, side: &str) -> Result<(), String> {
     }
 }
 
-fn recv_wr(buf: &Mr, size: usize) -> RecvWr {
-    RecvWr {
-        wr_id: 0,
-        sgl: vec![buf.sge(0, size)],
-    }
+pub(super) fn recv_wr(buf: &Mr, size: usize) -> RecvWr {
+    RecvWr::new(0, buf.sge(0, size))
 }
 
 /// One of the client's connections.
@@ -257,15 +238,7 @@ pub fn client_round(
     let mut eps = Vec::with_capacity(q);
     for i in 0..q {
         let qp = dev
-            .create_qp(
-                &pd,
-                QpInit {
-                    send_cq: cq.for_qp(i),
-                    recv_cq: cq.for_qp(i),
-                    sq_depth,
-                    rq_depth,
-                },
-            )
+            .create_qp(&pd, QpInit::new(cq.for_qp(i), sq_depth, rq_depth))
             .map_err(e2s("create QP"))?;
         let local = pd
             .alloc_mr(size, Access::LOCAL_WRITE)
@@ -376,7 +349,7 @@ fn bw_client(
     let cq_mod = u64::from(cfg.cq_mod);
     let rx_depth = u64::from(cfg.rx_depth);
     let iters = cfg.iters;
-    let mut wcs = vec![blank(); 64];
+    let mut wcs = vec![Completion::default(); 64];
     let mut batch: Vec<SendWr> = Vec::with_capacity(depth as usize);
     let start = Instant::now();
     let deadline = cfg.duration.map(|d| start + d);
@@ -501,16 +474,8 @@ pub(super) struct ReadTarget<'a> {
 
 impl ReadTarget<'_> {
     fn post(&self, wr_id: u64) -> Result<(), softrnic_rnic::Error> {
-        self.qp.post_send(SendWr {
-            wr_id,
-            op: SendOp::Read {
-                remote_addr: self.addr,
-                rkey: self.rkey,
-            },
-            sgl: vec![self.sink],
-            signaled: true,
-            fence: false,
-        })
+        self.qp
+            .post_send(SendWr::read(wr_id, self.sink, self.addr, self.rkey))
     }
 }
 
@@ -623,7 +588,7 @@ pub(super) fn closing_read(
     }
 }
 
-fn next_tag(t: u8) -> u8 {
+pub(super) fn next_tag(t: u8) -> u8 {
     if t == 255 { 1 } else { t + 1 }
 }
 
@@ -635,7 +600,7 @@ fn lat_client(
     progress: &mut Progress,
 ) -> Result<LatResult, String> {
     let test = cfg.test;
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut samples = Vec::with_capacity(cfg.iters as usize);
     let last_octet = size - 1;
     let mut tag = 1u8;
@@ -667,13 +632,7 @@ fn lat_client(
         };
         let t0 = Instant::now();
         ep.qp
-            .post_send(SendWr {
-                wr_id: i,
-                op: wr,
-                sgl: vec![ep.local.sge(0, size)],
-                signaled: true,
-                fence: false,
-            })
+            .post_send(SendWr::new(i, wr, ep.local.sge(0, size)))
             .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
         let mut spins = 0u32;
         let t1 = loop {
@@ -730,42 +689,17 @@ fn lat_client(
     })
 }
 
-/// One of the server's connections.
-struct SEp {
-    qp: Qp,
-    id: QpId,
-    /// The exposed buffer: Write target, Read source, receive buffer.
-    buf: Mr,
-    /// Source of the echo (write_lat, send_lat) or of the credit Writes (send_bw).
-    src: Option<Mr>,
-    /// The client's metadata (its exposed buffer).
-    peer: Meta,
-    received: u64,
-    reported: u64,
-    credit_outstanding: usize,
-    next_slot: usize,
-}
-
-/// The server's own options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ServerOpts {
-    /// Busy-poll the CQ in the one-sided tests.
-    pub poll: bool,
-    /// Print QP counters per round.
-    pub verbose: bool,
-}
-
 /// The I/O counters of some QPs, summed, as one line; per message too when `msgs` is
 /// known (non-zero).
 /// Per engine: the QPs it serves and the readiness events it handled so far.
-fn engines_line(dev: &Device) -> String {
+pub(super) fn engines_line(dev: &Device) -> String {
     let e = dev.engines();
     let qps: Vec<usize> = e.iter().map(|e| e.qps).collect();
     let events: Vec<u64> = e.iter().map(|e| e.events).collect();
     format!("engine QPs {qps:?}, engine events {events:?}")
 }
 
-fn stats_line(stats: impl Iterator<Item = QpStats>, msgs: u64) -> String {
+pub(super) fn stats_line(stats: impl Iterator<Item = QpStats>, msgs: u64) -> String {
     let mut t = QpStats::default();
     for s in stats {
         t.rx_direct_bytes += s.rx_direct_bytes;
@@ -791,325 +725,6 @@ fn stats_line(stats: impl Iterator<Item = QpStats>, msgs: u64) -> String {
     )
 }
 
-/// Serves rounds until the client's last one.
-pub fn serve(dev: &Device, listener: &Listener, opts: ServerOpts) -> Result<(), String> {
-    loop {
-        if serve_round(dev, listener, opts)? {
-            return Ok(());
-        }
-    }
-}
-
-fn accept_one(listener: &Listener) -> Result<(softrnic_rnic::ConnRequest, Meta), String> {
-    let req = listener.accept().map_err(e2s("accept"))?;
-    match Meta::decode(req.private_data()) {
-        Ok(m) if m.size >= 1 && m.size <= MAX_SIZE as u64 && m.num_qps >= 1 => Ok((req, m)),
-        Ok(_) => {
-            let _ = req.reject(b"bad benchmark parameters");
-            Err("client sent bad benchmark parameters".into())
-        }
-        Err(e) => {
-            let peer = req.peer_addr();
-            let _ = req.reject(b"not a softrnic benchmark");
-            Err(format!("{peer}: {e}"))
-        }
-    }
-}
-
-/// One round: accept the client's QPs, serve, wait for the disconnects. Returns whether
-/// it was the last round.
-fn serve_round(dev: &Device, listener: &Listener, opts: ServerOpts) -> Result<bool, String> {
-    let (first, meta) = match accept_one(listener) {
-        Ok(x) => x,
-        Err(e) => {
-            // A stray or foreign connection: say so and keep serving.
-            eprintln!("softrnic server: {e}");
-            return Ok(false);
-        }
-    };
-    let test = meta.test;
-    let size = meta.size as usize;
-    let q = usize::from(meta.num_qps);
-    let rx_depth = meta.depth.clamp(2, 16384) as usize;
-    let pd = dev.alloc_pd();
-    let cq_depth = match test {
-        Test::SendBw => q * (rx_depth + CREDIT_SLOTS) + 64,
-        _ => 64,
-    };
-    let cq = CqSet::new(dev, q, cq_depth)?;
-    let (sq_depth, rq_depth) = match test {
-        Test::SendBw => (CREDIT_SLOTS + 2, rx_depth),
-        Test::WriteLat | Test::SendLat => (16, 16),
-        _ => (1, 1),
-    };
-    let mut eps = Vec::with_capacity(q);
-    let mut pending = Some((first, meta));
-    for i in 0..q {
-        let (req, m) = match pending.take() {
-            Some(x) => x,
-            None => accept_one(listener)?,
-        };
-        if m.test != test || m.size != meta.size || usize::from(m.qp_index) != i {
-            let _ = req.reject(b"inconsistent round");
-            return Err("client's QPs disagree on the round".into());
-        }
-        let qp = dev
-            .create_qp(
-                &pd,
-                QpInit {
-                    send_cq: cq.for_qp(i),
-                    recv_cq: cq.for_qp(i),
-                    sq_depth,
-                    rq_depth,
-                },
-            )
-            .map_err(e2s("create QP"))?;
-        let buf = pd
-            .alloc_mr(
-                size,
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
-            )
-            .map_err(e2s("register buffer"))?;
-        buf.fill(0, size, 0x3c).map_err(e2s("fill"))?;
-        if test == Test::WriteLat {
-            buf.write(size - 1, &[0]).map_err(e2s("fill"))?;
-        }
-        let src = match test {
-            Test::WriteLat | Test::SendLat => Some(size),
-            Test::SendBw => Some(CREDIT_LEN * CREDIT_SLOTS),
-            _ => None,
-        }
-        .map(|len| pd.alloc_mr(len, Access::LOCAL_WRITE))
-        .transpose()
-        .map_err(e2s("register buffer"))?;
-        if matches!(test, Test::SendBw | Test::SendLat) {
-            for _ in 0..rq_depth {
-                qp.post_recv(recv_wr(&buf, size))
-                    .map_err(e2s("post_recv"))?;
-            }
-        }
-        let reply = Meta {
-            addr: buf.addr(),
-            rkey: buf.rkey(),
-            len: buf.len() as u64,
-            ..m
-        };
-        req.accept(&qp, &reply.encode()).map_err(e2s("accept"))?;
-        let id = qp.id();
-        eps.push(SEp {
-            qp,
-            id,
-            buf,
-            src,
-            peer: m,
-            received: 0,
-            reported: 0,
-            credit_outstanding: 0,
-            next_slot: 0,
-        });
-    }
-    let mut watch = Watch::new(eps.iter().map(|e| e.id).collect());
-    // What the server saw arrive, counted here (echo tests: the messages it answered).
-    let mut answered = 0u64;
-    let r = match test {
-        Test::WriteBw | Test::ReadBw | Test::ReadLat => {
-            passive(dev, &cq, &mut watch, opts.poll);
-            Ok(())
-        }
-        Test::SendBw => send_bw_server(dev, &cq, &mut eps, &mut watch, rx_depth, size),
-        Test::WriteLat | Test::SendLat => {
-            echo_server(dev, &cq, &mut eps[0], &mut watch, test, size, &mut answered)
-        }
-    };
-    // The client disconnects when it is done; the QPs are gone once our side closed too.
-    watch.wait(dev, Some(Duration::from_secs(5)));
-    if opts.verbose {
-        // Messages counted on this side, not taken from the client's parameters.
-        let msgs = match test {
-            // The server has no count of the Reads it served: counters only.
-            Test::ReadBw | Test::ReadLat => 0,
-            Test::WriteBw => {
-                let placed: u64 = eps
-                    .iter()
-                    .map(|e| {
-                        let st = e.qp.stats();
-                        st.rx_direct_bytes + st.rx_copied_bytes
-                    })
-                    .sum();
-                placed / size as u64
-            }
-            Test::SendBw => eps.iter().map(|e| e.received).sum(),
-            Test::WriteLat | Test::SendLat => answered,
-        };
-        eprintln!(
-            "[{} {} B server] {}, {}",
-            test.name(),
-            size,
-            stats_line(eps.iter().map(|e| e.qp.stats()), msgs),
-            engines_line(dev)
-        );
-    }
-    for p in &watch.problems {
-        eprintln!("softrnic server: {p}");
-    }
-    drop(eps);
-    r.map(|()| meta.is_last())
-}
-
-/// The passive side of one-sided tests: the engine threads serve the peer; with
-/// `server_poll`, this thread busy-polls the CQ as well (which drives the sockets).
-fn passive(dev: &Device, cq: &CqSet, watch: &mut Watch, server_poll: bool) {
-    if !server_poll {
-        watch.wait(dev, None);
-        return;
-    }
-    let mut wcs = vec![blank(); 16];
-    let mut spins = 0u32;
-    loop {
-        cq.poll(&mut wcs);
-        spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(1024) && watch.check(dev) {
-            return;
-        }
-    }
-}
-
-fn send_bw_server(
-    dev: &Device,
-    cq: &CqSet,
-    eps: &mut [SEp],
-    watch: &mut Watch,
-    rx_depth: usize,
-    size: usize,
-) -> Result<(), String> {
-    let every = (rx_depth as u64 / 8).max(1);
-    let mut wcs = vec![blank(); 64];
-    let mut idle = 0u32;
-    let mut error = None;
-    loop {
-        let n = cq.poll(&mut wcs);
-        for c in &wcs[..n] {
-            let Some(ep) = eps.iter_mut().find(|e| e.id == c.qp) else {
-                continue;
-            };
-            match (c.opcode, c.status) {
-                (WcOpcode::Recv, WcStatus::Success) => {
-                    ep.received += 1;
-                    // Fails only once the QP is closing; the client is done then.
-                    let _ = ep.qp.post_recv(recv_wr(&ep.buf, size));
-                }
-                (WcOpcode::Write, _) => ep.credit_outstanding -= 1,
-                (_, WcStatus::WrFlushError) => {}
-                (op, st) => {
-                    error.get_or_insert(format!("server: {op:?} completed with {st:?}"));
-                }
-            }
-        }
-        for ep in eps.iter_mut() {
-            if ep.received - ep.reported >= every && ep.credit_outstanding < CREDIT_SLOTS {
-                let Some(src) = &ep.src else { continue };
-                let off = ep.next_slot * CREDIT_LEN;
-                let v = ep.received;
-                let mut word = [0u8; CREDIT_LEN];
-                word[..8].copy_from_slice(&v.to_be_bytes());
-                word[8..].copy_from_slice(&(v ^ CREDIT_CHECK).to_be_bytes());
-                src.write(off, &word).map_err(e2s("credit"))?;
-                let posted = ep.qp.post_send(SendWr {
-                    wr_id: v,
-                    op: SendOp::Write {
-                        remote_addr: ep.peer.addr,
-                        rkey: ep.peer.rkey,
-                    },
-                    sgl: vec![src.sge(off, CREDIT_LEN)],
-                    signaled: true,
-                    fence: false,
-                });
-                if posted.is_ok() {
-                    ep.credit_outstanding += 1;
-                    ep.next_slot = (ep.next_slot + 1) % CREDIT_SLOTS;
-                    ep.reported = v;
-                }
-            }
-        }
-        if n == 0 {
-            idle = idle.wrapping_add(1);
-            if idle.is_multiple_of(256) && watch.check(dev) {
-                break;
-            }
-        }
-    }
-    error.map_or(Ok(()), Err)
-}
-
-/// write_lat and send_lat: answer each message in kind.
-fn echo_server(
-    dev: &Device,
-    cq: &CqSet,
-    ep: &mut SEp,
-    watch: &mut Watch,
-    test: Test,
-    size: usize,
-    answered: &mut u64,
-) -> Result<(), String> {
-    let mut wcs = vec![blank(); 16];
-    let last_octet = size - 1;
-    let mut expect = 1u8;
-    let mut spins = 0u32;
-    let mut error = None;
-    let Some(src) = &ep.src else {
-        return Err("no source buffer".into());
-    };
-    let write = SendOp::Write {
-        remote_addr: ep.peer.addr,
-        rkey: ep.peer.rkey,
-    };
-    let send = SendOp::Send {
-        solicited: false,
-        invalidate: None,
-    };
-    loop {
-        let n = cq.poll(&mut wcs);
-        let mut reply = false;
-        for c in &wcs[..n] {
-            match (c.opcode, c.status) {
-                (WcOpcode::Recv, WcStatus::Success) => {
-                    reply = true;
-                    let _ = ep.qp.post_recv(recv_wr(&ep.buf, size));
-                }
-                (_, WcStatus::Success | WcStatus::WrFlushError) => {}
-                (op, st) => {
-                    error.get_or_insert(format!("server: {op:?} completed with {st:?}"));
-                }
-            }
-        }
-        if test == Test::WriteLat {
-            let mut b = [0u8];
-            if ep.buf.read(last_octet, &mut b).is_ok() && b[0] == expect {
-                src.write(last_octet, &[expect]).map_err(e2s("write tag"))?;
-                expect = next_tag(expect);
-                reply = true;
-            }
-        }
-        if reply {
-            *answered += 1;
-            let op = if test == Test::WriteLat { write } else { send };
-            let _ = ep.qp.post_send(SendWr {
-                wr_id: 0,
-                op,
-                sgl: vec![src.sge(0, size)],
-                signaled: true,
-                fence: false,
-            });
-            continue;
-        }
-        spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(1024) && watch.check(dev) {
-            break;
-        }
-    }
-    error.map_or(Ok(()), Err)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1119,7 +734,7 @@ mod tests {
             wr_id: PROBE_ID,
             status: WcStatus::Success,
             opcode: WcOpcode::Read,
-            ..blank()
+            ..Completion::default()
         }
     }
 

@@ -13,7 +13,7 @@
 
 use super::cqs::CqSet;
 use super::perftest::{self as pt, BwReport, Dest, Step};
-use super::rdma::{Prober, ReadTarget, Watch, blank, bw_op, check_wc, closing_read, post_window};
+use super::rdma::{Prober, ReadTarget, Watch, bw_op, check_wc, closing_read, post_window};
 use super::report::{Reporter, bw_unit};
 use super::stats::{BwMeter, BwResult, LatResult, LatStats, MB, Progress};
 use super::{BenchConfig, Clock, Measured, Mode, ResultRow, Test, resolve_addr};
@@ -50,8 +50,6 @@ const OUT_READS: u16 = 128;
 const CYCLE_BUFFER: u32 = 4096;
 /// The cache line softrnic announces (x86-64's), the step of that walk.
 const CACHE_LINE: u32 = 64;
-/// The client's pause between the control connection and its first message.
-const SETTLE: Duration = Duration::from_secs(1);
 /// How long a server leaves the client to close first at the end (see [`close`]):
 /// perftest's client closes by itself at once.
 const SERVER_LINGER: Duration = Duration::from_secs(10);
@@ -158,15 +156,7 @@ impl Ctrl {
             .create_cq(2 * CTRL_SLOTS + 4)
             .map_err(e2s("create CQ"))?;
         let qp = dev
-            .create_qp(
-                &pd,
-                QpInit {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    sq_depth: 4,
-                    rq_depth: CTRL_SLOTS,
-                },
-            )
+            .create_qp(&pd, QpInit::new(&cq, 4, CTRL_SLOTS))
             .map_err(e2s("create QP"))?;
         let send_buf = pd
             .alloc_mr(CTRL_SLOT_LEN, Access::LOCAL_WRITE)
@@ -192,10 +182,10 @@ impl Ctrl {
     /// Posts the receive of one slot (again, after its message was read).
     fn repost(&self, slot: usize) -> Result<(), String> {
         self.qp
-            .post_recv(RecvWr {
-                wr_id: slot as u64,
-                sgl: vec![self.recv_buf.sge(slot * CTRL_SLOT_LEN, CTRL_SLOT_LEN)],
-            })
+            .post_recv(RecvWr::new(
+                slot as u64,
+                self.recv_buf.sge(slot * CTRL_SLOT_LEN, CTRL_SLOT_LEN),
+            ))
             .map_err(e2s("control post_recv"))
     }
 
@@ -251,16 +241,7 @@ impl Ctrl {
     fn send(&mut self, msg: &[u8]) -> Result<(), String> {
         self.send_buf.write(0, msg).map_err(e2s("control write"))?;
         self.qp
-            .post_send(SendWr {
-                wr_id: CTRL_SEND_ID,
-                op: SendOp::Send {
-                    solicited: false,
-                    invalidate: None,
-                },
-                sgl: vec![self.send_buf.sge(0, msg.len())],
-                signaled: true,
-                fence: false,
-            })
+            .post_send(SendWr::send(CTRL_SEND_ID, self.send_buf.sge(0, msg.len())))
             .map_err(e2s("control post_send"))?;
         while !self.take()? {}
         Ok(())
@@ -352,13 +333,7 @@ impl TestQp {
     /// latency tests' one request at a time).
     fn post_one(&self, wr_id: u64, op: SendOp, size: usize) -> Result<(), String> {
         self.qp
-            .post_send(SendWr {
-                wr_id,
-                op,
-                sgl: vec![self.local.sge(0, size)],
-                signaled: true,
-                fence: false,
-            })
+            .post_send(SendWr::new(wr_id, op, self.local.sge(0, size)))
             .map_err(|e| format!("post_send: {e} ({})", self.diag()))
     }
 
@@ -431,15 +406,7 @@ fn test_qp(
         _ => 16,
     };
     let qp = dev
-        .create_qp(
-            pd,
-            QpInit {
-                send_cq: cq,
-                recv_cq: cq,
-                sq_depth,
-                rq_depth: recvs.max(1),
-            },
-        )
+        .create_qp(pd, QpInit::new(cq, sq_depth, recvs.max(1)))
         .map_err(e2s("create QP"))?;
     let local = pd
         .alloc_mr(size, Access::LOCAL_WRITE)
@@ -462,11 +429,8 @@ fn test_qp(
             .alloc_mr(size, Access::LOCAL_WRITE)
             .map_err(e2s("register buffer"))?;
         for _ in 0..recvs {
-            qp.post_recv(RecvWr {
-                wr_id: 0,
-                sgl: vec![m.sge(0, size)],
-            })
-            .map_err(e2s("post_recv"))?;
+            qp.post_recv(RecvWr::new(0, m.sge(0, size)))
+                .map_err(e2s("post_recv"))?;
         }
         Some(m)
     } else {
@@ -584,10 +548,10 @@ pub fn client(
     let test = cfg.test;
     let size = cfg.sizes[0];
     let mut ctrl = Ctrl::new(dev, Side::Client)?;
+    // No pause before the first message (perftest's client sleeps a second here): the
+    // device holds the first FPDU after the MPA Reply for as long as a responder like
+    // Linux siw needs to take its socket into RDMA mode (DeviceConfig::first_fpdu_hold).
     connect(dev, addr, &ctrl.qp, &mpa(cfg, 0))?;
-    // perftest's write_bw client pauses a second here too. In the one rig run without
-    // this pause, siw's server took in our first message but its answer never left.
-    std::thread::sleep(SETTLE);
     let (peer_version, cycle, softrnic_peer) = opening(&mut ctrl)?;
     let (pd, cq) = new_test_cq(dev, cfg)?;
     let mut qps = Vec::new();
@@ -825,7 +789,7 @@ fn bw_client(
     let depth = u64::from(cfg.tx_depth);
     let cq_mod = u64::from(cfg.cq_mod);
     let window = pt::send_window(cfg.rx_depth, iters);
-    let mut wcs = vec![blank(); 64];
+    let mut wcs = vec![Completion::default(); 64];
     let mut batch: Vec<SendWr> = Vec::with_capacity(depth as usize);
     let start = Instant::now();
     let mut meter = BwMeter::start(start);
@@ -934,7 +898,7 @@ fn write_bw_server(
 ) -> Result<BwResult, String> {
     let size = s.size as u64;
     let want = cfg.iters * s.qps.len() as u64 * size;
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut meter: Option<BwMeter> = None;
     let mut seen = 0u64;
     let mut last_activity = Instant::now();
@@ -982,7 +946,7 @@ fn send_bw_server(
     let iters = cfg.iters;
     let want = iters * s.qps.len() as u64;
     let period = pt::credit_period(cfg.rx_depth, iters);
-    let mut wcs = vec![blank(); 64];
+    let mut wcs = vec![Completion::default(); 64];
     // Per QP: received (posted), credit reported (credit), credit Writes in flight.
     let mut inflight = vec![0usize; s.qps.len()];
     let mut slot = vec![0usize; s.qps.len()];
@@ -1004,10 +968,7 @@ fn send_bw_server(
                     total += 1;
                     if let Some(r) = &t.recv {
                         // Fails only once the connection is closing.
-                        let _ = t.qp.post_recv(RecvWr {
-                            wr_id: 0,
-                            sgl: vec![r.sge(0, size)],
-                        });
+                        let _ = t.qp.post_recv(RecvWr::new(0, r.sge(0, size)));
                     }
                 }
                 _ => inflight[i] = inflight[i].saturating_sub(1),
@@ -1031,17 +992,9 @@ fn send_bw_server(
             t.exposed
                 .write(off, &pt::encode_credit(v as u32))
                 .map_err(e2s("credit"))?;
-            t.qp.post_send(SendWr {
-                wr_id: v,
-                op: SendOp::Write {
-                    remote_addr: t.remote.vaddr,
-                    rkey: t.remote.rkey,
-                },
-                sgl: vec![t.exposed.sge(off, pt::CREDIT_LEN)],
-                signaled: true,
-                fence: false,
-            })
-            .map_err(|e| format!("credit Write: {e} ({})", t.diag()))?;
+            let credit = t.exposed.sge(off, pt::CREDIT_LEN);
+            t.qp.post_send(SendWr::write(v, credit, t.remote.vaddr, t.remote.rkey))
+                .map_err(|e| format!("credit Write: {e} ({})", t.diag()))?;
             t.credit = v;
             inflight[i] += 1;
             slot[i] = (slot[i] + 1) % CREDIT_SLOTS;
@@ -1105,7 +1058,7 @@ fn write_lat(
     let last = size - 1;
     let first = pt::schedule(Test::WriteLat).server_starts == (side == Side::Server);
     let name = side_name(side);
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut posts = Vec::with_capacity(cfg.iters as usize);
     let t = &s.qps[0];
     let wait = |tag: u8, wcs: &mut [Completion]| -> Result<(), String> {
@@ -1158,7 +1111,7 @@ fn send_lat(
 ) -> Result<LatResult, String> {
     let size = s.size;
     let name = side_name(side);
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut posts = Vec::with_capacity(cfg.iters as usize);
     let t = &s.qps[0];
     let recv_buf = t.recv.as_ref().ok_or("no receive buffer")?;
@@ -1170,11 +1123,8 @@ fn send_lat(
             let (_, got) = reap(&s.cq, wcs, name)?;
             if got {
                 if posted_recvs < cfg.iters {
-                    t.qp.post_recv(RecvWr {
-                        wr_id: 0,
-                        sgl: vec![recv_buf.sge(0, size)],
-                    })
-                    .map_err(e2s("post_recv"))?;
+                    t.qp.post_recv(RecvWr::new(0, recv_buf.sge(0, size)))
+                        .map_err(e2s("post_recv"))?;
                     posted_recvs += 1;
                 }
                 return Ok(());
@@ -1212,7 +1162,7 @@ fn read_lat(
     progress: &mut Progress,
 ) -> Result<LatResult, String> {
     let size = s.size;
-    let mut wcs = vec![blank(); 16];
+    let mut wcs = vec![Completion::default(); 16];
     let mut samples = Vec::with_capacity(cfg.iters as usize);
     let t = &s.qps[0];
     for k in 1..=cfg.iters {

@@ -331,27 +331,6 @@ impl Rig {
         }
     }
 
-    /// [`Rig::serve`] with siw's debug messages on and streamed to the host, so that
-    /// [`Served::wait_established`] can tell when siw has taken a connection into RDMA
-    /// mode.
-    pub fn serve_traced(
-        &self,
-        name: &str,
-        cmd: &str,
-        host_port: u16,
-        guest_port: u16,
-        repeat: bool,
-        siw_params: &[&str],
-    ) -> Served<'_> {
-        let traced = format!(
-            "[ -e /tmp/traced ] || {{ touch /tmp/traced; \
-             mount -t debugfs none /sys/kernel/debug 2>/dev/null; \
-             echo 'module siw +p' > /sys/kernel/debug/dynamic_debug/control; \
-             (cat /proc/kmsg > /host/kmsg &); }}; {cmd}"
-        );
-        self.serve(name, &traced, host_port, guest_port, repeat, siw_params)
-    }
-
     /// Boots a guest that runs the siw client `cmd` (it reaches the host as
     /// `$HOST_IP`), waits for it, and returns what it did; the traffic to host
     /// `ports` is captured.
@@ -432,29 +411,6 @@ impl Served<'_> {
             success: o.status.success(),
             output,
             conns,
-        }
-    }
-
-    /// Waits until siw has delivered its `n`-th ESTABLISHED event (only with
-    /// [`Rig::serve_traced`]): siw moves the socket to its QP just before, so from then
-    /// on what we send is processed. `false` after a minute without it.
-    pub fn wait_established(&self, n: usize) -> bool {
-        let kmsg = self.rig.dir_of(&self.name).join("share/kmsg");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let log = std::fs::read_to_string(&kmsg).unwrap_or_default();
-            // siw_cm_upcall's reason 3 is IW_CM_EVENT_ESTABLISHED.
-            let established = log
-                .lines()
-                .filter(|l| l.contains("siw_cm_upcall") && l.contains("reason=3"))
-                .count();
-            if established >= n {
-                return true;
-            }
-            if std::time::Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
 

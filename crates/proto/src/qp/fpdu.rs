@@ -136,3 +136,18 @@ pub struct CopiedHeaders {
     /// The offending Read Request header.
     pub read_request: Option<[u8; READ_REQUEST_LEN]>,
 }
+
+impl CopiedHeaders {
+    /// The headers of an FPDU whose octets are gone (a fault found when it is
+    /// delivered, after the stream moved on): its DDP header written again from `h`
+    /// (reserved bits, which a receiver ignores, come back as zero) and its segment
+    /// length.
+    pub(crate) fn of(h: &DdpRepr, payload_len: usize) -> CopiedHeaders {
+        let (bytes, n) = h.to_bytes();
+        CopiedHeaders {
+            segment_len: u16::try_from(n + payload_len).ok(),
+            ddp_header: (bytes, n),
+            read_request: None,
+        }
+    }
+}

@@ -12,6 +12,7 @@
 //! shared queue passed in [`RxCtx`]. Every posted work request completes exactly once:
 //! with success, an error, or a flush.
 
+mod close;
 mod deliver;
 mod fpdu;
 mod params;
@@ -21,18 +22,22 @@ mod rq;
 mod stream;
 mod tx;
 
+pub use close::CloseAction;
 pub use deliver::{CqSide, QpEvent};
 pub use fpdu::{Chunk, CopiedHeaders, MAX_TX_HEADER, TxFpdu};
-pub use params::{QpConfig, QpParams, RtrKind};
-pub use rq::{RecvSource, RecvWqe, Rq};
+pub use params::{DEFAULT_CLOSE_TIMEOUT, QpConfig, QpParams, RtrKind};
+pub use rq::{Grant, RecvSource, RecvWqe, Rq};
 pub use stream::RxNeed;
 
 use crate::tpt::Tpt;
 use crate::verbs::*;
+use arrayvec::ArrayVec;
+use close::{Closer, Facts, Next};
 use deliver::Outbox;
 use receive::{Fatal, Receiver, RxDeps};
 use softrnic_wire::TerminateCause;
 use softrnic_wire::terminate::Layer;
+use std::time::Duration;
 use tx::TxState;
 
 /// Why a post was refused (the request was not queued and will not complete).
@@ -53,6 +58,18 @@ pub enum PostError {
     /// The QP is not in a state that accepts this post.
     #[error("QP in state {0:?} does not accept work requests")]
     BadState(QpState),
+    /// An RDMA Read on a connection that negotiated ORD 0: the peer accepts no Read
+    /// Requests (its IRD is 0), so none may be sent.
+    #[error("RDMA Read on a connection with ORD 0 (the peer's IRD is 0)")]
+    NoReadCredits,
+    /// The QP takes its receive buffers from a shared receive queue: post there.
+    #[error("the QP has no receive queue of its own (it uses a shared receive queue)")]
+    SharedRq,
+    /// A receive posted to a shared receive queue names memory that is not registered
+    /// with local write access in the queue's protection domain, or lies out of
+    /// bounds (there is no QP to complete it with an error).
+    #[error("an SGE is not registered local-writable memory of the queue's PD")]
+    InvalidSge,
 }
 
 /// What a receive step borrows from the device: the TPT and, for a QP that takes its
@@ -83,8 +100,10 @@ impl<'a> RxCtx<'a> {
 pub enum SegmentOutcome {
     /// Everything in it was taken (or had been already): the transport may forget it.
     Taken,
-    /// It lies ahead of the stream and could not be placed yet: the transport keeps it
-    /// and hands it in again once the octets before it have come.
+    /// It lies ahead of the stream and could not be placed yet, or the receive path
+    /// waits for a buffer (back-pressure, [`RxNeed::Wait`]): the transport keeps it and
+    /// hands it in again once the octets before it have come, or once woken (octets
+    /// taken already are skipped by their sequence numbers).
     Keep,
     /// Receive processing has stopped: nothing more is taken.
     Stopped,
@@ -99,9 +118,12 @@ pub struct Qp {
     tx: TxState,
     rx: Receiver,
     rq: Rq,
+    /// Receive buffers come from a shared receive queue (the own `rq` stays empty).
+    on_srq: bool,
     out: Outbox,
     /// The cause once the QP has failed.
     fatal: Option<(TerminateCause, bool)>,
+    closer: Closer,
 }
 
 impl Qp {
@@ -114,9 +136,25 @@ impl Qp {
             tx: TxState::default(),
             rx: Receiver::default(),
             rq: Rq::new(cfg.rq_depth),
+            on_srq: false,
             out: Outbox::new(cfg.id),
             fatal: None,
+            closer: Closer::default(),
         }
+    }
+
+    /// A QP in Idle state whose receive buffers come from a shared receive queue: it
+    /// has no receive queue of its own (`cfg.rq_depth` is not used), [`Qp::post_recv`]
+    /// is refused, and every receive step must be given the queue ([`RxCtx::with_srq`]).
+    pub fn new_on_srq(cfg: QpConfig) -> Self {
+        let mut qp = Qp::new(QpConfig { rq_depth: 0, ..cfg });
+        qp.on_srq = true;
+        qp
+    }
+
+    /// Whether the QP takes its receive buffers from a shared receive queue.
+    pub fn on_srq(&self) -> bool {
+        self.on_srq
     }
 
     /// Its number.
@@ -159,6 +197,9 @@ impl Qp {
     /// Posts a receive to the QP's own queue. Allowed from Idle on (receives may be
     /// posted before connecting).
     pub fn post_recv(&mut self, wr: RecvWr, tpt: &Tpt) -> Result<(), PostError> {
+        if self.on_srq {
+            return Err(PostError::SharedRq);
+        }
         match self.state {
             QpState::Idle | QpState::Rts | QpState::Closing => {}
             QpState::Terminate | QpState::Error => {
@@ -176,31 +217,14 @@ impl Qp {
         if !self.rq.has_room() {
             return Err(PostError::QueueFull);
         }
-        let mut sges = Vec::with_capacity(wr.sgl.len());
-        let mut total = 0u64;
-        for s in &wr.sgl {
-            match tpt.check_local(
-                s.lkey,
-                s.addr,
-                u64::from(s.len),
-                Access::LOCAL_WRITE,
-                self.cfg.pd,
-            ) {
-                Ok(t) => sges.push((t.region, t.offset, s.len)),
-                Err(status) => {
-                    let c = self.out.completion(wr.wr_id, status, WcOpcode::Recv, 0);
-                    self.out.recv(c);
-                    self.to_error();
-                    return Ok(());
-                }
+        match RecvWqe::resolve(&wr, tpt, self.cfg.pd) {
+            Ok(wqe) => self.rq.push(wqe),
+            Err(status) => {
+                let c = self.out.completion(wr.wr_id, status, WcOpcode::Recv, 0);
+                self.out.recv(c);
+                self.to_error();
             }
-            total += u64::from(s.len);
         }
-        self.rq.push(RecvWqe {
-            wr_id: wr.wr_id,
-            sges,
-            total,
-        });
         Ok(())
     }
 
@@ -220,13 +244,18 @@ impl Qp {
         if wr.sgl.len() > MAX_SGE {
             return Err(PostError::TooManySge(wr.sgl.len()));
         }
-        if matches!(wr.op, SendOp::Read { .. }) && wr.sgl.len() != 1 {
-            return Err(PostError::ReadNeedsOneSge);
+        if matches!(wr.op, SendOp::Read { .. }) {
+            if wr.sgl.len() != 1 {
+                return Err(PostError::ReadNeedsOneSge);
+            }
+            if self.params.ord == 0 {
+                return Err(PostError::NoReadCredits);
+            }
         }
         if self.tx.sq_len() >= self.cfg.sq_depth {
             return Err(PostError::QueueFull);
         }
-        let total: u64 = wr.sgl.iter().map(|s| u64::from(s.len)).sum();
+        let total = wr.sgl.total_len();
         if total > u64::from(u32::MAX) {
             return Err(PostError::TooLong);
         }
@@ -235,7 +264,7 @@ impl Qp {
         } else {
             Access::empty()
         };
-        let mut chunks = Vec::with_capacity(wr.sgl.len());
+        let mut chunks = ArrayVec::new();
         for s in &wr.sgl {
             match tpt.check_local(s.lkey, s.addr, u64::from(s.len), need, self.cfg.pd) {
                 Ok(t) => chunks.push(Chunk {
@@ -307,23 +336,79 @@ impl Qp {
         }
     }
 
-    /// Starts a graceful close: queued work is still transmitted; when the send queue is
-    /// empty the I/O layer sends FIN ([`Qp::ready_to_fin`]).
+    /// Starts a graceful close: queued work is still transmitted, then FIN
+    /// ([`Qp::poll_close`]).
     pub fn close(&mut self) {
         if self.state == QpState::Rts {
             self.state = QpState::Closing;
         }
     }
 
-    /// Graceful close: everything queued has been handed to the transport.
-    pub fn ready_to_fin(&self) -> bool {
-        self.state == QpState::Closing && self.tx.idle()
+    /// The peer's FIN came in: the stream has ended.
+    pub fn peer_fin(&mut self) {
+        self.closer.peer_fin();
     }
 
-    /// The transport closed (FIN after graceful close, EOF, reset, or a dead peer): the
-    /// QP goes to Error and all outstanding work is flushed.
-    pub fn transport_closed(&mut self) {
+    /// Whether the peer's FIN has come in.
+    pub fn peer_finished(&self) -> bool {
+        self.closer.peer_finished()
+    }
+
+    /// The stream failed under the QP (reset, broken pipe, ended mid-FPDU): it is
+    /// closed, and the QP goes to Error, flushing all outstanding work.
+    pub fn transport_lost(&mut self) {
+        self.closer.lost();
         self.to_error();
+    }
+
+    /// Whether the stream is closed (or failed): no more reads or writes on it.
+    pub fn transport_closed(&self) -> bool {
+        self.closer.is_closed()
+    }
+
+    /// The I/O layer drops the connection itself (an abortive close, or the QP is
+    /// destroyed): the QP goes to Error. Returns whether the QP was connected until now,
+    /// that is, whether to report that it is disconnected.
+    pub fn abandon_transport(&mut self) -> bool {
+        self.to_error();
+        self.closer.abandon()
+    }
+
+    /// The next close step for the I/O layer to take on its transport, given whether
+    /// the transport has written everything it was handed (`flushed`) and the time.
+    /// Call it after every round of progress until it returns `None`.
+    pub fn poll_close(&mut self, flushed: bool, now: Duration) -> Option<CloseAction> {
+        loop {
+            let facts = Facts {
+                state: self.state,
+                terminate_sent: self.terminate_sent(),
+                ready_to_fin: self.state == QpState::Closing && self.tx.idle(),
+                flushed,
+                now,
+            };
+            match self.closer.next(facts) {
+                Next::Wait => return None,
+                Next::BeginClose => self.close(),
+                Next::ToError => self.to_error(),
+                Next::Act { action, to_error } => {
+                    if to_error {
+                        self.to_error();
+                    }
+                    return Some(action);
+                }
+            }
+        }
+    }
+
+    /// When [`Qp::handle_timeout`] must be called next (the close timer), if ever.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        self.closer.deadline(self.params.close_timeout)
+    }
+
+    /// Time has reached `now`: a close timer that has expired makes the next
+    /// [`Qp::poll_close`] reset the connection.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        self.closer.handle_timeout(now, self.params.close_timeout);
     }
 
     /// Moves the QP to Error and flushes all outstanding work requests.
@@ -497,6 +582,15 @@ impl Qp {
         self.rx.position()
     }
 
+    /// A Send waiting for a receive buffer ([`RxNeed::Wait`]) asks its shared receive
+    /// queue again; afterwards [`Qp::rx_need`] says whether it got one. The I/O layer
+    /// calls this when the queue wakes the QP.
+    pub fn rx_retry(&mut self, ctx: &mut RxCtx<'_>) {
+        if self.rx.need() == RxNeed::Wait {
+            self.rx_step(ctx, |rx, d| rx.retry(d));
+        }
+    }
+
     /// Drives the receive path from the next octets of the stream: internal octets are
     /// buffered, payload is handed to `place` with its destination. Returns the octets
     /// consumed (all of them, unless receive processing stopped).
@@ -509,7 +603,7 @@ impl Qp {
         let mut at = 0;
         while at < data.len() {
             match self.rx_need() {
-                RxNeed::Stopped => break,
+                RxNeed::Stopped | RxNeed::Wait => break,
                 RxNeed::Internal(n) => {
                     let k = n.min(data.len() - at);
                     self.rx_buffer()[..k].copy_from_slice(&data[at..at + k]);
@@ -541,8 +635,10 @@ impl Qp {
         ctx: &mut RxCtx<'_>,
         place: &mut dyn FnMut(Chunk, &[u8]),
     ) -> SegmentOutcome {
-        if self.rx_need() == RxNeed::Stopped {
-            return SegmentOutcome::Stopped;
+        match self.rx_need() {
+            RxNeed::Stopped => return SegmentOutcome::Stopped,
+            RxNeed::Wait => return SegmentOutcome::Keep,
+            _ => {}
         }
         let pos = self.rx.position();
         if seq > pos {
@@ -575,12 +671,16 @@ impl Qp {
             // One need at a time: a step may skip FPDUs taken ahead.
             let k = match self.rx_need() {
                 RxNeed::Stopped => return SegmentOutcome::Stopped,
+                RxNeed::Wait => return SegmentOutcome::Keep,
                 RxNeed::Internal(n) => n.min(rest.len()),
                 RxNeed::Place(c) => c.len.min(rest.len()),
             };
             let used = self.handle_input(&rest[..k], ctx, place);
             if used == 0 {
-                return SegmentOutcome::Stopped;
+                return match self.rx_need() {
+                    RxNeed::Wait => SegmentOutcome::Keep,
+                    _ => SegmentOutcome::Stopped,
+                };
             }
             rest = &rest[used..];
             at_seq += used as u64;

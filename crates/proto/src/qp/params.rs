@@ -1,6 +1,11 @@
 //! The parameters a QP is created and connected with.
 
 use crate::verbs::*;
+use std::time::Duration;
+
+/// The default for [`QpParams::close_timeout`]: long enough for any live peer to answer
+/// a FIN, short enough that a silent one does not hold the QP for long.
+pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Negotiated connection parameters the QP runs with (from the MPA exchange).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +22,9 @@ pub struct QpParams {
     pub send_rtr: Option<RtrKind>,
     /// RFC 6581 peer-to-peer: this side must receive the RTR before it transmits.
     pub await_rtr: bool,
+    /// How long a close may take (the peer's FIN, or the queued octets draining)
+    /// before the connection is reset.
+    pub close_timeout: Duration,
 }
 
 impl Default for QpParams {
@@ -28,6 +36,7 @@ impl Default for QpParams {
             max_fpdu: 1448,
             send_rtr: None,
             await_rtr: false,
+            close_timeout: DEFAULT_CLOSE_TIMEOUT,
         }
     }
 }

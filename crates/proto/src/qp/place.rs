@@ -10,7 +10,7 @@
 //! Every refusal is the Terminate cause RFC 5040/5041 name for it.
 
 use super::fpdu::{Chunk, covering};
-use super::rq::{RecvSource, RecvWqe};
+use super::rq::{Grant, RecvSource, RecvWqe};
 use crate::tpt::{RemoteAccess, Tpt};
 use crate::verbs::*;
 use softrnic_wire::ddp::{DdpRepr, Placement};
@@ -109,6 +109,9 @@ pub(crate) enum UntaggedFault {
     /// The message is longer than its buffer: the buffer completes with a length error,
     /// then the connection terminates (DDP "too long").
     TooLong(RecvWqe),
+    /// The receive source applies back-pressure: nothing was bound; ask again when
+    /// woken.
+    Wait,
 }
 
 /// Messages ahead of the oldest undelivered Send that a segment found ahead of the
@@ -184,13 +187,17 @@ impl Untagged {
         }
         let ahead = ahead as usize;
         while self.bound.len() <= ahead {
-            let Some(wqe) = source.take(qp) else {
+            match source.take(qp, arrival == Arrival::Ahead) {
+                Grant::Buffer(wqe) => self.bound.push_back(wqe),
                 // On iWARP an empty receive queue is fatal.
-                return Err(UntaggedFault::Terminate(ddp_untagged(
-                    ddp_code::untagged::NO_BUFFER,
-                )));
-            };
-            self.bound.push_back(wqe);
+                Grant::Empty => {
+                    return Err(UntaggedFault::Terminate(ddp_untagged(
+                        ddp_code::untagged::NO_BUFFER,
+                    )));
+                }
+                Grant::Wait => return Err(UntaggedFault::Wait),
+                Grant::Refused(cause) => return Err(UntaggedFault::Terminate(cause)),
+            }
         }
         let too_long = u64::from(seg.mo) + seg.len as u64 > self.bound[ahead].total;
         if too_long {

@@ -21,7 +21,7 @@ use softrnic_wire::WireError;
 use softrnic_wire::ddp::{DdpRepr, Placement};
 use softrnic_wire::mpa;
 use softrnic_wire::rdmap::{Opcode, READ_REQUEST_LEN, ReadRequest};
-use softrnic_wire::terminate::{TerminateCause, TerminateRepr, ddp_code, rdmap_code};
+use softrnic_wire::terminate::{TerminateCause, ddp_code, rdmap_code};
 
 /// FPDUs taken ahead of the stream and not yet delivered, at most (beyond, segments are
 /// left to arrive in order).
@@ -55,6 +55,10 @@ pub(crate) struct Receiver {
     await_rtr: bool,
     deferred: Deferred,
     scratch: Vec<Chunk>,
+    /// A Send header whose message the receive source asked to wait for a buffer
+    /// (back-pressure): (header, payload length). The stream reads nothing until
+    /// [`Receiver::retry`] binds one.
+    waiting: Option<(DdpRepr, usize)>,
 }
 
 type Res = Result<(), Fatal>;
@@ -66,7 +70,18 @@ impl Receiver {
     }
 
     pub(crate) fn need(&self) -> RxNeed {
+        if self.waiting.is_some() {
+            return RxNeed::Wait;
+        }
         self.stream.need()
+    }
+
+    /// Asks the receive source again for the buffer a waiting Send needs.
+    pub(crate) fn retry(&mut self, d: &mut RxDeps<'_>) -> Res {
+        match self.waiting.take() {
+            Some((h, len)) => self.send_destination(h, len, d),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn buffer(&mut self) -> &mut [u8] {
@@ -92,6 +107,7 @@ impl Receiver {
     pub(crate) fn stop(&mut self) {
         self.stream.stop();
         self.deferred.clear();
+        self.waiting = None;
     }
 
     pub(crate) fn untagged(&mut self) -> &mut Untagged {
@@ -123,16 +139,14 @@ impl Receiver {
     }
 
     fn on_header(&mut self, h: DdpRepr, rest: usize, d: &mut RxDeps<'_>) -> Res {
+        if h.opcode == Opcode::Terminate {
+            return self.on_terminate_header(rest, d);
+        }
         let h = check_rdmap_rules(h).map_err(|e| self.fail_wire(e))?;
         match h.opcode {
-            Opcode::ReadRequest | Opcode::Terminate => {
-                if h.opcode == Opcode::ReadRequest && rest != READ_REQUEST_LEN {
+            Opcode::ReadRequest => {
+                if rest != READ_REQUEST_LEN {
                     return Err(self.fail_wire(WireError::BadReadRequestLength(rest)));
-                }
-                if rest > MAX_BODY {
-                    return Err(
-                        self.fail_wire(WireError::BadTerminate("longer than any Terminate"))
-                    );
                 }
                 match self.stream.expect_body(rest) {
                     Step::Body(h) => self.on_body(h, d),
@@ -158,6 +172,20 @@ impl Receiver {
             }
             op if op.is_send() => self.send_destination(h, rest, d),
             _ => Err(self.fail(rdmap_op(rdmap_code::UNEXPECTED_OPCODE))),
+        }
+    }
+
+    /// A Terminate from the peer ends the stream whatever is wrong with it (queue
+    /// number, offset, L flag, length, body): RFC 5040 never answers a Terminate with
+    /// another. Its body is read if it fits the buffer, for the cause it carries.
+    fn on_terminate_header(&mut self, rest: usize, d: &mut RxDeps<'_>) -> Res {
+        if rest > MAX_BODY {
+            self.stop();
+            return Err(Fatal::Remote(softrnic_wire::terminate::UNREADABLE));
+        }
+        match self.stream.expect_body(rest) {
+            Step::Body(h) => self.on_body(h, d),
+            _ => Ok(()),
         }
     }
 
@@ -194,8 +222,13 @@ impl Receiver {
                 self.stream.expect_payload(dest.drain(..), len);
                 Ok(())
             }
+            Err(UntaggedFault::Wait) => {
+                self.waiting = Some((h, len));
+                Ok(())
+            }
             Err(UntaggedFault::Terminate(c)) => Err(self.fail(c)),
             Err(UntaggedFault::TooLong(wqe)) => {
+                d.buffers.release(d.qp);
                 let c = d
                     .out
                     .completion(wqe.wr_id, WcStatus::LocalLengthError, WcOpcode::Recv, 0);
@@ -222,19 +255,14 @@ impl Receiver {
                     d.tx.hold_for_rtr = false;
                 }
                 if !d.tx.push_inbound_read(&rr, source) {
-                    // More Read Requests than the IRD we advertised.
+                    // More Read Requests than the IRD we advertised (with IRD 0, any).
                     return Err(self.fail(place::ddp_untagged(ddp_code::untagged::NO_BUFFER)));
                 }
             }
             Opcode::Terminate => {
-                let parsed = TerminateRepr::parse(self.stream.body()).map(|t| t.cause);
-                return Err(match parsed {
-                    Ok(cause) => {
-                        self.stop();
-                        Fatal::Remote(cause)
-                    }
-                    Err(e) => self.fail_wire(e),
-                });
+                let cause = softrnic_wire::terminate::received_cause(self.stream.body());
+                self.stop();
+                return Err(Fatal::Remote(cause));
             }
             _ => {}
         }
@@ -274,13 +302,18 @@ impl Receiver {
                 if !h.last {
                     return Ok(());
                 }
-                if op.invalidates() && d.tpt.invalidate(rsvd_ulp, d.pd).is_err() {
-                    // The buffer stays bound and flushes with the rest.
-                    return Err(self.fail(place::cannot_invalidate()));
+                if op.invalidates() && d.tpt.invalidate_remote(rsvd_ulp, d.pd).is_err() {
+                    // The buffer stays bound and flushes with the rest. The FPDU's
+                    // octets are behind us: its header is written again for the
+                    // Terminate.
+                    self.stop();
+                    let copied = CopiedHeaders::of(&h, len);
+                    return Err(Fatal::Local(place::cannot_invalidate(), copied));
                 }
                 let Some(wqe) = self.untagged.deliver_send() else {
                     return Ok(());
                 };
+                d.buffers.release(d.qp);
                 let mut c = d.out.completion(
                     wqe.wr_id,
                     WcStatus::Success,

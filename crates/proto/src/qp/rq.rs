@@ -1,11 +1,18 @@
 //! Receive buffers: where an untagged (Send) message finds the buffer it lands in.
 //!
 //! The receive path does not own a queue; it takes buffers from a [`RecvSource`]: the
-//! QP's own receive queue ([`Rq`]) or a queue shared by many QPs (an SRQ), passed in by
-//! the I/O layer. A buffer is taken when the first segment of its message arrives, and
-//! stays bound to that message (by its MSN) until the message completes or flushes.
+//! QP's own receive queue ([`Rq`]) or a queue shared by many QPs (an SRQ,
+//! [`crate::srq::Srq`]), passed in by the I/O layer. A buffer is taken when the first
+//! segment of its message arrives, and stays bound to that message (by its MSN) until
+//! the message completes or flushes.
+//!
+//! A shared source may answer something else than "here is one" or "none": it may ask
+//! the QP to wait (back-pressure: the receive path stops reading until it is woken), or
+//! refuse with a Terminate cause (a per-QP hard limit).
 
-use crate::verbs::{QpId, RegionId};
+use crate::tpt::Tpt;
+use crate::verbs::{Access, MAX_SGE, PdId, QpId, RecvWr, RegionId, WcStatus};
+use softrnic_wire::TerminateCause;
 use std::collections::VecDeque;
 
 /// A posted receive with its SGEs resolved through the TPT.
@@ -14,16 +21,54 @@ pub struct RecvWqe {
     /// The work request's identifier.
     pub wr_id: u64,
     /// (region, offset, len) per SGE.
-    pub sges: Vec<(RegionId, u64, u32)>,
+    pub sges: arrayvec::ArrayVec<(RegionId, u64, u32), MAX_SGE>,
     /// Octets the SGEs hold together.
     pub total: u64,
 }
 
+impl RecvWqe {
+    /// Resolves a receive work request's SGEs through the TPT (each must name memory of
+    /// `pd` with LOCAL_WRITE, in bounds). The caller checked the SGE count against its
+    /// queue's maximum.
+    pub fn resolve(wr: &RecvWr, tpt: &Tpt, pd: PdId) -> Result<RecvWqe, WcStatus> {
+        let mut sges = arrayvec::ArrayVec::new();
+        let mut total = 0u64;
+        for s in &wr.sgl {
+            let t = tpt.check_local(s.lkey, s.addr, u64::from(s.len), Access::LOCAL_WRITE, pd)?;
+            // An Sgl holds at most MAX_SGE elements, as the array does.
+            sges.push((t.region, t.offset, s.len));
+            total += u64::from(s.len);
+        }
+        Ok(RecvWqe {
+            wr_id: wr.wr_id,
+            sges,
+            total,
+        })
+    }
+}
+
+/// A receive source's answer to a message that needs a buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grant {
+    /// This buffer, now bound to the message.
+    Buffer(RecvWqe),
+    /// No buffer is posted (on iWARP, fatal to the connection: DDP "no buffer").
+    Empty,
+    /// Back-pressure: the QP stops reading its stream until the source wakes it, and
+    /// then asks again ([`crate::qp::Qp::rx_retry`]). Nothing was taken.
+    Wait,
+    /// Refused by a limit: the connection terminates with this cause.
+    Refused(TerminateCause),
+}
+
 /// A supply of receive buffers for untagged messages.
 pub trait RecvSource {
-    /// The next buffer for a message arriving on `qp`, or None when there is none (on
-    /// iWARP, a Send that finds no buffer is fatal to the connection).
-    fn take(&mut self, qp: QpId) -> Option<RecvWqe>;
+    /// The next buffer for a message arriving on `qp`; `ahead` when the message's first
+    /// segment came ahead of the in-order stream (after a hole).
+    fn take(&mut self, qp: QpId, ahead: bool) -> Grant;
+
+    /// A buffer `qp` took has been given back to the program: its message completed.
+    fn release(&mut self, _qp: QpId) {}
 }
 
 /// A QP's own receive queue: buffers in posting order, at most `depth` of them.
@@ -69,7 +114,10 @@ impl Rq {
 }
 
 impl RecvSource for Rq {
-    fn take(&mut self, _qp: QpId) -> Option<RecvWqe> {
-        self.queue.pop_front()
+    fn take(&mut self, _qp: QpId, _ahead: bool) -> Grant {
+        match self.queue.pop_front() {
+            Some(w) => Grant::Buffer(w),
+            None => Grant::Empty,
+        }
     }
 }

@@ -28,6 +28,9 @@ pub enum RxNeed {
     Place(Chunk),
     /// Receive processing has stopped (Terminate or Error): read nothing more.
     Stopped,
+    /// Back-pressure: a Send waits for a receive buffer that its shared receive queue
+    /// holds back. Read nothing until woken, then call `Qp::rx_retry`.
+    Wait,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,6 +10,7 @@
 use super::fpdu::{Chunk, CopiedHeaders, TxFpdu, covering};
 use super::params::{QpParams, RtrKind};
 use crate::verbs::*;
+use arrayvec::ArrayVec;
 use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use softrnic_wire::mpa;
 use softrnic_wire::rdmap::{Opcode, QN_READ_REQUEST, QN_SEND, QN_TERMINATE, ReadRequest};
@@ -21,7 +22,7 @@ struct SqEntry {
     seq: u64,
     wr_id: u64,
     op: SendOp,
-    chunks: Vec<Chunk>,
+    chunks: ArrayVec<Chunk, MAX_SGE>,
     total: u32,
     signaled: bool,
     fence: bool,
@@ -140,7 +141,13 @@ impl TxState {
         self.sq.len() + self.orq.len()
     }
 
-    pub(crate) fn enqueue(&mut self, seq: u64, wr: SendWr, chunks: Vec<Chunk>, total: u32) {
+    pub(crate) fn enqueue(
+        &mut self,
+        seq: u64,
+        wr: SendWr,
+        chunks: ArrayVec<Chunk, MAX_SGE>,
+        total: u32,
+    ) {
         self.sq.push_back(SqEntry {
             seq,
             wr_id: wr.wr_id,
@@ -193,7 +200,7 @@ impl TxState {
 
     /// An inbound Read Request, already checked against the TPT; false if IRD is full.
     pub(crate) fn push_inbound_read(&mut self, rr: &ReadRequest, source: Chunk) -> bool {
-        if self.irq.len() >= self.ird.max(1) {
+        if self.irq.len() >= self.ird {
             return false;
         }
         self.irq.push_back(InRead {
@@ -358,7 +365,7 @@ impl TxState {
         }
         match e.op {
             SendOp::Read { remote_addr, rkey } => {
-                if tx.orq.len() >= tx.ord.max(1) {
+                if tx.orq.len() >= tx.ord {
                     return false;
                 }
                 let rr = ReadRequest {

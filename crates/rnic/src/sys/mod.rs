@@ -4,4 +4,5 @@
 
 pub mod affinity;
 pub(crate) mod eventfd;
+pub(crate) mod random;
 pub(crate) mod socket;

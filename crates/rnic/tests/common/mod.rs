@@ -1,35 +1,139 @@
-//! Shared set-up for the loopback tests: two devices (or one) and connected QP pairs.
+//! The one set-up module of the rnic tests: ends (a device, a PD, CQs and a QP) built by
+//! [`end`], connected pairs, a hand-driven MPA initiator, and helpers that wait for
+//! completions and events with a timeout (nothing sleeps: every wait ends as soon as
+//! what it waits for arrives) and check what completed.
 #![allow(dead_code)]
 
 use softrnic_rnic::*;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub const T: Duration = Duration::from_secs(20);
+/// How long any single wait may take before the test fails.
+pub const WAIT: Duration = Duration::from_secs(20);
 
+/// One side of a test: a device with one QP.
 pub struct End {
     pub dev: Device,
     pub pd: Pd,
+    /// The send CQ, and the receive CQ too unless the end has its own ([`End::recv_cq`]).
     pub cq: Cq,
+    recv: Option<Cq>,
     pub qp: Qp,
 }
 
-/// A device with one unconnected QP whose send and receive queues share a CQ.
-pub fn end_on(cfg: DeviceConfig, cq_depth: usize, sq: usize, rq: usize) -> End {
-    let dev = Device::open(cfg).unwrap();
-    let pd = dev.alloc_pd();
-    let cq = dev.create_cq(cq_depth).unwrap();
-    let qp = dev
-        .create_qp(
-            &pd,
-            QpInit {
-                send_cq: &cq,
-                recv_cq: &cq,
-                sq_depth: sq,
-                rq_depth: rq,
-            },
-        )
-        .unwrap();
-    End { dev, pd, cq, qp }
+impl End {
+    /// The CQ receive completions go to.
+    pub fn recv_cq(&self) -> &Cq {
+        self.recv.as_ref().unwrap_or(&self.cq)
+    }
+}
+
+/// What an [`End`] is built with; start from [`end`].
+#[derive(Clone)]
+pub struct EndBuilder {
+    cfg: DeviceConfig,
+    cq_depth: usize,
+    recv_cq_depth: Option<usize>,
+    sq: usize,
+    rq: usize,
+}
+
+/// A builder with what most tests want: a default device, one CQ of 4096 for both
+/// queues, send and receive queues of 256.
+pub fn end() -> EndBuilder {
+    EndBuilder {
+        cfg: DeviceConfig::default(),
+        cq_depth: 4096,
+        recv_cq_depth: None,
+        sq: 256,
+        rq: 256,
+    }
+}
+
+impl EndBuilder {
+    /// The device's configuration.
+    pub fn config(mut self, cfg: DeviceConfig) -> Self {
+        self.cfg = cfg;
+        self
+    }
+
+    /// A default device that progresses as `progress` says.
+    pub fn progress(self, progress: ProgressMode) -> Self {
+        self.config(DeviceConfig {
+            progress,
+            ..DeviceConfig::default()
+        })
+    }
+
+    /// Depth of the CQ (both queues', unless [`EndBuilder::recv_cq`] is given).
+    pub fn cq(mut self, depth: usize) -> Self {
+        self.cq_depth = depth;
+        self
+    }
+
+    /// A CQ of its own, this deep, for receive completions.
+    pub fn recv_cq(mut self, depth: usize) -> Self {
+        self.recv_cq_depth = Some(depth);
+        self
+    }
+
+    /// Send and receive queue depths.
+    pub fn queues(mut self, sq: usize, rq: usize) -> Self {
+        self.sq = sq;
+        self.rq = rq;
+        self
+    }
+
+    /// An unconnected end.
+    pub fn build(&self) -> End {
+        let dev = Device::open(self.cfg.clone()).unwrap();
+        let pd = dev.alloc_pd();
+        let cq = dev.create_cq(self.cq_depth).unwrap();
+        let recv = self.recv_cq_depth.map(|d| dev.create_cq(d).unwrap());
+        let init = QpInit::with_cqs(&cq, recv.as_ref().unwrap_or(&cq), self.sq, self.rq);
+        let qp = dev.create_qp(&pd, init).unwrap();
+        End {
+            dev,
+            pd,
+            cq,
+            recv,
+            qp,
+        }
+    }
+
+    /// Two ends built alike, connected: (active, passive).
+    pub fn pair(&self) -> (End, End) {
+        let (a, b) = (self.build(), self.build());
+        connect(&a, &b);
+        (a, b)
+    }
+}
+
+/// A connected pair of default ends: (active, passive).
+pub fn pair() -> (End, End) {
+    end().pair()
+}
+
+/// Connects `a` (active) to `b` (passive) over loopback TCP.
+pub fn connect(a: &End, b: &End) {
+    connect_qps((&a.dev, &a.qp), (&b.dev, &b.qp));
+}
+
+/// Connects the active QP `qa` on its device to the passive QP `qb` on its device (the
+/// same device or another), checking the private data each side receives.
+pub fn connect_qps((da, qa): (&Device, &Qp), (db, qb): (&Device, &Qp)) {
+    let listener = db.listen("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let req = listener.accept().unwrap();
+            assert_eq!(req.private_data(), b"active");
+            req.accept(qb, b"passive").unwrap();
+        });
+        let c = da.connect(addr, qa, b"active").unwrap();
+        assert_eq!(c.peer_private_data(), b"passive");
+        h.join().unwrap();
+    });
 }
 
 /// A hand-driven MPA initiator on a plain TCP stream, connected to `e`'s QP: the MPA
@@ -43,7 +147,7 @@ pub fn raw_initiator(e: &End) -> std::net::TcpStream {
     std::thread::scope(|s| {
         let h = s.spawn(|| listener.accept().unwrap().accept(&e.qp, b"").unwrap());
         let mut c = std::net::TcpStream::connect(addr).unwrap();
-        c.set_read_timeout(Some(T)).unwrap();
+        c.set_read_timeout(Some(WAIT)).unwrap();
         let mut init = Initiator::new(MpaConfig::default()).unwrap();
         c.write_all(&init.request()).unwrap();
         let mut got = Vec::new();
@@ -66,29 +170,6 @@ pub fn raw_initiator(e: &End) -> std::net::TcpStream {
     })
 }
 
-/// A connected pair: (active, passive), each on its own device.
-pub fn pair_with(cfg: DeviceConfig, sq: usize, rq: usize) -> (End, End) {
-    let mk = |cfg: DeviceConfig| end_on(cfg, 4096, sq, rq);
-    let a = mk(cfg.clone());
-    let b = mk(cfg);
-    let listener = b.dev.listen("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::scope(|s| {
-        let h = s.spawn(|| {
-            let req = listener.accept().unwrap();
-            req.accept(&b.qp, b"passive").unwrap();
-        });
-        let c = a.dev.connect(addr, &a.qp, b"active").unwrap();
-        assert_eq!(c.peer_private_data(), b"passive");
-        h.join().unwrap();
-    });
-    (a, b)
-}
-
-pub fn pair() -> (End, End) {
-    pair_with(DeviceConfig::default(), 256, 256)
-}
-
 /// Deterministic test data.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -102,21 +183,72 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// The next completion of `cq` (panics if none arrives within [`WAIT`]).
 pub fn one(cq: &Cq) -> Completion {
-    let v = cq.wait_for(1, T);
-    assert_eq!(v.len(), 1, "no completion within {T:?}");
-    v[0]
+    take(cq, 1)[0]
 }
 
-pub fn send(wr_id: u64, sgl: Vec<Sge>) -> SendWr {
-    SendWr {
-        wr_id,
-        op: SendOp::Send {
-            solicited: false,
-            invalidate: None,
-        },
-        sgl,
-        signaled: true,
-        fence: false,
-    }
+/// Collects exactly `n` completions (panics if fewer arrive within [`WAIT`]).
+pub fn take(cq: &Cq, n: usize) -> Vec<Completion> {
+    let v = cq.wait_for(n, WAIT);
+    assert_eq!(
+        v.len(),
+        n,
+        "expected {n} completions within {WAIT:?}, got {v:?}"
+    );
+    v
 }
+
+/// Everything in the CQ now, without waiting. Once a QP's Disconnected event has been
+/// seen, every completion it produced (flushes included) is already in its CQ.
+pub fn drained(cq: &Cq) -> Vec<Completion> {
+    std::iter::from_fn(|| cq.poll_one()).collect()
+}
+
+/// Asserts every work request in `wrs` completed exactly once in `got`, and that
+/// nothing else completed.
+pub fn exactly_once(got: &[Completion], wrs: impl IntoIterator<Item = u64>) {
+    let mut count: BTreeMap<u64, usize> = BTreeMap::new();
+    for c in got {
+        *count.entry(c.wr_id).or_default() += 1;
+    }
+    let want: BTreeMap<u64, usize> = wrs.into_iter().map(|w| (w, 1)).collect();
+    assert_eq!(count, want, "completions per wr_id");
+}
+
+/// Status of the completion of `wr_id` in `got`.
+pub fn status_of(got: &[Completion], wr_id: u64) -> WcStatus {
+    got.iter()
+        .find(|c| c.wr_id == wr_id)
+        .unwrap_or_else(|| panic!("no completion for wr_id {wr_id}"))
+        .status
+}
+
+/// Waits for the first event that `pick` accepts; panics after [`WAIT`].
+pub fn event(dev: &Device, what: &str, mut pick: impl FnMut(&AsyncEvent) -> bool) -> AsyncEvent {
+    dev.wait_event_matching(WAIT, |e| pick(e))
+        .unwrap_or_else(|| panic!("no {what} event within {WAIT:?}"))
+}
+
+/// The QpFatal event of `qp`.
+pub fn fatal_event(dev: &Device, qp: &Qp) -> AsyncEvent {
+    let id = qp.id();
+    event(
+        dev,
+        "QpFatal",
+        |e| matches!(e, AsyncEvent::QpFatal { qp, .. } if *qp == id),
+    )
+}
+
+/// Waits for the Disconnected event of `qp`.
+pub fn disconnected(dev: &Device, qp: &Qp) {
+    let id = qp.id();
+    let e = event(
+        dev,
+        "Disconnected",
+        |e| matches!(e, AsyncEvent::Disconnected { qp } if *qp == id),
+    );
+    assert_eq!(e, AsyncEvent::Disconnected { qp: id });
+}
+
+pub mod srq;

@@ -91,12 +91,12 @@ fn workload(crc: bool) -> (Side, Side, [STag; 3]) {
     let (src, sbase) = a.reg(20_000, Access::empty(), 1);
     let (rdst, rbase) = b.reg(12_000, Access::LOCAL_WRITE, 2);
     let (wdst, wbase) = b.reg(8_000, Access::LOCAL_WRITE | Access::REMOTE_WRITE, 3);
-    let (inv, _) = b.reg(16, Access::REMOTE_WRITE, 4);
+    let (inv, _) = b.reg(16, Access::REMOTE_WRITE | Access::REMOTE_INVALIDATE, 4);
     for (i, at) in [0u64, 4_000, 8_000].into_iter().enumerate() {
         b.qp.post_recv(
             RecvWr {
                 wr_id: 100 + i as u64,
-                sgl: vec![sge(rdst, rbase + at, 4_000)],
+                sgl: [sge(rdst, rbase + at, 4_000)].into(),
             },
             &b.tpt,
         )
@@ -108,7 +108,7 @@ fn workload(crc: bool) -> (Side, Side, [STag; 3]) {
         (3, 5_501, 3_999, None),
     ];
     for (wr_id, off, len, invalidate) in sends {
-        let mut wr = send_wr(wr_id, vec![sge(src, sbase + off, len)]);
+        let mut wr = send_wr(wr_id, [sge(src, sbase + off, len)]);
         wr.op = SendOp::Send {
             solicited: invalidate.is_some(),
             invalidate,
@@ -120,7 +120,7 @@ fn workload(crc: bool) -> (Side, Side, [STag; 3]) {
                 remote_addr: wbase + off,
                 rkey: wdst,
             },
-            sgl: vec![sge(src, sbase + 10_000 + off, len.min(2_000))],
+            sgl: [sge(src, sbase + 10_000 + off, len.min(2_000))].into(),
             signaled: true,
             fence: false,
         };
