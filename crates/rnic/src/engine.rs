@@ -33,8 +33,60 @@ const WAKER: Token = Token(usize::MAX);
 /// Weak: a QP dropped without deregistering is never kept alive, only skipped.
 type QpMap = Mutex<HashMap<Token, Weak<QpShared>>>;
 
-/// Deadlines at which to drive a QP, earliest first.
-type Timers = Mutex<BinaryHeap<Reverse<(Duration, QpId)>>>;
+/// Deadlines at which to drive a QP, earliest first, and the earliest as an atomic, so
+/// the event loop (which spins) reads one word per turn and locks only when one is due.
+#[derive(Default)]
+struct Timers {
+    heap: Mutex<BinaryHeap<Reverse<(Duration, QpId)>>>,
+    /// Nanoseconds on the [`now`] clock; `u64::MAX` when there is none.
+    earliest: AtomicU64,
+}
+
+impl Timers {
+    /// Adds a deadline; true if it is the earliest now.
+    fn arm(&self, at: Duration, qp: QpId) -> bool {
+        let Ok(mut t) = self.heap.lock() else {
+            return false;
+        };
+        let first = t.peek().is_none_or(|Reverse((f, _))| at < *f);
+        t.push(Reverse((at, qp)));
+        self.publish(&t);
+        first
+    }
+
+    fn publish(&self, t: &BinaryHeap<Reverse<(Duration, QpId)>>) {
+        let ns = t.peek().map_or(u64::MAX, |Reverse((at, _))| {
+            u64::try_from(at.as_nanos()).unwrap_or(u64::MAX - 1)
+        });
+        self.earliest.store(ns, Ordering::Release);
+    }
+
+    fn next(&self) -> Option<Duration> {
+        match self.earliest.load(Ordering::Acquire) {
+            u64::MAX => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Moves the QPs whose deadline has come into `due`.
+    fn take_due(&self, due: &mut Vec<QpId>) {
+        let now = now();
+        if self.next().is_none_or(|at| at > now) {
+            return;
+        }
+        let Ok(mut t) = self.heap.lock() else {
+            return;
+        };
+        while let Some(Reverse((at, qp))) = t.peek().copied() {
+            if at > now {
+                break;
+            }
+            t.pop();
+            due.push(qp);
+        }
+        self.publish(&t);
+    }
+}
 
 /// The time QPs see: the time since the first call in the process. Their timers are
 /// durations on this clock.
@@ -171,13 +223,9 @@ impl Engine {
     /// Drives `qp` once time reaches `at` (on the [`now`] clock). A QP gone by then is
     /// skipped; a QP driven early finds nothing due and asks again.
     pub(crate) fn arm_timer(&self, at: Duration, qp: QpId) {
-        if let Ok(mut t) = self.timers.lock() {
-            let earliest = t.peek().is_none_or(|Reverse((first, _))| at < *first);
-            t.push(Reverse((at, qp)));
-            if earliest {
-                // The engine may be asleep with no deadline, or a later one.
-                let _ = self.waker.wake();
-            }
+        if self.timers.arm(at, qp) {
+            // The engine may be asleep with no deadline, or a later one.
+            let _ = self.waker.wake();
         }
     }
 
@@ -226,7 +274,7 @@ fn run(
     let mut last_busy = Instant::now();
     loop {
         let spinning = (last_busy.elapsed() < spin).then_some(Duration::ZERO);
-        let timeout = match next_timer(&timers) {
+        let timeout = match timers.next() {
             Some(at) => Some(
                 at.saturating_sub(now())
                     .min(spinning.unwrap_or(Duration::MAX)),
@@ -241,7 +289,7 @@ fn run(
         if stop.load(Ordering::Acquire) {
             break;
         }
-        take_due(&timers, &mut due);
+        timers.take_due(&mut due);
         if events.is_empty() && due.is_empty() {
             continue;
         }
@@ -281,25 +329,5 @@ fn run(
         if crate::handler::take_woke_dispatcher() {
             std::thread::yield_now();
         }
-    }
-}
-
-fn next_timer(timers: &Timers) -> Option<Duration> {
-    let t = timers.lock().ok()?;
-    t.peek().map(|Reverse((at, _))| *at)
-}
-
-/// Moves the QPs whose deadline has come out of `timers` into `due`.
-fn take_due(timers: &Timers, due: &mut Vec<QpId>) {
-    let Ok(mut t) = timers.lock() else {
-        return;
-    };
-    let now = now();
-    while let Some(Reverse((at, qp))) = t.peek().copied() {
-        if at > now {
-            break;
-        }
-        t.pop();
-        due.push(qp);
     }
 }
