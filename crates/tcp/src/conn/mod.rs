@@ -107,6 +107,13 @@ pub struct Stats {
     pub resets_out: u64,
 }
 
+/// Which probe is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    Window,
+    Keepalive,
+}
+
 #[derive(Debug, Default)]
 struct Timers {
     rto: Option<Duration>,
@@ -134,7 +141,7 @@ pub struct Connection {
     /// Consecutive retransmission timeouts without progress.
     retries: u32,
     /// A window or keep-alive probe must go out.
-    probe_pending: bool,
+    probe_pending: Option<Probe>,
     /// The persist timer fired with a small window open: send what fits.
     force_send: bool,
     persist_backoff: u32,
@@ -189,7 +196,7 @@ impl Connection {
             rst_pending: None,
             timers: Timers::default(),
             retries: 0,
-            probe_pending: false,
+            probe_pending: None,
             force_send: false,
             persist_backoff: 0,
             keepalive_sent: 0,
@@ -347,7 +354,7 @@ impl Connection {
         self.rx.delack_at = None;
         self.rx.ack_now = false;
         self.syn_pending = false;
-        self.probe_pending = false;
+        self.probe_pending = None;
     }
 
     fn enter_time_wait(&mut self, now: Duration) {

@@ -3,7 +3,7 @@
 //! written straight into the caller's buffer.
 
 use super::tx::{Blocked, Pick};
-use super::{Connection, State};
+use super::{Connection, Probe, State};
 use crate::segment::{Flags, IPV4_HEADER_LEN, MAX_SACK_BLOCKS, Options, Segment, TCP_HEADER_LEN};
 use std::net::SocketAddrV4;
 use std::time::Duration;
@@ -80,7 +80,7 @@ impl Connection {
             }
             Err(_) => {}
         }
-        if self.probe_pending {
+        if let Some(probe) = self.probe_pending {
             // An out-of-window ACK (sequence number one below SND.UNA): the peer answers
             // with its current window, whether it is a window or a keep-alive probe.
             let seg = self.header(
@@ -91,9 +91,13 @@ impl Connection {
                 out.len(),
             );
             let n = seg.emit(out).ok()?;
-            self.probe_pending = false;
+            self.probe_pending = None;
             self.rx.acked();
             self.stats.segments_out += 1;
+            match probe {
+                Probe::Window => self.stats.window_probes += 1,
+                Probe::Keepalive => self.stats.keepalive_probes += 1,
+            }
             return Some(n);
         }
         self.send_ack(remote, out)

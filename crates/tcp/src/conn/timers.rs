@@ -2,7 +2,7 @@
 //! persist (zero-window probes, backed off), keep-alive and TIME-WAIT. Each is a
 //! deadline; the caller asks for the earliest and reports when time has reached it.
 
-use super::{Connection, Event, State};
+use super::{Connection, Event, Probe, State};
 use crate::segment::Flags;
 use std::time::Duration;
 
@@ -81,8 +81,7 @@ impl Connection {
         }
         self.persist_backoff = self.persist_backoff.saturating_add(1);
         if self.tx.wnd == 0 {
-            self.probe_pending = true;
-            self.stats.window_probes += 1;
+            self.probe_pending = Some(Probe::Window);
         } else {
             self.force_send = true;
         }
@@ -105,8 +104,7 @@ impl Connection {
             return;
         }
         self.keepalive_sent += 1;
-        self.probe_pending = true;
-        self.stats.keepalive_probes += 1;
+        self.probe_pending = Some(Probe::Keepalive);
         self.timers.keepalive = Some(now + ka.interval);
     }
 

@@ -150,7 +150,8 @@ pub fn cfg() -> Config {
         send_buffer: 16 * 1024,
         recv_buffer: 16 * 1024,
         rto_initial: 100 * MS,
-        rto_min: 20 * MS,
+        // Above the delayed-ACK time (40 ms), as the default 200 ms is.
+        rto_min: 50 * MS,
         rto_max: 10_000 * MS,
         msl: 500 * MS,
         ..Config::default()
@@ -263,6 +264,9 @@ impl Net {
             let p = self.peer(to);
             let _ = p.conn.handle_packet(now, &pkt, &mut p.rx);
             p.note_state();
+            // Each packet is handled on its own: what it makes due goes out before
+            // the next arrives (an ACK for every second segment, not one per batch).
+            self.transmit();
         }
         for side in [Side::A, Side::B] {
             let now = self.now;
@@ -288,7 +292,16 @@ impl Net {
             );
             if !self.step() {
                 self.transmit();
-                assert!(done(self), "nothing left to happen and not done");
+                if !done(self) {
+                    for l in self.log.iter().rev().take(60).rev() {
+                        eprintln!(
+                            "{:?} {:?} seq {} ack {} {:?} len {} win {} sack {:?}",
+                            l.at, l.from, l.seq, l.ack, l.flags, l.len, l.window, l.sack
+                        );
+                    }
+                    eprintln!("a: {:#?}", self.a.conn);
+                    panic!("nothing left to happen and not done");
+                }
                 return;
             }
         }
