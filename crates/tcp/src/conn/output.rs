@@ -124,6 +124,11 @@ impl Connection {
         let seg = self.header(remote, self.tx.seq(p.start), flags, len as usize, out.len());
         let parts = self.tx.buf.slices(pay_start - 1, pay_end - 1);
         let n = seg.emit_parts(parts, out).ok()?;
+        if p.rtx && p.start == self.tx.una {
+            // The oldest segment went again: give it a whole timeout to be
+            // acknowledged (as Linux does), lest the timer fire during recovery.
+            self.timers.rto = None;
+        }
         self.tx.sent(p, now);
         self.force_send = false;
         self.rx.acked();
