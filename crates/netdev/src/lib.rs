@@ -1,0 +1,24 @@
+//! Packet backends for softrnic's own TCP: the layer that moves Ethernet frames and
+//! IPv4 packets without kernel TCP.
+//!
+//! - [`FrameDevice`]: one end of an Ethernet link, non-blocking, with an fd to wait on.
+//!   Backends: [`memory::pair`] (two ends in one process).
+//! - No `unsafe` outside the `sys` module, which wraps the few system calls std lacks.
+
+pub mod device;
+pub mod memory;
+mod sys;
+
+pub use device::{
+    DEFAULT_MTU, ETHERNET_HEADER_LEN, FrameDevice, FrameTooLong, MacAddr, is_frame_too_long,
+};
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// Waits until `dev` has something to read, or `timeout` passes (`None`: no limit);
+/// true when it is readable. For simple loops that own no epoll of their own.
+pub fn wait_readable(dev: &impl AsRawFd, timeout: Option<Duration>) -> io::Result<bool> {
+    sys::poll_readable(dev.as_raw_fd(), timeout)
+}
