@@ -2,12 +2,14 @@
 //! IPv4 packets without kernel TCP.
 //!
 //! - [`FrameDevice`]: one end of an Ethernet link, non-blocking, with an fd to wait on.
-//!   Backends: [`memory::pair`] (two ends in one process).
+//!   Backends: [`memory::pair`] (two ends in one process), [`udp::UdpDevice`] (one
+//!   frame per UDP datagram, as QEMU's `-netdev dgram` speaks; no privilege).
 //! - No `unsafe` outside the `sys` module, which wraps the few system calls std lacks.
 
 pub mod device;
 pub mod memory;
 mod sys;
+pub mod udp;
 
 pub use device::{
     DEFAULT_MTU, ETHERNET_HEADER_LEN, FrameDevice, FrameTooLong, MacAddr, is_frame_too_long,
