@@ -4,15 +4,22 @@
 //! - [`FrameDevice`]: one end of an Ethernet link, non-blocking, with an fd to wait on.
 //!   Backends: [`memory::pair`] (two ends in one process), [`udp::UdpDevice`] (one
 //!   frame per UDP datagram, as QEMU's `-netdev dgram` speaks; no privilege).
+//! - [`Interface`]: IPv4 on a frame device: answers ARP and ICMP echo for its
+//!   addresses, resolves neighbours, checks and hands up TCP (and ICMP) packets, and
+//!   sends the IPv4 packets the layer above gives it.
 //! - No `unsafe` outside the `sys` module, which wraps the few system calls std lacks.
 
 pub mod device;
+pub mod iface;
 pub mod memory;
 mod sys;
 pub mod udp;
 
 pub use device::{
     DEFAULT_MTU, ETHERNET_HEADER_LEN, FrameDevice, FrameTooLong, MacAddr, is_frame_too_long,
+};
+pub use iface::{
+    ConfigError, Ingress, Interface, InterfaceConfig, IpPacket, Ipv4Cidr, SendError, Sent, Stats,
 };
 
 use std::io;
