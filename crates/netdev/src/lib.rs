@@ -13,6 +13,7 @@ pub mod device;
 pub mod iface;
 pub mod memory;
 mod sys;
+pub mod tap;
 pub mod udp;
 
 pub use device::{

@@ -2,7 +2,7 @@
 //! block of the crate. Each wrapper takes safe Rust types and returns `io::Result`.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// `-1` from a libc call becomes the thread's `errno`.
@@ -55,4 +55,91 @@ pub(crate) fn poll_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<
             return Err(e);
         }
     }
+}
+
+/// Reads one frame with `readv` into `buf`, spilling into `spill` what does not fit;
+/// returns the frame's whole length (more than `buf.len()` when it did not fit).
+pub(crate) fn read_spill(fd: RawFd, buf: &mut [u8], spill: &mut [u8]) -> io::Result<usize> {
+    let iov = [
+        libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        },
+        libc::iovec {
+            iov_base: spill.as_mut_ptr().cast(),
+            iov_len: spill.len(),
+        },
+    ];
+    // SAFETY: both iovecs describe live, writable, non-overlapping buffers that the
+    // mutable borrows keep alive and unaliased for the whole call; the count is 2.
+    let n = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
+    check(n)
+}
+
+/// An `ifreq` naming interface `name` (at most 15 octets, no NUL).
+fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("interface name {name:?}: 1..=15 octets, no NUL"),
+        ));
+    }
+    // SAFETY: ifreq is plain old data (arrays, integers, a union of such and a raw
+    // pointer); all zeroes is a valid value of it.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    Ok(req)
+}
+
+fn ifreq_name(req: &libc::ifreq) -> String {
+    let bytes: Vec<u8> = req
+        .ifr_name
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Attaches `tun` (an open `/dev/net/tun`) to TAP interface `name`, without the
+/// packet-information prefix, creating the interface if it does not exist. Returns
+/// the interface's name as the kernel has it.
+pub(crate) fn tap_attach(tun: &impl AsRawFd, name: &str) -> io::Result<String> {
+    let mut req = ifreq(name)?;
+    req.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short;
+    // SAFETY: TUNSETIFF reads and writes one `ifreq`, which `req` is, exclusively
+    // borrowed for the call.
+    let ret = unsafe { libc::ioctl(tun.as_raw_fd(), libc::TUNSETIFF, &mut req) };
+    check(ret as libc::ssize_t)?;
+    Ok(ifreq_name(&req))
+}
+
+/// A datagram socket to ask the kernel about interfaces with.
+fn control_socket() -> io::Result<OwnedFd> {
+    // SAFETY: socket takes no pointers; the result is checked before use.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    check(fd as libc::ssize_t)?;
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Runs the `ifreq` ioctl `request` on interface `name`.
+fn if_ioctl(name: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
+    let sock = control_socket()?;
+    let mut req = ifreq(name)?;
+    // SAFETY: the SIOCGIF* requests used here read and write one `ifreq`, which `req`
+    // is, exclusively borrowed for the call.
+    let ret = unsafe { libc::ioctl(sock.as_raw_fd(), request, &mut req) };
+    check(ret as libc::ssize_t)?;
+    Ok(req)
+}
+
+/// The MTU of interface `name`.
+pub(crate) fn interface_mtu(name: &str) -> io::Result<usize> {
+    let req = if_ioctl(name, libc::SIOCGIFMTU)?;
+    // SAFETY: SIOCGIFMTU filled in the `ifru_mtu` member of the union.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    Ok(mtu.max(0) as usize)
 }

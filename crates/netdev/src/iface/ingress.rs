@@ -33,7 +33,7 @@ impl<D: FrameDevice> Interface<D> {
                 Err(e) => return Err(e),
             };
             // A buffer larger than asked for must not let in more than the MTU.
-            if len > self.device.max_frame_len() {
+            if len > self.frame_buffer_len() {
                 self.stats.rx_too_long += 1;
                 continue;
             }

@@ -20,7 +20,7 @@ mod stats;
 pub use packet::{IPV4_HEADER_LEN, IpPacket, PROTO_ICMP, PROTO_TCP};
 pub use stats::Stats;
 
-use crate::device::{FrameDevice, MacAddr};
+use crate::device::{ETHERNET_HEADER_LEN, FrameDevice, MacAddr};
 use neighbor::{Due, Limits, Neighbors};
 use std::io;
 use std::net::Ipv4Addr;
@@ -162,6 +162,8 @@ pub enum SendError {
 pub struct Interface<D: FrameDevice> {
     device: D,
     mac: MacAddr,
+    /// The device's MTU when the interface was made: the buffers are sized for it.
+    mtu: usize,
     config: InterfaceConfig,
     neighbors: Neighbors,
     /// The frame being sent: built here, so no allocation per packet.
@@ -209,10 +211,12 @@ impl<D: FrameDevice> Interface<D> {
             pending_capacity: config.pending_capacity,
             pending_per_neighbor: config.pending_per_neighbor,
         });
-        let tx = vec![0u8; device.max_frame_len()];
+        let mtu = device.mtu();
+        let tx = vec![0u8; mtu + ETHERNET_HEADER_LEN];
         Ok(Interface {
             device,
             mac,
+            mtu,
             config,
             neighbors,
             tx,
@@ -237,14 +241,15 @@ impl<D: FrameDevice> Interface<D> {
         self.mac
     }
 
-    /// The largest IPv4 packet [`Interface::send`] takes (the device's MTU).
+    /// The largest IPv4 packet [`Interface::send`] takes and [`Interface::receive`]
+    /// lets in: the device's MTU when the interface was made.
     pub fn mtu(&self) -> usize {
-        self.device.mtu()
+        self.mtu
     }
 
-    /// The buffer size [`Interface::receive`] needs: the device's largest frame.
+    /// The buffer size [`Interface::receive`] needs: the largest frame.
     pub fn frame_buffer_len(&self) -> usize {
-        self.device.max_frame_len()
+        self.mtu + ETHERNET_HEADER_LEN
     }
 
     pub fn addresses(&self) -> &[Ipv4Cidr] {
