@@ -12,6 +12,7 @@
 pub mod device;
 pub mod iface;
 pub mod memory;
+pub mod packet;
 mod sys;
 pub mod tap;
 pub mod udp;

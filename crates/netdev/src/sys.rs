@@ -143,3 +143,115 @@ pub(crate) fn interface_mtu(name: &str) -> io::Result<usize> {
     let mtu = unsafe { req.ifr_ifru.ifru_mtu };
     Ok(mtu.max(0) as usize)
 }
+/// The hardware (MAC) address of Ethernet interface `name`.
+pub(crate) fn interface_mac(name: &str) -> io::Result<[u8; 6]> {
+    let req = if_ioctl(name, libc::SIOCGIFHWADDR)?;
+    // SAFETY: SIOCGIFHWADDR filled in the `ifru_hwaddr` member of the union.
+    let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
+    if sa.sa_family != libc::ARPHRD_ETHER {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name} is not an Ethernet interface"),
+        ));
+    }
+    let mut mac = [0u8; 6];
+    for (m, &b) in mac.iter_mut().zip(sa.sa_data.iter()) {
+        *m = b as u8;
+    }
+    Ok(mac)
+}
+
+/// The index of interface `name`.
+pub(crate) fn interface_index(name: &str) -> io::Result<libc::c_int> {
+    let req = if_ioctl(name, libc::SIOCGIFINDEX)?;
+    // SAFETY: SIOCGIFINDEX filled in the `ifru_ifindex` member of the union.
+    Ok(unsafe { req.ifr_ifru.ifru_ifindex })
+}
+
+/// `PACKET_OUTGOING` from linux/if_packet.h: a frame this host sent.
+pub(crate) const PACKET_OUTGOING: u8 = 4;
+/// `PACKET_IGNORE_OUTGOING` (Linux 4.20): do not show a packet socket what it and
+/// others send.
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+
+/// A raw packet socket (whole Ethernet frames), non-blocking, bound to interface
+/// `ifindex` for every protocol, not shown outgoing frames where the kernel can.
+pub(crate) fn packet_socket(ifindex: libc::c_int) -> io::Result<OwnedFd> {
+    // Protocol 0: nothing is queued before the bind below picks the interface.
+    // SAFETY: socket takes no pointers; the result is checked before use.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    check(fd as libc::ssize_t)?;
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: the option value is one live c_int, and its size is passed with it.
+    let ret = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_PACKET,
+            PACKET_IGNORE_OUTGOING,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    // Older kernels lack the option: outgoing frames are then skipped on receive.
+    if ret < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::ENOPROTOOPT) {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value of it.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as libc::c_ushort;
+    addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    addr.sll_ifindex = ifindex;
+    // SAFETY: `addr` is a live sockaddr_ll and its exact size is passed.
+    let ret = unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&addr as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    check(ret as libc::ssize_t)?;
+    Ok(sock)
+}
+
+/// Receives one frame from a packet socket without blocking: its whole length
+/// (`MSG_TRUNC`) and its packet type (`PACKET_OUTGOING`, ...).
+pub(crate) fn recv_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, u8)> {
+    // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value of it.
+    let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    let mut from_len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    // SAFETY: `buf` is writable for `buf.len()` octets and `from`/`from_len` are live
+    // and sized as passed; recvfrom writes no more than those sizes.
+    let n = unsafe {
+        libc::recvfrom(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+            (&mut from as *mut libc::sockaddr_ll).cast(),
+            &mut from_len,
+        )
+    };
+    Ok((check(n)?, from.sll_pkttype))
+}
+
+/// Sends one datagram or frame on a connected or bound socket without blocking.
+pub(crate) fn send(fd: RawFd, frame: &[u8]) -> io::Result<()> {
+    // SAFETY: `frame` is readable for `frame.len()` octets for the whole call.
+    let n = unsafe {
+        libc::send(
+            fd,
+            frame.as_ptr().cast(),
+            frame.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    check(n).map(drop)
+}
