@@ -3,10 +3,13 @@
 //!
 //! - [`FrameDevice`]: one end of an Ethernet link, non-blocking, with an fd to wait on.
 //!   Backends: [`memory::pair`] (two ends in one process), [`udp::UdpDevice`] (one
-//!   frame per UDP datagram, as QEMU's `-netdev dgram` speaks; no privilege).
+//!   frame per UDP datagram, as QEMU's `-netdev dgram` speaks; no privilege),
+//!   [`tap::TapDevice`] (the kernel's stack on the other end), and
+//!   [`packet::PacketDevice`] (AF_PACKET on a real or veth interface).
 //! - [`Interface`]: IPv4 on a frame device: answers ARP and ICMP echo for its
 //!   addresses, resolves neighbours, checks and hands up TCP (and ICMP) packets, and
 //!   sends the IPv4 packets the layer above gives it.
+//! - docs/NETDEV.md says how to use each and what is bounded.
 //! - No `unsafe` outside the `sys` module, which wraps the few system calls std lacks.
 
 pub mod device;

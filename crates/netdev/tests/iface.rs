@@ -104,6 +104,12 @@ fn hands_tcp_up_without_ethernet_padding() {
     let tcp = etherparse::TcpHeaderSlice::from_slice(p.payload()).unwrap();
     assert_eq!((tcp.source_port(), tcp.destination_port()), (40000, 7174));
     assert!(tcp.syn());
+    // The packet borrows the caller's buffer, not the interface: it can answer now.
+    assert_eq!(
+        iface.send_ping(secs(0), p.src(), 1, 1, b"").unwrap(),
+        Sent::Queued
+    );
+    assert_eq!(p.dst(), IFACE_IP2);
     assert!(matches!(
         iface.receive(secs(0), &mut buf).unwrap(),
         Ingress::Drained
