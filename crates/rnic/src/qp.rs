@@ -21,7 +21,7 @@ use crate::transmit::{TxQueue, transmit};
 use crate::transport::Transport;
 use crate::transport::fault::FaultTransport;
 use crate::transport::pcap::{ConnRecorder, PcapTransport};
-use crate::transport::socket::SocketTransport;
+use crate::transport::stream::ConnStream;
 use softrnic_proto::qp::{CqSide, QpConfig, QpEvent, QpParams};
 use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -343,12 +343,12 @@ impl QpShared {
     pub(crate) fn attach(
         self: &Arc<Self>,
         dev: &Shared,
-        sock: std::net::TcpStream,
+        stream: Box<dyn ConnStream>,
         params: QpParams,
         leftover: &[u8],
         rec: Option<ConnRecorder>,
     ) -> Result<()> {
-        let mut transport: Box<dyn Transport> = Box::new(SocketTransport::new(sock)?);
+        let mut transport = stream.into_transport(dev.cfg.keepalive)?;
         if let Some(rec) = rec {
             // Innermost: the recording shows what really crossed the socket.
             transport = Box::new(PcapTransport::new(transport, rec));
