@@ -473,6 +473,12 @@ pub fn skip_test(what: &str, why: &str) {
         mode != "require",
         "SOFTRNIC_RIG=require, but the {what} cannot run: {why}"
     );
+    skip(what, why);
+}
+
+/// A loud skip for what the machine lacks (a namespace, a TAP device): a banner on
+/// stderr and a `skipped` line in the interop log.
+pub fn skip(what: &str, why: &str) {
     eprintln!();
     eprintln!("======================================================================");
     eprintln!("SKIPPED {what}: {why}");
