@@ -2,7 +2,10 @@
 //! softrnic-netdev's interface answers ARP and carries the IPv4 packets; a plain
 //! kernel socket is the peer. Both roles: we connect to a kernel echo server, and a
 //! kernel client connects to our echo. Every echoed octet is checked, and both ends
-//! close with FIN. `SOFTRNIC_TCP_ECHO_MB` sets the volume (8 MB by default).
+//! close with FIN; and once more with packets dropped both ways at our end (seeded),
+//! so that each side recovers from the other's SACKs. `SOFTRNIC_TCP_ECHO_MB` sets the
+//! volume (8 MB by default); `SOFTRNIC_TCP_PCAP=file` records what our end sends and
+//! receives (before its drops), for tshark.
 
 mod common;
 mod netns;
@@ -10,6 +13,7 @@ mod netns;
 use common::pattern;
 use softrnic_netdev::tap::TapDevice;
 use softrnic_netdev::{Ingress, Interface, InterfaceConfig, Ipv4Cidr, MacAddr, SendError};
+use softrnic_tcp::sim::{PcapSink, Rng};
 use softrnic_tcp::{Config, Connection, Event, Reassembly, SeqNum, State, initial_sequence};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpListener, TcpStream};
@@ -58,6 +62,10 @@ struct Stack {
     held: Option<Vec<u8>>,
     start: Instant,
     events: Vec<Event>,
+    /// Drops packets both ways with this probability (seeded): (rng, p, dropped).
+    loss: Option<(Rng, f64, u64)>,
+    /// The capture `SOFTRNIC_TCP_PCAP` asks for.
+    pcap: Option<PcapSink>,
 }
 
 impl Stack {
@@ -71,6 +79,10 @@ impl Stack {
             held: None,
             start: Instant::now(),
             events: Vec::new(),
+            loss: None,
+            pcap: std::env::var("SOFTRNIC_TCP_PCAP")
+                .ok()
+                .map(|p| PcapSink::new(Box::new(std::fs::File::create(p).unwrap())).unwrap()),
         }
     }
 
@@ -89,7 +101,12 @@ impl Stack {
         loop {
             match self.iface.receive(now, &mut self.frame).unwrap() {
                 Ingress::Packet(p) => {
-                    let _ = self.conn.handle_packet(now, p.bytes(), &mut self.rx);
+                    if let Some(c) = &mut self.pcap {
+                        c.write(now, p.bytes());
+                    }
+                    if !drop_one(&mut self.loss) {
+                        let _ = self.conn.handle_packet(now, p.bytes(), &mut self.rx);
+                    }
                 }
                 Ingress::Yield => continue,
                 Ingress::Drained => break,
@@ -112,6 +129,12 @@ impl Stack {
             }
         }
         while let Some(n) = self.conn.poll_transmit(now, &mut self.out) {
+            if drop_one(&mut self.loss) {
+                continue;
+            }
+            if let Some(c) = &mut self.pcap {
+                c.write(now, &self.out[..n]);
+            }
             match self.iface.send(now, &self.out[..n]) {
                 Err(SendError::DeviceBusy) => return self.held = Some(self.out[..n].to_vec()),
                 r => {
@@ -133,6 +156,16 @@ impl Stack {
             .min(Duration::from_millis(5));
         softrnic_netdev::wait_readable(self.iface.device(), Some(next)).unwrap();
     }
+}
+
+/// Whether the next packet (either way) is dropped.
+fn drop_one(loss: &mut Option<(Rng, f64, u64)>) -> bool {
+    let Some((rng, p, n)) = loss else {
+        return false;
+    };
+    let drop = rng.chance(*p);
+    *n += u64::from(drop);
+    drop
 }
 
 fn report(what: &str, s: &Stack, bytes: usize) {
@@ -160,6 +193,30 @@ fn echo_through_a_linux_server() {
 #[ignore = "changes the network: run by echo_through_a_linux_server in a namespace"]
 fn we_connect_to_a_kernel_echo_server() {
     assert!(netns::in_child(), "run through echo_through_a_linux_server");
+    connect_and_echo(None);
+}
+
+#[test]
+fn echo_through_a_linux_server_with_loss() {
+    netns::run_in_netns(
+        "echo_through_a_linux_server_with_loss",
+        "we_connect_to_a_kernel_echo_server_with_loss",
+    );
+}
+
+#[test]
+#[ignore = "changes the network: run by echo_through_a_linux_server_with_loss in a namespace"]
+fn we_connect_to_a_kernel_echo_server_with_loss() {
+    assert!(
+        netns::in_child(),
+        "run through echo_through_a_linux_server_with_loss"
+    );
+    connect_and_echo(Some(0.01));
+}
+
+/// We connect to a kernel echo server and check every octet that comes back;
+/// `loss` drops that share of packets both ways.
+fn connect_and_echo(loss: Option<f64>) {
     let iface = tap();
     let server = TcpListener::bind((KERNEL, 7000)).unwrap();
     let echo = std::thread::spawn(move || {
@@ -181,6 +238,7 @@ fn we_connect_to_a_kernel_echo_server() {
     let remote = SocketAddrV4::new(KERNEL, 7000);
     let iss = initial_sequence(0x5eed, local, remote, Duration::from_nanos(12345));
     let mut s = Stack::new(iface, Connection::connect(config(), local, remote, iss));
+    s.loss = loss.map(|p| (Rng::new(7), p, 0));
     let total = volume();
     let data = pattern(total, 77);
     let (mut sent, mut got) = (0, 0);

@@ -70,6 +70,11 @@ impl Connection {
         remote: SocketAddrV4,
         out: &mut [u8],
     ) -> Option<usize> {
+        if self.rx.dup_ack_due {
+            // A bare ACK first: it is what tells the peer of a loss (a duplicate ACK,
+            // with SACK blocks), where a data segment's ACK would not.
+            return self.send_ack(remote, out);
+        }
         let room = out.len().saturating_sub(IPV4_HEADER_LEN + TCP_HEADER_LEN) as u64;
         match self.tx.pick(room, self.force_send) {
             Ok(p) => return self.send_data(now, remote, p, out),
