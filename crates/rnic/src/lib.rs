@@ -43,6 +43,7 @@
 
 #[cfg(feature = "tokio")]
 pub mod async_channel;
+mod buf_pool;
 pub mod channel;
 mod close;
 pub mod cm;
