@@ -4,5 +4,6 @@
 
 pub mod affinity;
 pub(crate) mod eventfd;
+pub mod nofile;
 pub(crate) mod random;
 pub(crate) mod socket;
