@@ -96,6 +96,31 @@ fn other_tests_with_tcp_baseline() {
                 assert_eq!(v["iterations"], 20, "{test} {v}");
             }
             assert!(num(&pair[1], "ratio_vs_tcp") > 0.0);
+            // Every discipline ran; the tcp line is the strongest, and the ratio is
+            // against it.
+            let kinds: &[&str] = if test.ends_with("_bw") {
+                &["batching", "blocking", "busy_poll"]
+            } else {
+                &["blocking", "busy_poll"]
+            };
+            let all = pair[0]["baselines"].as_object().expect("baselines");
+            let mut names: Vec<&str> = all.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            assert_eq!(names, kinds, "{test}");
+            for (k, v) in all {
+                assert_eq!(v["iterations"], 20, "{test} {k}");
+            }
+            let best = pair[0]["baseline"].as_str().expect("baseline");
+            assert_eq!(pair[1]["ratio_baseline"], best, "{test}");
+            let key = if test.ends_with("_bw") {
+                "bw_average"
+            } else {
+                "t_typical_usec"
+            };
+            assert_eq!(pair[0][key], all[best][key], "{test}");
+            for k in kinds {
+                assert!(num(&pair[1]["ratios_vs_tcp"], k) > 0.0, "{test} {k}");
+            }
             let clock = if test == "read_bw" {
                 "last_completion"
             } else if test == "send_bw" {

@@ -2,7 +2,8 @@
 //! `send_lat`, with perftest's main flags and output columns, a `--loopback` mode that
 //! runs both sides in one process (two devices, each side's thread on its own CPU), and
 //! a `--baseline tcp` mode that runs the same pattern over plain TCP sockets right before
-//! each softrnic run and prints the ratio.
+//! each softrnic run, in each discipline ([`TcpKind`]: blocking, busy-polling, batching),
+//! and prints the ratio to the strongest of them.
 //!
 //! Roles are perftest's: without an address this side is the server; with one it is the
 //! client, and the client's parameters (sizes, iterations, depths) rule: they travel to
@@ -31,6 +32,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use stats::{BwResult, LatResult, LatStats};
+pub use tcp::TcpKind;
 
 /// The six tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -253,7 +255,9 @@ pub fn parse_size_list(s: &str) -> Result<SizeList, String> {
 /// The baseline to compare with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Baseline {
-    /// Plain TCP sockets: a stream for bandwidth, a busy-polling ping-pong for latency.
+    /// Plain TCP sockets, in each discipline ([`TcpKind`]): a stream for bandwidth
+    /// (blocking, busy-polling, batching), a ping-pong for latency (blocking,
+    /// busy-polling).
     Tcp,
 }
 
@@ -309,8 +313,9 @@ pub struct BenchArgs {
     /// Require MPA CRC32c.
     #[arg(long)]
     pub crc: bool,
-    /// Also run the same pattern over plain TCP right before each softrnic run, and
-    /// print the ratio softrnic/TCP per size.
+    /// Also run the same pattern over plain TCP right before each softrnic run (every
+    /// TCP discipline: blocking, busy-polling and, for bandwidth, batching), and print
+    /// the ratio softrnic/TCP per size against the strongest of them.
     #[arg(long, value_enum)]
     pub baseline: Option<Baseline>,
     /// TCP baseline, bandwidth tests: set TCP_NODELAY on the stream (as softrnic does on
@@ -609,6 +614,14 @@ impl BenchConfig {
         })
     }
 
+    /// The TCP baselines to run (none without `--baseline`).
+    pub fn tcp_kinds(&self) -> Vec<TcpKind> {
+        match self.baseline {
+            Some(Baseline::Tcp) => TcpKind::for_test(self.test, false),
+            None => Vec::new(),
+        }
+    }
+
     /// What the server side takes from the flags (the rest comes from the client).
     pub fn server_opts(&self) -> server::ServerOpts {
         server::ServerOpts {
@@ -669,21 +682,71 @@ pub struct ResultRow {
     pub size: usize,
     /// softrnic's result.
     pub softrnic: Measured,
-    /// The TCP baseline's, if run.
+    /// The strongest TCP baseline's result, if any ran: the one [`ResultRow::ratio`]
+    /// compares with (the highest average bandwidth, or the lowest typical latency).
     pub tcp: Option<Measured>,
+    /// Which baseline `tcp` is.
+    pub tcp_kind: Option<TcpKind>,
+    /// Every TCP baseline run for this size, in the order run.
+    pub baselines: Vec<(TcpKind, Measured)>,
+}
+
+/// Whether `a` is a stronger result than `b`: more bandwidth, or less typical latency.
+fn stronger(a: &Measured, b: &Measured) -> bool {
+    match (a, b) {
+        (Measured::Bw(a), Measured::Bw(b)) => a.avg_bps > b.avg_bps,
+        (Measured::Lat(a), Measured::Lat(b)) => a.stats.typical < b.stats.typical,
+        _ => false,
+    }
 }
 
 impl ResultRow {
-    /// softrnic / TCP: average bandwidth ratio (above 1: softrnic faster), or typical
-    /// latency ratio (below 1: softrnic faster).
-    pub fn ratio(&self) -> Option<f64> {
-        match (&self.softrnic, self.tcp.as_ref()?) {
-            (Measured::Bw(s), Measured::Bw(t)) if t.avg_bps > 0.0 => Some(s.avg_bps / t.avg_bps),
-            (Measured::Lat(s), Measured::Lat(t)) if t.stats.typical > 0.0 => {
-                Some(s.stats.typical / t.stats.typical)
-            }
-            _ => None,
+    /// A row: softrnic's result beside the baselines run for the size; the strongest
+    /// baseline becomes `tcp`.
+    pub fn new(
+        test: Test,
+        size: usize,
+        softrnic: Measured,
+        baselines: Vec<(TcpKind, Measured)>,
+    ) -> ResultRow {
+        let best = baselines
+            .iter()
+            .fold(None::<&(TcpKind, Measured)>, |best, b| match best {
+                Some(x) if !stronger(&b.1, &x.1) => Some(x),
+                _ => Some(b),
+            })
+            .copied();
+        ResultRow {
+            test,
+            size,
+            softrnic,
+            tcp: best.map(|b| b.1),
+            tcp_kind: best.map(|b| b.0),
+            baselines,
         }
+    }
+
+    /// softrnic / the strongest TCP baseline: average bandwidth ratio (above 1:
+    /// softrnic faster), or typical latency ratio (below 1: softrnic faster).
+    pub fn ratio(&self) -> Option<f64> {
+        ratio_of(&self.softrnic, self.tcp.as_ref()?)
+    }
+
+    /// softrnic / the baseline `kind`, as [`ResultRow::ratio`].
+    pub fn ratio_to(&self, kind: TcpKind) -> Option<f64> {
+        let (_, t) = self.baselines.iter().find(|(k, _)| *k == kind)?;
+        ratio_of(&self.softrnic, t)
+    }
+}
+
+/// softrnic / TCP: average bandwidth, or typical latency.
+fn ratio_of(s: &Measured, t: &Measured) -> Option<f64> {
+    match (s, t) {
+        (Measured::Bw(s), Measured::Bw(t)) if t.avg_bps > 0.0 => Some(s.avg_bps / t.avg_bps),
+        (Measured::Lat(s), Measured::Lat(t)) if t.stats.typical > 0.0 => {
+            Some(s.stats.typical / t.stats.typical)
+        }
+        _ => None,
     }
 }
 
@@ -799,7 +862,7 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     if cfg.baseline.is_some() {
         let tl = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("listen: {e}"))?;
         tcp_addr = Some(tl.local_addr().map_err(|e| e.to_string())?);
-        let rounds = cfg.sizes.len();
+        let rounds = cfg.sizes.len() * cfg.tcp_kinds().len();
         tcp_server = Some(
             std::thread::Builder::new()
                 .name("bench-tcp-server".into())
@@ -848,21 +911,19 @@ fn client_rounds(
         _ => Clock::Latency,
     });
     rep.header().map_err(|e| e.to_string())?;
+    let kinds = cfg.tcp_kinds();
     for (i, &size) in cfg.sizes.iter().enumerate() {
         let last = i + 1 == cfg.sizes.len();
-        let tcp = match tcp_addr {
-            Some(t) => {
-                Some(tcp::client_round(cfg, t, size).map_err(|e| format!("TCP baseline: {e}"))?)
+        let mut baselines = Vec::new();
+        if let Some(t) = tcp_addr {
+            for &kind in &kinds {
+                let m = tcp::client_round(cfg, t, size, kind)
+                    .map_err(|e| format!("TCP baseline ({}): {e}", kind.label()))?;
+                baselines.push((kind, m));
             }
-            None => None,
-        };
+        }
         let softrnic = rdma::client_round(cfg, dev, addr, size, last)?;
-        let row = ResultRow {
-            test: cfg.test,
-            size,
-            softrnic,
-            tcp,
-        };
+        let row = ResultRow::new(cfg.test, size, softrnic, baselines);
         rep.row(&row).map_err(|e| e.to_string())?;
         rows.push(row);
     }
@@ -987,6 +1048,51 @@ mod tests {
         assert!(cfg(&["write_bw", "-t", "8", "-Q", "16"]).is_err());
         assert!(cfg(&["write_bw", "--baseline", "udp"]).is_err());
         assert!(cfg(&["nope_bw"]).is_err());
+    }
+
+    /// The row's `tcp` is the strongest baseline: most bandwidth, least typical latency.
+    #[test]
+    fn the_ratio_is_against_the_strongest_baseline() {
+        let bw = |mbs: f64| {
+            let t0 = std::time::Instant::now();
+            let mut r = stats::BwMeter::start(t0).finish(t0 + Duration::from_secs(1), 10, 1);
+            r.avg_bps = mbs;
+            Measured::Bw(r)
+        };
+        let row = ResultRow::new(
+            Test::WriteBw,
+            64,
+            bw(100.0),
+            vec![
+                (TcpKind::Blocking, bw(50.0)),
+                (TcpKind::BusyPoll, bw(80.0)),
+                (TcpKind::Batching, bw(400.0)),
+            ],
+        );
+        assert_eq!(row.tcp_kind, Some(TcpKind::Batching));
+        assert_eq!(row.ratio(), Some(0.25));
+        assert_eq!(row.ratio_to(TcpKind::Blocking), Some(2.0));
+        let lat = |typical: f64| {
+            let s = [typical];
+            Measured::Lat(LatResult {
+                bytes: 8,
+                iterations: 1,
+                stats: LatStats::from_samples(&s).unwrap(),
+            })
+        };
+        let row = ResultRow::new(
+            Test::SendLat,
+            8,
+            lat(6.0),
+            vec![
+                (TcpKind::Blocking, lat(40.0)),
+                (TcpKind::BusyPoll, lat(4.0)),
+            ],
+        );
+        assert_eq!(row.tcp_kind, Some(TcpKind::BusyPoll));
+        assert_eq!(row.ratio(), Some(1.5));
+        let none = ResultRow::new(Test::SendLat, 8, lat(6.0), Vec::new());
+        assert_eq!((none.tcp, none.tcp_kind, none.ratio()), (None, None, None));
     }
 
     #[test]

@@ -731,12 +731,7 @@ fn run_session(
             .map_err(|e| e.to_string())?;
         return Ok(None);
     };
-    let row = ResultRow {
-        test,
-        size: s.size,
-        softrnic: m,
-        tcp: None,
-    };
+    let row = ResultRow::new(test, s.size, m, Vec::new());
     rep.row(&row).map_err(|e| e.to_string())?;
     rep.summary(std::slice::from_ref(&row))
         .map_err(|e| e.to_string())?;
