@@ -78,6 +78,9 @@ def softrnic(raw, cmd):
                 ("blocking" if test.endswith("_bw") else "busy_poll"): j}
             for kind, b in sorted(kinds.items()):
                 label, companion = tcp_label(test, kind)
+                if j.get("events"):
+                    # Beside a softrnic -e run: the same baseline as the polling run's.
+                    label, companion = label[:-1] + ", beside -e)", True
                 r = dict(base, system="tcp", label=label, baseline=kind,
                          iterations=b.get("iterations", j["iterations"]),
                          strongest=kind == j.get("baseline", kind))

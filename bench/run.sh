@@ -203,6 +203,18 @@ if want softrnic; then
             skip "softrnic $t failed: $(tail -3 "$RAW/softrnic_$t.err" | tr '\n' ' ')"
         fi
     done
+    # Event-driven: both sides sleep on completion events (no spinning anywhere),
+    # against the TCP baselines that do not spin either; for the CPU a program pays
+    # when it cannot give a core to polling.
+    for t in write_bw send_lat read_lat; do
+        cmd=(softrnic "$t" -e --loopback --baseline tcp --json --quiet -s "$SIZES_CSV" -D "$DURATION" -p "$P")
+        say "${cmd[*]}"
+        if timeout "$(secs 20)" "$BIN" "${cmd[@]:1}" >"$RAW/softrnic_${t}_e.out" 2>"$RAW/softrnic_${t}_e.err"; then
+            "$PY" bench/collect.py softrnic "$RAW/softrnic_${t}_e.out" "$RESULTS" --cmd "${cmd[*]}"
+        else
+            skip "softrnic $t -e failed: $(tail -3 "$RAW/softrnic_${t}_e.err" | tr '\n' ' ')"
+        fi
+    done
 fi
 
 # ---------------------------------------------------------------------------- libfabric tcp

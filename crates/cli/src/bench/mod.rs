@@ -31,7 +31,7 @@ use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use stats::{BwResult, LatResult, LatStats};
+pub use stats::{BwResult, CpuClock, CpuUse, LatResult, LatStats};
 pub use tcp::TcpKind;
 
 /// The six tests.
@@ -342,6 +342,13 @@ pub struct BenchArgs {
     /// run anywhere).
     #[arg(long)]
     pub pin_engines: bool,
+    /// Sleep on completion events instead of busy-polling (perftest's -e): each side
+    /// arms its CQs and waits on a completion channel; the engine threads do all the
+    /// socket work (progress mode engine) and block at once when idle (engine spin 0
+    /// unless --engine-spin-us). The TCP baselines are then those that do not spin
+    /// either (blocking, batching). send_lat, read_lat, write_bw, read_bw.
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
     /// In the one-sided tests, the server's thread busy-polls its CQ (driving its
     /// sockets) instead of leaving the passive side to the engine threads.
     #[arg(long)]
@@ -502,6 +509,8 @@ pub struct BenchConfig {
     pub pin_engines: bool,
     /// Server thread busy-polls in the one-sided tests.
     pub server_poll: bool,
+    /// Both sides sleep on completion events; engine progress, no spinning.
+    pub events: bool,
     /// Server: rounds silent this long are dropped.
     pub idle_timeout: Duration,
     /// Latency warm-up iterations.
@@ -569,6 +578,27 @@ impl BenchConfig {
         if a.engine_threads == 0 {
             return Err("engine threads must be at least 1".into());
         }
+        if a.events {
+            match test {
+                Test::WriteLat => {
+                    return Err(
+                        "-e: write_lat's answer is a Write, which completes nothing at \
+                                its target, so there is no event to sleep on; use send_lat"
+                            .into(),
+                    );
+                }
+                Test::SendBw => {
+                    return Err("-e: send_bw's credits come back as RDMA Writes, which \
+                                complete nothing at the client, so a client out of credit \
+                                would have no event to wake it"
+                        .into());
+                }
+                _ => {}
+            }
+            if a.rdma_cm || a.server_poll {
+                return Err("-e cannot be combined with -R or --server-poll".into());
+            }
+        }
         let mode = match (&a.address, a.loopback) {
             (_, true) => Mode::Loopback,
             (Some(addr), false) => Mode::Client(addr.clone()),
@@ -592,13 +622,18 @@ impl BenchConfig {
             json: a.json,
             fpdu: a.fpdu,
             progress_mode: match a.progress_mode {
+                _ if a.events => ProgressMode::Engine,
                 ProgressArg::Hybrid => ProgressMode::Hybrid,
                 ProgressArg::Engine => ProgressMode::Engine,
             },
             engine_threads: a.engine_threads,
-            engine_spin: a.engine_spin_us.map(Duration::from_micros),
+            engine_spin: a
+                .engine_spin_us
+                .or(a.events.then_some(0))
+                .map(Duration::from_micros),
             pin_engines: a.pin_engines,
             server_poll: a.server_poll,
+            events: a.events,
             idle_timeout: Duration::from_secs(a.idle_timeout.max(1)),
             warmup: a.warmup,
             show_progress: !a.quiet,
@@ -617,7 +652,7 @@ impl BenchConfig {
     /// The TCP baselines to run (none without `--baseline`).
     pub fn tcp_kinds(&self) -> Vec<TcpKind> {
         match self.baseline {
-            Some(Baseline::Tcp) => TcpKind::for_test(self.test, false),
+            Some(Baseline::Tcp) => TcpKind::for_test(self.test, self.events),
             None => Vec::new(),
         }
     }
@@ -664,6 +699,30 @@ pub enum Measured {
 }
 
 impl Measured {
+    /// The CPU the run used, if counted.
+    pub fn cpu(&self) -> Option<&CpuUse> {
+        match self {
+            Measured::Bw(b) => b.cpu.as_ref(),
+            Measured::Lat(l) => l.cpu.as_ref(),
+        }
+    }
+
+    /// Adds the CPU counted by `clock` since the run began, with what the run moved:
+    /// bandwidth, its messages; latency, two messages per iteration (both directions),
+    /// the `warmup` iterations included, since the clock ran through them too.
+    pub fn with_cpu(mut self, clock: &CpuClock, warmup: u64) -> Measured {
+        match &mut self {
+            Measured::Bw(b) => {
+                b.cpu = clock.stop(b.iterations, b.iterations * b.bytes as u64);
+            }
+            Measured::Lat(l) => {
+                let msgs = 2 * (l.iterations + warmup);
+                l.cpu = clock.stop(msgs, msgs * l.bytes as u64);
+            }
+        }
+        self
+    }
+
     /// Iterations measured.
     pub fn iterations(&self) -> u64 {
         match self {
@@ -1078,6 +1137,7 @@ mod tests {
                 bytes: 8,
                 iterations: 1,
                 stats: LatStats::from_samples(&s).unwrap(),
+                cpu: None,
             })
         };
         let row = ResultRow::new(

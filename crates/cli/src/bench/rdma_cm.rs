@@ -756,6 +756,7 @@ fn from_report(r: &BwReport, gbits: bool) -> BwResult {
     let avg_bps = to_bps(r.bw_avg);
     let bytes = r.size as usize;
     BwResult {
+        cpu: None,
         bytes,
         iterations: r.iters,
         elapsed: Duration::ZERO,
@@ -1015,6 +1016,7 @@ fn half_intervals(posts: &[Instant]) -> Vec<f64> {
 fn lat_result(size: usize, samples: &[f64]) -> Result<LatResult, String> {
     let stats = LatStats::from_samples(samples).ok_or("too few iterations for latency")?;
     Ok(LatResult {
+        cpu: None,
         bytes: size,
         iterations: samples.len() as u64,
         stats,

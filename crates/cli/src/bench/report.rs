@@ -92,6 +92,15 @@ impl<'a> Reporter<'a> {
             if c.crc { "on" } else { "off" }
         )?;
         writeln!(o, " Run             : {amount}; {}", self.placement)?;
+        if c.events {
+            writeln!(
+                o,
+                " Waiting         : both sides sleep on completion events (a completion channel: \
+                 poll, arm, poll, wait); engine threads do the socket work and block when idle \
+                 (spin {} us)",
+                c.engine_spin.map_or(0, |d| d.as_micros())
+            )?;
+        }
         if let Some(clock) = self.clock {
             for l in clock.describe(c.test, c.rdma_cm) {
                 writeln!(o, "{l}")?;
@@ -260,6 +269,27 @@ impl<'a> Reporter<'a> {
 
     /// A result's figures, as JSON fields (the part every transport shares).
     fn figures(&self, m: &Measured) -> Value {
+        let mut v = self.timing(m);
+        if let (Some(u), Value::Object(a)) = (m.cpu(), &mut v) {
+            a.extend([
+                ("cpu_seconds".to_string(), json!(u.seconds())),
+                (
+                    "cpu_user_seconds".to_string(),
+                    json!(u.time.user.as_secs_f64()),
+                ),
+                (
+                    "cpu_system_seconds".to_string(),
+                    json!(u.time.system.as_secs_f64()),
+                ),
+                ("cpu_s_per_gb".to_string(), json!(u.per_gb())),
+                ("cpu_s_per_mmsg".to_string(), json!(u.per_mmsg())),
+                ("cpu_scope".to_string(), json!(u.scope())),
+            ]);
+        }
+        v
+    }
+
+    fn timing(&self, m: &Measured) -> Value {
         let c = self.cfg;
         match m {
             // A peer's report: not timed here, so no seconds.
@@ -307,6 +337,10 @@ impl<'a> Reporter<'a> {
             && let (Some(clock), Value::Object(a)) = (self.clock, &mut v)
         {
             a.insert("clock".into(), json!(clock.code()));
+        }
+        if let Value::Object(a) = &mut v {
+            // softrnic slept on completion events; the baselines beside it do not spin.
+            a.insert("events".into(), json!(c.events));
         }
         if let (Value::Object(a), Value::Object(b)) = (&mut v, self.figures(m)) {
             a.extend(b);
@@ -383,6 +417,31 @@ impl<'a> Reporter<'a> {
             }
             writeln!(o)?;
         }
+        if rows.iter().any(|r| r.softrnic.cpu().is_some()) {
+            let scope = cpu_scope(rows);
+            writeln!(
+                o,
+                " CPU seconds (user + system, {scope}) per GB moved / per million messages:"
+            )?;
+            write!(o, " {:>10} {:>20}", "size", "softrnic")?;
+            for k in &kinds {
+                write!(o, " {:>20}", format!("TCP {}", k.label()))?;
+            }
+            writeln!(o)?;
+            for r in rows {
+                write!(
+                    o,
+                    " {:>10} {:>20}",
+                    human_size(r.size),
+                    cpu_cell(r.softrnic.cpu(), true)
+                )?;
+                for k in &kinds {
+                    let m = r.baselines.iter().find(|(x, _)| x == k).map(|(_, m)| m);
+                    write!(o, " {:>20}", cpu_cell(m.and_then(Measured::cpu), true))?;
+                }
+                writeln!(o)?;
+            }
+        }
         writeln!(o, "{RULE}")?;
         o.flush()
     }
@@ -408,14 +467,20 @@ impl<'a> Reporter<'a> {
                 ""
             }
         )?;
-        writeln!(
+        let cpu = rows.iter().any(|r| r.softrnic.cpu().is_some());
+        write!(
             o,
             " {:>10}  {:<20} {:>10} {:>10} {:>10} {:>10}",
             "size", "system", "t_typical", "t_avg", "99%", "99.9%"
         )?;
+        if cpu {
+            write!(o, "  CPU s per M msgs ({})", cpu_scope(rows))?;
+        }
+        writeln!(o)?;
         for r in rows {
-            let line = |o: &mut dyn Write, who: &str, s: &super::LatStats| {
-                writeln!(
+            let line = |o: &mut dyn Write, who: &str, l: &super::LatResult| {
+                let s = &l.stats;
+                write!(
                     o,
                     " {:>10}  {:<20} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
                     human_size(r.size),
@@ -424,15 +489,19 @@ impl<'a> Reporter<'a> {
                     s.avg,
                     s.p99,
                     s.p999
-                )
+                )?;
+                if cpu {
+                    write!(o, "  {:>10}", cpu_cell(l.cpu.as_ref(), false))?;
+                }
+                writeln!(o)
             };
             let Measured::Lat(l) = &r.softrnic else {
                 continue;
             };
-            line(*o, "softrnic", &l.stats)?;
+            line(*o, "softrnic", l)?;
             for (k, m) in &r.baselines {
                 if let Measured::Lat(t) = m {
-                    line(*o, &format!("TCP {}", k.label()), &t.stats)?;
+                    line(*o, &format!("TCP {}", k.label()), t)?;
                 }
             }
             if let (Some(Measured::Lat(t)), Some(k)) = (&r.tcp, r.tcp_kind) {
@@ -458,6 +527,26 @@ impl<'a> Reporter<'a> {
         }
         writeln!(o, "{RULE}")?;
         o.flush()
+    }
+}
+
+/// Whose CPU the rows counted.
+fn cpu_scope(rows: &[ResultRow]) -> &'static str {
+    match rows.iter().find_map(|r| r.softrnic.cpu()) {
+        Some(u) if u.both_sides => "both sides",
+        Some(_) => "this side only",
+        None => "-",
+    }
+}
+
+/// A CPU cell: seconds per GB / per million messages (`per_gb`), or per million
+/// messages only.
+fn cpu_cell(u: Option<&super::CpuUse>, per_gb: bool) -> String {
+    let f = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.3}"));
+    match u {
+        None => "-".into(),
+        Some(u) if per_gb => format!("{} / {}", f(u.per_gb()), f(u.per_mmsg())),
+        Some(u) => f(u.per_mmsg()),
     }
 }
 

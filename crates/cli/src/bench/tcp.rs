@@ -25,8 +25,8 @@
 //! blocking for bandwidth, busy-poll for latency), 1 reserved, size (u64), messages (u64,
 //! 0: duration mode), duration in ms (u32), 4 reserved; network byte order.
 
-use super::stats::{BwMeter, LatStats, Progress};
-use super::{BenchConfig, LatResult, Measured, Test};
+use super::stats::{BwMeter, CpuClock, LatStats, Progress};
+use super::{BenchConfig, LatResult, Measured, Mode, Test};
 use std::io::{self, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -364,6 +364,7 @@ pub fn client_round(
     (&s).write_all(&h.encode())?;
     let label = format!("{} {} B tcp {}", test.name(), size, kind.label());
     let mut progress = Progress::new(label, size, test.is_bw(), cfg.show_progress);
+    let cpu = CpuClock::start(cfg.mode == Mode::Loopback);
     let r = match test {
         Test::WriteBw | Test::SendBw => {
             let buf = vec![0x5au8; size];
@@ -453,11 +454,12 @@ pub fn client_round(
                 bytes: size,
                 iterations: samples.len() as u64,
                 stats,
+                cpu: None,
             })
         }
     };
     progress.finish();
-    Ok(r)
+    Ok(r.with_cpu(&cpu, if test.is_bw() { 0 } else { cfg.warmup }))
 }
 
 #[cfg(test)]

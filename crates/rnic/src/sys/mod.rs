@@ -6,3 +6,4 @@ pub mod affinity;
 pub(crate) mod eventfd;
 pub(crate) mod random;
 pub(crate) mod socket;
+pub mod usage;
