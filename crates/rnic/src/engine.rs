@@ -149,6 +149,8 @@ impl Engine {
                 let ok = pinned.is_ok();
                 let _ = started_tx.send(pinned.map(|()| affinity::thread_id()));
                 if ok {
+                    // This thread's buffer pool is the engine's: it keeps more.
+                    crate::buf_pool::serve_as_engine();
                     run(poll, s, d, q, t, n, spin);
                 }
             })?;

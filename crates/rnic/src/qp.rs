@@ -425,6 +425,16 @@ impl Qp {
         self.shared.lock().map(|g| g.stats).unwrap_or_default()
     }
 
+    /// Octets of data-path buffers (receive staging, transmit gather) the QP holds now.
+    /// A QP takes them from a pool while it reads or sends and gives them back once
+    /// drained, so this is 0 for an idle QP, whatever it moved before; only octets
+    /// waiting in a buffer (a full socket, a stream held back by an SRQ) keep one.
+    pub fn buffer_bytes(&self) -> usize {
+        self.shared.lock().map_or(0, |g| {
+            g.staging.held() + g.conn.as_ref().map_or(0, |c| c.tx.held())
+        })
+    }
+
     /// The negotiated parameters.
     pub fn params(&self) -> QpParams {
         self.shared
