@@ -275,7 +275,15 @@ fn out_of_order_segments_go_up_with_their_offsets_and_are_sacked() {
     assert_eq!(p.in_order_end, 3000, "the hole closed");
     let acks = drain(&mut b);
     assert_eq!(acks.last().unwrap().ack, seq + 3000);
-    assert!(acks.last().unwrap().options.sack.is_empty());
+    assert_eq!(
+        acks.last().unwrap().options.sack.as_slice(),
+        [softrnic_tcp::SackBlock {
+            left: seq + 500,
+            right: seq + 1000
+        }],
+        "the octets that came twice, as a D-SACK block (below the ACK), and no other"
+    );
+    assert_eq!(b.stats().dsacks_out, 1);
 }
 
 /// Out-of-order data is answered by a bare ACK (a duplicate ACK, with SACK blocks)
@@ -317,12 +325,12 @@ fn a_hostile_peer_cannot_make_the_receiver_hold_more() {
     b.handle_segment(2 * MS, &data_segment(seq + 16 * 1024, ack, b"x"), &mut p);
     assert!(p.seen.is_empty());
     assert_eq!(b.stats().dropped_unacceptable, 1);
-    // Many one-octet holes: only max_ooo_ranges (16) ranges are kept.
+    // Many one-octet holes: only max_ooo_ranges (32) ranges are kept.
     for i in 0..100u32 {
         b.handle_segment(2 * MS, &data_segment(seq + 2 + 2 * i, ack, b"y"), &mut p);
     }
-    assert_eq!(p.seen.len(), 16);
-    assert_eq!(b.stats().bytes_refused, 84);
+    assert_eq!(p.seen.len(), 32);
+    assert_eq!(b.stats().bytes_refused, 68);
     // A segment reaching back over the SYN is trimmed to what is new.
     b.handle_segment(2 * MS, &data_segment(seq - 10, ack, &[1u8; 11]), &mut p);
     assert_eq!(p.seen.last().unwrap(), &(0, vec![1u8], true));
