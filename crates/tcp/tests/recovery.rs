@@ -2,8 +2,10 @@
 //! (RFC 8985) and D-SACK (RFC 2883). A lost tail is repaired by a loss probe, not the
 //! retransmission timer; reordering inside RACK's window causes no retransmission (past
 //! the first, before any reordering was seen); losses beside reordering, lost
-//! retransmissions included, are repaired once each, without a timeout. A failing seed
-//! is printed so it replays (`SOFTRNIC_TCP_SEED=n`).
+//! retransmissions included, are repaired once each, without a timeout; a window
+//! reduction (fast recovery or timeout) that the peer's duplicate reports prove
+//! spurious is undone, one for a real loss is not. A failing seed is printed so it
+//! replays (`SOFTRNIC_TCP_SEED=n`).
 
 mod common;
 
@@ -238,6 +240,121 @@ fn losses_beside_reordering_are_repaired_once_each_without_a_timeout() {
                 s.spurious_retransmits <= 3 * reordered + s.loss_probes,
                 "seed {seed}: lost {lost:?}, again {again:?}: {s:?}"
             );
+        },
+    );
+}
+
+/// A clean wire with a seeded delay, for the undo tests.
+fn clean(r: &mut Rng) -> Impairments {
+    Impairments {
+        delay: MS * (2 + r.below(20) as u32),
+        ..Impairments::default()
+    }
+}
+
+#[test]
+fn a_reduction_for_a_segment_that_was_only_late_is_undone() {
+    for_seeds(
+        "a_reduction_for_a_segment_that_was_only_late_is_undone",
+        100,
+        |seed| {
+            let mut r = Rng::new(seed);
+            let imp = clean(&mut r);
+            let rtt = 2 * imp.delay;
+            let c = config(&mut r);
+            // One data segment is held back two round trips (it is taken as lost and
+            // sent again, then arrives after its copy), or, for comparison, lost.
+            let k = 5 + r.below(40) as usize;
+            let lose = r.chance(0.3);
+            let mut n = Net::sim(c.clone(), c, imp, seed);
+            let mut next = 0usize;
+            let mut seen = std::collections::HashSet::new();
+            n.filter = Some(Box::new(move |from, seg| {
+                if from != Side::A || seg.payload.is_empty() || !seen.insert(seg.seq.0) {
+                    return Verdict::Pass;
+                }
+                next += 1;
+                match next - 1 {
+                    i if i == k && lose => Verdict::Drop,
+                    i if i == k => Verdict::Delay(2 * rtt),
+                    _ => Verdict::Pass,
+                }
+            }));
+            let len = 200_000;
+            n.a.outbox.extend(pattern(len, seed));
+            // The window before the loss was found, and after the duplicate report.
+            let (mut before, mut undone) = (0, None);
+            n.run_until(600_000 * MS, |n| {
+                let s = n.a.conn.stats();
+                if s.fast_retransmits == 0 {
+                    before = n.a.conn.congestion_window();
+                }
+                if s.undone_reductions > 0 && undone.is_none() {
+                    undone = Some(n.a.conn.congestion_window());
+                }
+                n.b.got.len() == len && n.wire.as_ref().unwrap().in_flight() == 0
+            });
+            assert_bytes(&n.b.got, &pattern(len, seed));
+            let s = n.a.conn.stats();
+            assert_eq!(s.fast_retransmits, 1, "seed {seed}: {s:?}");
+            assert_eq!(s.retransmitted_segments, 1, "seed {seed}: {s:?}");
+            assert_eq!(s.timeouts, 0, "seed {seed}: {s:?}");
+            if lose {
+                assert_eq!(s.spurious_retransmits, 0, "seed {seed}: {s:?}");
+                assert_eq!(s.undone_reductions, 0, "seed {seed}: {s:?}");
+            } else {
+                assert_eq!(s.spurious_retransmits, 1, "seed {seed}: {s:?}");
+                assert_eq!(s.undone_reductions, 1, "seed {seed}: {s:?}");
+                let undone = undone.unwrap();
+                assert!(undone >= before, "seed {seed}: {undone} < {before}");
+            }
+        },
+    );
+}
+
+#[test]
+fn a_timeout_for_acknowledgments_that_were_only_late_is_undone() {
+    for_seeds(
+        "a_timeout_for_acknowledgments_that_were_only_late_is_undone",
+        100,
+        |seed| {
+            let mut r = Rng::new(seed);
+            let imp = clean(&mut r);
+            let c = config(&mut r);
+            let mut n = Net::sim(c.clone(), c, imp, seed);
+            // For 150 ms, every ACK is held back 250 ms: past the retransmission
+            // timer (100 ms after the probe that comes first), then they all arrive.
+            let holding = Rc::new(std::cell::Cell::new(false));
+            let h = holding.clone();
+            n.filter = Some(Box::new(move |from, _| {
+                if from == Side::B && h.get() {
+                    Verdict::Delay(250 * MS)
+                } else {
+                    Verdict::Pass
+                }
+            }));
+            let len = 300_000;
+            n.a.outbox.extend(pattern(len, seed));
+            n.run_until(600_000 * MS, |n| n.b.got.len() >= 50_000);
+            let before = n.a.conn.congestion_window();
+            holding.set(true);
+            let from = n.now;
+            n.run_until(600_000 * MS, |n| n.now >= from + 150 * MS);
+            holding.set(false);
+            assert_eq!(n.a.conn.stats().timeouts, 1, "seed {seed}");
+            let mut undone = None;
+            n.run_until(600_000 * MS, |n| {
+                if n.a.conn.stats().undone_reductions > 0 && undone.is_none() {
+                    undone = Some(n.a.conn.congestion_window());
+                }
+                n.b.got.len() == len && n.wire.as_ref().unwrap().in_flight() == 0
+            });
+            assert_bytes(&n.b.got, &pattern(len, seed));
+            let s = n.a.conn.stats();
+            assert_eq!(s.timeouts, 1, "seed {seed}: {s:?}");
+            assert!(s.undone_reductions >= 1, "seed {seed}: {s:?}");
+            let undone = undone.unwrap();
+            assert!(undone >= before, "seed {seed}: {undone} < {before}");
         },
     );
 }

@@ -1,10 +1,13 @@
 //! Congestion control and loss recovery on the send side: slow start and congestion
 //! avoidance (RFC 5681, with byte counting, RFC 3465), fast recovery entered when RACK
 //! (or, without SACK, the third duplicate ACK: RFC 6582's NewReno) finds a loss, the
-//! pipe estimate of RFC 6675, and the response to a retransmission timeout.
+//! pipe estimate of RFC 6675, the response to a retransmission timeout, and the undo
+//! of a reduction that proves spurious: when the peer reports every retransmission
+//! since as a duplicate (D-SACK, RFC 2883), nothing was lost, and the window goes back
+//! to what it was (in the manner of RFC 3708's detection and RFC 4015's response).
 
 use super::rack::DUP_THRESH;
-use super::tx::Tx;
+use super::tx::{Tx, Undo};
 
 /// Bound on the congestion window (far above any window a peer can offer).
 const MAX_CWND: u64 = 1 << 32;
@@ -30,8 +33,15 @@ impl Tx {
         self.in_recovery || self.rto_recovery
     }
 
-    /// Halves the window's threshold (RFC 5681 (4)).
+    /// Halves the window's threshold (RFC 5681 (4)), remembering what it was.
     fn reduce(&mut self) {
+        self.undo = Some(Undo {
+            cwnd: self.cwnd,
+            ssthresh: self.ssthresh,
+            from: self.una,
+            to: self.nxt,
+            retransmissions: 0,
+        });
         self.ssthresh = (self.flight() / 2).max(2 * self.mss);
         self.acked_accum = 0;
     }
@@ -115,10 +125,29 @@ impl Tx {
         self.cwnd = self.ssthresh;
     }
 
-    /// The peer reported `[left, right)` as received twice (D-SACK): reordering
-    /// (or a spurious probe) fooled us, and RACK's window widens.
-    pub fn on_dsack(&mut self, _left: i64, _right: i64) {
+    /// The peer reported `[left, right)` as received twice (D-SACK). Returns true when
+    /// that proves the last reduction spurious and undoes it: every retransmission
+    /// since has been reported, and nothing is waiting to be sent again.
+    pub fn on_dsack(&mut self, left: i64, right: i64) -> bool {
         self.rack.on_dsack(self.una, self.nxt);
+        let Some(u) = &mut self.undo else {
+            return false;
+        };
+        if left < u.from as i64 || right > u.to as i64 || u.retransmissions == 0 {
+            return false;
+        }
+        u.retransmissions -= 1;
+        if u.retransmissions > 0 || self.sent.lost_bytes() > 0 {
+            return false;
+        }
+        let u = *u;
+        self.undo = None;
+        self.cwnd = self.cwnd.max(u.cwnd);
+        self.ssthresh = self.ssthresh.max(u.ssthresh);
+        self.in_recovery = false;
+        self.rto_recovery = false;
+        self.dupacks = 0;
+        true
     }
 
     /// The retransmission timer expired (RFC 5681 3.1, RFC 6298 5.5): one segment of

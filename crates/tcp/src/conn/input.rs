@@ -290,7 +290,9 @@ impl Connection {
         }
         if let Some((l, r)) = sack.dsack {
             self.stats.spurious_retransmits += 1;
-            self.tx.on_dsack(l, r);
+            if self.tx.on_dsack(l, r) {
+                self.stats.undone_reductions += 1;
+            }
         }
         self.probe_answered(ack, sack.dsack);
         self.stats.reordered_segments = self.tx.rack.reordered;

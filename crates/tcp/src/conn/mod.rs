@@ -106,6 +106,8 @@ pub struct Stats {
     /// Segments the peer received after one we sent later, none of them sent again
     /// (reordering, as RACK sees it).
     pub reordered_segments: u64,
+    /// Window reductions undone because every retransmission since proved spurious.
+    pub undone_reductions: u64,
     /// Duplicates we reported (D-SACK blocks sent).
     pub dsacks_out: u64,
     pub dup_acks_in: u64,

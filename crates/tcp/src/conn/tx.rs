@@ -1,8 +1,9 @@
 //! The send side of a connection: sequence state, the peer's window, the SACK
 //! scoreboard, the record of every segment in flight (`sent.rs`), and the choice of
 //! the next segment (segments taken as lost first, sent again as they were, then new
-//! ones; whole records when the layer above queued records). Congestion control
-//! lives in `cc.rs`, loss detection in `rack.rs`, the RTT estimator in `rtt.rs`.
+//! ones; whole records when the layer above queued records). Congestion control and
+//! its undo live in `cc.rs`, loss detection in `rack.rs`, the RTT estimator in
+//! `rtt.rs`.
 //!
 //! Positions count our sequence space from our SYN (position 0) and never wrap; stream
 //! offset `o` is position `o + 1`, and our FIN, once queued, takes the position after
@@ -64,8 +65,23 @@ pub(crate) struct Tx {
     /// Every segment in flight: send times, SACKed, lost.
     pub sent: Sent,
     pub rack: Rack,
+    /// What the last reduction of the congestion window changed, to put back if the
+    /// peer reports every retransmission since as a duplicate.
+    pub undo: Option<Undo>,
     /// The loss probe in flight (RFC 8985 7).
     pub tlp: Option<Tlp>,
+}
+
+/// The state before a reduction of the congestion window (RFC 3708-style undo).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Undo {
+    pub cwnd: u64,
+    pub ssthresh: u64,
+    /// `una` and `nxt` when the reduction began: its retransmissions lie between.
+    pub from: u64,
+    pub to: u64,
+    /// Retransmissions since, not yet reported as duplicates.
+    pub retransmissions: u32,
 }
 
 /// A loss probe that went out: `nxt` after it (TLP.end_seq), the range it sent
@@ -144,6 +160,7 @@ impl Tx {
             rtx_now: false,
             sent: Sent::new(max_records, half_segments),
             rack: Rack::default(),
+            undo: None,
             tlp: None,
         }
     }
@@ -285,6 +302,9 @@ impl Tx {
             }
             self.rtx_now = false;
             self.timed = None;
+            if let Some(u) = &mut self.undo {
+                u.retransmissions = u.retransmissions.saturating_add(1);
+            }
         } else {
             self.nxt = pick.end;
             self.sent.push(pick.start, pick.end, now);
