@@ -16,6 +16,7 @@
 
 pub mod config;
 mod conn;
+pub mod fuzz_input;
 mod range_set;
 pub mod reassembly;
 pub mod receiver;

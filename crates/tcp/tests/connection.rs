@@ -286,6 +286,64 @@ fn out_of_order_segments_go_up_with_their_offsets_and_are_sacked() {
     assert_eq!(b.stats().dsacks_out, 1);
 }
 
+/// An acknowledgment of a number before our ISS is refused like any too-old one, even
+/// while SND.UNA is still within a window of the ISS (found by fuzzing: it was taken
+/// as acknowledging nearly 2^64 octets).
+#[test]
+fn an_ack_before_our_iss_is_refused() {
+    let (mut b, seq, ack) = hand_established();
+    let mut p = Pieces::default();
+    b.send(b"hello").unwrap();
+    let sent = drain(&mut b);
+    assert_eq!(sent.len(), 1);
+    let before = b.stats().dropped_unacceptable;
+    b.handle_segment(2 * MS, &data_segment(seq, ack - 1000, b""), &mut p);
+    assert_eq!(b.stats().dropped_unacceptable, before + 1);
+    let answer = drain(&mut b);
+    assert_eq!(answer.len(), 1, "an ACK answers it");
+    assert_eq!(answer[0].ack, seq);
+    assert_eq!(b.unacknowledged(), 5);
+    b.handle_segment(3 * MS, &data_segment(seq, ack + 5, b""), &mut p);
+    assert_eq!(b.unacknowledged(), 0);
+    assert_eq!(b.state(), State::Established);
+}
+
+/// A peer that SACKs data and then acknowledges only part of it (it reneged): at the
+/// timeout, the segment at the left edge goes again whatever was SACKed of it (RFC 2018
+/// section 8), and the timer keeps running (found by fuzzing: nothing was resent and no
+/// timer was left).
+#[test]
+fn a_peer_that_reneges_on_a_sack_gets_the_left_edge_again() {
+    let (mut b, seq, ack) = hand_established();
+    let mut p = Pieces::default();
+    let wide = |acked: u32| Segment {
+        window: 60_000,
+        ..data_segment(seq, ack + acked, b"")
+    };
+    b.handle_segment(MS, &wide(0), &mut p);
+    b.send(&pattern(3000, 3)).unwrap();
+    assert_eq!(drain(&mut b).len(), 3);
+    let mut sack = wide(0);
+    sack.options.sack.push(softrnic_tcp::SackBlock {
+        left: ack + 1000,
+        right: ack + 3000,
+    });
+    b.handle_segment(2 * MS, &sack, &mut p);
+    b.handle_segment(3 * MS, &wide(1500), &mut p);
+    drain(&mut b);
+    let mut again = Vec::new();
+    while b.stats().timeouts == 0 {
+        let at = b.poll_timeout().expect("a timer runs");
+        b.handle_timeout(at);
+        again.extend(drain(&mut b));
+    }
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].seq, ack + 1500);
+    assert_eq!(again[0].payload, &pattern(3000, 3)[1500..2000]);
+    assert!(b.poll_timeout().is_some(), "the timer still runs");
+    assert_eq!(b.stats().timeouts, 1);
+}
+
 /// Data that arrives a second time is reported in the next ACK as a D-SACK block
 /// (RFC 2883): the duplicate octets first, then the out-of-order range holding them if
 /// there is one, then the other ranges; once only.

@@ -194,6 +194,12 @@ impl Tx {
         if consecutive >= 3 {
             self.scoreboard.clear();
             self.sent.clear_sacks();
+        } else if self.sent.len() > 0 {
+            // The segment at the left edge goes again whatever was SACKed of it (RFC
+            // 2018 section 8): a peer that SACKed it and then acknowledged only part
+            // of it would otherwise leave nothing to resend and no timer.
+            self.scoreboard.remove_below(self.sent.get(0).end);
+            self.sent.unsack_first();
         }
         for i in 0..self.sent.len() {
             self.sent.mark_lost(i);

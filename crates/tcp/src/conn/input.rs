@@ -231,7 +231,9 @@ impl Connection {
             self.rx.ack_now = true;
             return;
         }
-        if ack < self.tx.una as i64 - self.tx.max_wnd as i64 {
+        // Too old (RFC 5961 5.2), or before our ISS altogether (possible while
+        // SND.UNA is within a window of it; found by fuzzing).
+        if ack < (self.tx.una as i64 - self.tx.max_wnd as i64).max(0) {
             self.stats.dropped_unacceptable += 1;
             self.rx.ack_now = true;
             return;

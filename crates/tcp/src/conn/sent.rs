@@ -138,6 +138,13 @@ impl Sent {
         }
     }
 
+    /// Forgets the SACK of the first record, if it has one.
+    pub fn unsack_first(&mut self) {
+        if let Some(s) = self.segs.front_mut() {
+            s.sacked = false;
+        }
+    }
+
     /// Forgets every SACK (the peer may have dropped what it SACKed).
     pub fn clear_sacks(&mut self) {
         for s in &mut self.segs {

@@ -84,6 +84,8 @@ impl Connection {
                     return;
                 }
                 self.tx.on_rto(self.retries, now);
+                // The timer runs while anything is in flight, sent again or not.
+                self.timers.rto = Some(now + self.tx.rtt.timeout());
             }
             _ => {}
         }
