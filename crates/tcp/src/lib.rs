@@ -21,6 +21,7 @@ pub mod reassembly;
 pub mod receiver;
 pub mod segment;
 pub mod seq;
+pub mod sim;
 
 pub use config::{Config, Keepalive};
 pub use conn::{Connection, Event, SendError, State, Stats, initial_sequence, reset_for};
