@@ -91,7 +91,13 @@ pub use softrnic_proto::{
     Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, Sgl, TooManySge,
     WcOpcode, WcStatus,
 };
+/// softrnic's own TCP's settings and counters ([`UserTcp::tcp`], [`UserTcpStats`]).
+pub use softrnic_tcp::{Config as TcpConfig, StackStats as TcpStackStats, Stats as TcpStats};
 pub use softrnic_wire::TerminateCause;
 pub use srq::{ChainError, ManagedInit, Srq, SrqAttr, SrqInit, SrqModify, SrqUsage};
 pub use sys::affinity;
 pub use transport::fault::{FaultEnd, FaultPlan};
+pub use transport::user::{
+    Impairments as SimImpairments, SimNet, UserLink, UserTcp, UserTcpStats,
+    WireStats as SimWireStats, default_tcp as default_user_tcp,
+};

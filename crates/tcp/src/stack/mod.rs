@@ -401,11 +401,11 @@ impl Stack {
         Err(StackError::NoFreePorts)
     }
 
-    /// Listens on `local` (an unspecified address listens on all of the stack's).
-    /// A SYN that finds `backlog` established connections waiting for
-    /// [`Stack::accept`] is dropped (the client sends it again); handshakes under way
-    /// when the queue fills still join it, so at most `backlog` plus
-    /// [`StackConfig::max_half_open`] wait.
+    /// Listens on `local` (an unspecified address listens on all of the stack's; port
+    /// 0 takes a free port from the ephemeral range). A SYN that finds `backlog`
+    /// established connections waiting for [`Stack::accept`] is dropped (the client
+    /// sends it again); handshakes under way when the queue fills still join it, so
+    /// at most `backlog` plus [`StackConfig::max_half_open`] wait.
     pub fn listen(
         &mut self,
         local: SocketAddrV4,
@@ -416,13 +416,13 @@ impl Stack {
         if !ip.is_unspecified() && !self.addrs.contains(&ip) {
             return Err(StackError::AddrNotAvailable(ip));
         }
-        let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, local.port());
-        let taken = self.by_local.contains_key(&local)
-            || self.by_local.contains_key(&any)
-            || (ip.is_unspecified() && self.by_local.keys().any(|l| l.port() == local.port()));
-        if taken || local.port() == 0 {
-            return Err(StackError::AddrInUse(local));
-        }
+        let local = match local.port() {
+            0 => self
+                .free_listening_port(ip)
+                .ok_or(StackError::NoFreePorts)?,
+            _ if self.port_taken(local) => return Err(StackError::AddrInUse(local)),
+            _ => local,
+        };
         let id = ListenerId(self.next_listener);
         self.next_listener = self.next_listener.wrapping_add(1).max(1);
         self.listeners.insert(
@@ -438,6 +438,41 @@ impl Stack {
         );
         self.by_local.insert(local, id);
         Ok(id)
+    }
+
+    /// Whether a listener on `local` would conflict with one there is, or with a
+    /// connection using its port.
+    fn port_taken(&self, local: SocketAddrV4) -> bool {
+        let port = local.port();
+        let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
+        self.by_local.contains_key(&local)
+            || self.by_local.contains_key(&any)
+            || (local.ip().is_unspecified() && self.by_local.keys().any(|l| l.port() == port))
+            || self.by_tuple.keys().any(|(l, _)| {
+                l.port() == port && (l.ip() == local.ip() || local.ip().is_unspecified())
+            })
+    }
+
+    /// A port of the ephemeral range nothing on `ip` uses.
+    fn free_listening_port(&mut self, ip: Ipv4Addr) -> Option<SocketAddrV4> {
+        let (lo, hi) = self.cfg.ephemeral_ports;
+        for _ in 0..=u32::from(hi - lo) {
+            let port = self.next_port;
+            self.next_port = if port >= hi { lo } else { port + 1 };
+            let local = SocketAddrV4::new(ip, port);
+            if !self.port_taken(local) {
+                return Some(local);
+            }
+        }
+        None
+    }
+
+    /// The address a listener listens on (its port chosen, if it was 0).
+    pub fn listener_addr(&self, id: ListenerId) -> Result<SocketAddrV4, StackError> {
+        self.listeners
+            .get(&id)
+            .map(|l| l.local)
+            .ok_or(StackError::InvalidListener)
     }
 
     /// Stops listening: connections not yet accepted are reset.

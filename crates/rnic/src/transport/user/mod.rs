@@ -1,0 +1,90 @@
+//! softrnic's own TCP under QPs (`softrnic-tcp`) instead of the kernel's, on a packet
+//! link of the device's: the in-process [`SimNet`], or (item by item) a frame device of
+//! `softrnic-netdev`.
+//!
+//! A device opened with [`crate::DeviceConfig::user_tcp`] owns one
+//! [`softrnic_tcp::Stack`] with one IPv4 address on its link. A *stack thread* owns the
+//! link's receive side: it waits for packets (the link's descriptor, or the wake a
+//! [`SimNet`] gives when it queues one) and for the stack's earliest timer, hands
+//! packets to the stack, sends what is due, and tells waiters what changed. Everything
+//! else runs in the threads that use a connection: a QP's transmit path queues FPDUs in
+//! the TCP send buffer and sends the segments at once, from its own thread; its receive
+//! path copies octets out of the connection's reassembly into registered memory.
+//!
+//! - `stack.rs`: the stack behind its lock, the stack thread, readiness for waiters.
+//! - `link.rs`: what a link is to the stack thread; [`SimNet`]'s link.
+//! - `stream.rs`: [`crate::transport::stream::ConnStream`] for the CM's MPA exchange.
+//! - `transport.rs`: [`crate::transport::Transport`] for the QP, with a waker the QP's
+//!   engine waits on, and FPDUs queued as TCP records (one per segment).
+//! - `listener.rs`: MPA Requests of incoming connections, read side by side.
+
+pub(crate) mod link;
+pub(crate) mod listener;
+pub mod simnet;
+pub(crate) mod stack;
+pub(crate) mod stream;
+pub(crate) mod transport;
+
+pub use simnet::{Impairments, SimNet, WireStats};
+use std::net::Ipv4Addr;
+
+/// The link a device's own TCP sends its packets on.
+#[derive(Debug, Clone)]
+pub enum UserLink {
+    /// The in-process simulated network: devices of this process that attach to the
+    /// same [`SimNet`] reach each other.
+    Sim(SimNet),
+}
+
+/// A device's own TCP ([`crate::DeviceConfig::user_tcp`]): its link, its address there
+/// and how its connections behave.
+#[derive(Debug, Clone)]
+pub struct UserTcp {
+    /// Where packets go.
+    pub link: UserLink,
+    /// The device's IPv4 address on the link.
+    pub addr: Ipv4Addr,
+    /// Every connection's TCP settings. The MSS is capped to what the link's MTU
+    /// carries; FPDUs are sized to the segment (RFC 5044).
+    pub tcp: softrnic_tcp::Config,
+    /// Connections at once (every state); each holds `tcp.send_buffer` and
+    /// `tcp.recv_buffer` octets.
+    pub max_connections: usize,
+    /// Half-open connections per listener (a SYN flood holds no more).
+    pub max_half_open: usize,
+}
+
+impl UserTcp {
+    /// The device at `addr` on `net`, with the default settings: 1 MiB send and
+    /// receive buffers, segments as large as the network's MTU allows.
+    pub fn sim(net: &SimNet, addr: Ipv4Addr) -> UserTcp {
+        UserTcp {
+            link: UserLink::Sim(net.clone()),
+            addr,
+            tcp: default_tcp(),
+            max_connections: 256,
+            max_half_open: 64,
+        }
+    }
+}
+
+/// The TCP settings a device's own TCP starts from: buffers for a fast link (the
+/// window and the send buffer bound how much is in flight), the MSS of the largest IPv4
+/// packet (capped to the link's MTU when the stack starts).
+pub fn default_tcp() -> softrnic_tcp::Config {
+    softrnic_tcp::Config {
+        mss: u16::MAX - 40,
+        send_buffer: 1 << 20,
+        recv_buffer: 1 << 20,
+        ..softrnic_tcp::Config::default()
+    }
+}
+
+/// What a device's own TCP has done ([`crate::Device::user_tcp_stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserTcpStats {
+    /// The stack: packets, resets, listeners' drops, connections opened and freed.
+    pub stack: softrnic_tcp::StackStats,
+    /// Every connection's TCP counters added up (retransmissions, timeouts...).
+    pub tcp: softrnic_tcp::Stats,
+}
