@@ -367,6 +367,9 @@ pub struct BenchArgs {
     /// is recorded: keep runs short. The TCP baseline is not recorded.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
+    /// What carries the QPs (kernel TCP, or softrnic's own TCP on a simulated network).
+    #[command(flatten)]
+    pub net: crate::transport::TransportArgs,
 }
 
 /// The benchmark subcommands.
@@ -509,6 +512,8 @@ pub struct BenchConfig {
     pub rdma_cm: bool,
     /// Record this side's connections (the client's in loopback) into this pcap file.
     pub pcap: Option<PathBuf>,
+    /// The transport under the QPs.
+    pub net: crate::transport::TransportArgs,
 }
 
 /// Largest message size (and the top of `-a`).
@@ -564,6 +569,12 @@ impl BenchConfig {
         if a.engine_threads == 0 {
             return Err("engine threads must be at least 1".into());
         }
+        if a.net.transport.in_process_only() && (!a.loopback || a.rdma_cm) {
+            return Err(format!(
+                "--transport {} runs both sides in this process: add --loopback (without -R)",
+                a.net.transport.name()
+            ));
+        }
         let mode = match (&a.address, a.loopback) {
             (_, true) => Mode::Loopback,
             (Some(addr), false) => Mode::Client(addr.clone()),
@@ -600,6 +611,7 @@ impl BenchConfig {
             verbose: a.verbose,
             rdma_cm: a.rdma_cm,
             pcap: a.pcap.clone(),
+            net: a.net.clone(),
         })
         .and_then(|c| {
             if c.rdma_cm {
@@ -729,7 +741,11 @@ pub fn run_config(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRo
                 .baseline
                 .map(|_| SocketAddr::new(addr.ip(), addr.port().wrapping_add(1)));
             let mut rep = report::Reporter::new(out, cfg, format!("client of {addr}"));
-            client_rounds(cfg, &dev, addr, tcp_addr, &mut rep)
+            let watch = Watch {
+                net: crate::transport::Net::new(&cfg.net),
+                devs: vec![dev.clone()],
+            };
+            client_rounds(cfg, &dev, addr, tcp_addr, &mut rep, Some(&watch))
         }
     }
 }
@@ -770,8 +786,11 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     // here unpinned, they may run anywhere; with --pin-engines, each side's engines pin
     // themselves to that side's CPU.
     // Only the client's device records (--pcap): one side shows the whole exchange.
-    let open = |cpu: Option<usize>, record: bool| {
+    // Side 0 is the client, 1 the server (their addresses on a simulated network).
+    let net = crate::transport::Net::new(&cfg.net);
+    let open = |cpu: Option<usize>, record: bool, side: u8| {
         let mut dc = cfg.device_config();
+        dc.user_tcp = net.user_tcp(side);
         if let Some(c) = cpu.filter(|_| cfg.pin_engines) {
             dc.engine_cpus = vec![c; cfg.engine_threads];
         }
@@ -780,10 +799,14 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
         }
         Device::open(dc).map_err(|e| format!("device: {e}"))
     };
-    let sdev = open(cpus.map(|(_, s)| s), false)?;
-    let cdev = open(cpus.map(|(c, _)| c), true)?;
+    let sdev = open(cpus.map(|(_, s)| s), false, 1)?;
+    let cdev = open(cpus.map(|(c, _)| c), true, 0)?;
+    let watch = Watch {
+        net: net.clone(),
+        devs: vec![cdev.clone(), sdev.clone()],
+    };
     let listener = sdev
-        .listen("127.0.0.1:0")
+        .listen(net.listen_addr())
         .map_err(|e| format!("listen: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let server_opts = cfg.server_opts();
@@ -820,7 +843,7 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     let rows = {
         let _pin = cpus.and_then(|(c, _)| affinity::pin_current(c).ok());
         let mut rep = report::Reporter::new(out, cfg, placement);
-        client_rounds(cfg, &cdev, addr, tcp_addr, &mut rep)?
+        client_rounds(cfg, &cdev, addr, tcp_addr, &mut rep, Some(&watch))?
     };
     // On success both servers have finished their last round.
     server
@@ -834,12 +857,26 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     Ok(rows)
 }
 
+/// The transport of a run and the devices whose counters each round reports.
+struct Watch {
+    net: crate::transport::Net,
+    devs: Vec<Device>,
+}
+
+impl Watch {
+    fn counters(&self) -> crate::transport::Counters {
+        let devs: Vec<&Device> = self.devs.iter().collect();
+        self.net.counters(&devs)
+    }
+}
+
 fn client_rounds(
     cfg: &BenchConfig,
     dev: &Device,
     addr: SocketAddr,
     tcp_addr: Option<SocketAddr>,
     rep: &mut report::Reporter<'_>,
+    watch: Option<&Watch>,
 ) -> Result<Vec<ResultRow>, String> {
     let mut rows = Vec::new();
     rep.clock(match cfg.test {
@@ -856,7 +893,16 @@ fn client_rounds(
             }
             None => None,
         };
+        let before = watch.map(Watch::counters);
         let softrnic = rdma::client_round(cfg, dev, addr, size, last)?;
+        if let (Some(w), Some(b)) = (watch, before) {
+            let c = w.counters().since(&b);
+            let mut v = c.json();
+            if let serde_json::Value::Object(m) = &mut v {
+                m.insert("rnic_transport".into(), w.net.name().into());
+            }
+            rep.annotate(v, c.text());
+        }
         let row = ResultRow {
             test: cfg.test,
             size,

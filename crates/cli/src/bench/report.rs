@@ -15,6 +15,8 @@ pub struct Reporter<'a> {
     cfg: &'a BenchConfig,
     placement: String,
     clock: Option<Clock>,
+    /// What the transport did during the next row: JSON fields and a text line.
+    annotation: Option<(Value, Option<String>)>,
 }
 
 /// Bandwidth in the unit asked for: MB/s (2^20 octets) or Gb/s (10^9 bits).
@@ -45,7 +47,14 @@ impl<'a> Reporter<'a> {
             cfg,
             placement,
             clock: None,
+            annotation: None,
         }
+    }
+
+    /// Adds `fields` to the next row's softrnic JSON line, and `text` under the row in
+    /// text mode (the transport and what it did).
+    pub fn annotate(&mut self, fields: Value, text: Option<String>) {
+        self.annotation = Some((fields, text));
     }
 
     /// States what the softrnic figures mean: lines in the header, `clock` in JSON.
@@ -164,7 +173,12 @@ impl<'a> Reporter<'a> {
                 let v = self.json_of(r, t, "tcp", None);
                 writeln!(self.out, "{v}")?;
             }
-            let v = self.json_of(r, &r.softrnic, "softrnic", r.ratio());
+            let mut v = self.json_of(r, &r.softrnic, "softrnic", r.ratio());
+            if let (Some((Value::Object(x), _)), Value::Object(m)) =
+                (self.annotation.take(), &mut v)
+            {
+                m.extend(x);
+            }
             writeln!(self.out, "{v}")?;
             return self.out.flush();
         }
@@ -211,6 +225,9 @@ impl<'a> Reporter<'a> {
             }
         }
         writeln!(o)?;
+        if let Some((_, Some(text))) = self.annotation.take() {
+            writeln!(o, "   {text}")?;
+        }
         o.flush()
     }
 

@@ -80,11 +80,11 @@ impl Link for SimLink {
     }
 
     fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8])) -> bool {
-        self.batch.clear();
         self.next = self.net.receive(self.addr, now, &mut self.batch);
         for p in &self.batch {
             f(p);
         }
+        self.net.recycle(&mut self.batch);
         false
     }
 

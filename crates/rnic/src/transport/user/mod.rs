@@ -70,12 +70,20 @@ impl UserTcp {
 
 /// The TCP settings a device's own TCP starts from: buffers for a fast link (the
 /// window and the send buffer bound how much is in flight), the MSS of the largest IPv4
-/// packet (capped to the link's MTU when the stack starts).
+/// packet (capped to the link's MTU when the stack starts), an ACK for every segment
+/// (with segments of up to 64 KiB an ACK costs little, and a delayed one stalled
+/// the sender: a window update the receiver made while reading is only announced
+/// with the next ACK, so a sender short of window waited for the delayed-ACK timer),
+/// and a 10 ms floor on the retransmission timeout (RFC 6298's 1 s, and the usual
+/// 200 ms, are for wide-area round trips; these links have round trips of tens of
+/// microseconds to a few milliseconds).
 pub fn default_tcp() -> softrnic_tcp::Config {
     softrnic_tcp::Config {
         mss: u16::MAX - 40,
         send_buffer: 1 << 20,
         recv_buffer: 1 << 20,
+        delayed_ack: None,
+        rto_min: std::time::Duration::from_millis(10),
         ..softrnic_tcp::Config::default()
     }
 }

@@ -81,6 +81,9 @@ impl std::fmt::Debug for SimNet {
 /// at the same time keep their order.
 type InFlight = Reverse<(Duration, u64, Vec<u8>)>;
 
+/// See [`SimNet::deliver_inline`].
+type Deliver = Arc<dyn Fn() -> bool + Send + Sync>;
+
 #[derive(Default)]
 struct Hub {
     imp: Impairments,
@@ -88,7 +91,13 @@ struct Hub {
     sent: u64,
     stats: WireStats,
     ports: HashMap<Ipv4Addr, Port>,
+    /// Packet buffers given back by receivers, reused by senders (no allocation, no
+    /// page faults per packet).
+    spare: Vec<Vec<u8>>,
 }
+
+/// Packet buffers kept for reuse at most.
+const MAX_SPARE: usize = 256;
 
 struct Port {
     queue: BinaryHeap<InFlight>,
@@ -96,6 +105,9 @@ struct Port {
     queued_bytes: usize,
     /// Wakes the stack that owns the address.
     wake: Arc<dyn Fn() + Send + Sync>,
+    /// Hands the packets due now to the stack in the sender's thread, as kernel
+    /// loopback does; false when the stack is busy (then it is woken instead).
+    deliver: Option<Deliver>,
 }
 
 /// Packets a stack may have in flight towards it, and their octets; beyond, the wire
@@ -146,9 +158,20 @@ impl SimNet {
                 queue: BinaryHeap::new(),
                 queued_bytes: 0,
                 wake,
+                deliver: None,
             },
         );
         Ok(())
+    }
+
+    /// Lets senders hand packets due at once to the stack at `addr` in their own
+    /// thread (`deliver`), instead of waking the stack's thread.
+    pub(crate) fn deliver_inline(&self, addr: Ipv4Addr, deliver: Deliver) {
+        if let Ok(mut h) = self.hub.lock()
+            && let Some(p) = h.ports.get_mut(&addr)
+        {
+            p.deliver = Some(deliver);
+        }
     }
 
     pub(crate) fn detach(&self, addr: Ipv4Addr) {
@@ -171,10 +194,10 @@ impl SimNet {
         else {
             return;
         };
-        let Ok(mut h) = self.hub.lock() else {
+        let Ok(mut guard) = self.hub.lock() else {
             return;
         };
-        let h = &mut *h;
+        let h = &mut *guard;
         h.stats.packets += 1;
         if !h.ports.contains_key(&dst) {
             h.stats.unroutable += 1;
@@ -194,8 +217,11 @@ impl SimNet {
         } else {
             1
         };
+        let mut later = false;
         for _ in 0..copies {
-            let mut p = packet.to_vec();
+            let mut p = h.spare.pop().unwrap_or_default();
+            p.clear();
+            p.extend_from_slice(packet);
             if h.chance(h.imp.corrupt) && !p.is_empty() {
                 let bit = h.next() as usize % (p.len() * 8);
                 p[bit / 8] ^= 1 << (bit % 8);
@@ -206,6 +232,7 @@ impl SimNet {
                 at += h.imp.reorder_delay;
                 h.stats.reordered += 1;
             }
+            later |= at > now;
             h.sent += 1;
             let order = h.sent;
             match h.ports.get_mut(&dst) {
@@ -219,9 +246,26 @@ impl SimNet {
                 _ => h.stats.queue_drops += 1,
             }
         }
-        if let Some(port) = h.ports.get(&dst) {
-            (port.wake)();
+        let Some(port) = h.ports.get(&dst) else {
+            return;
+        };
+        let (wake, deliver) = (port.wake.clone(), port.deliver.clone());
+        drop(guard);
+        // Due now: the receiving stack takes it in this thread if it is free; a
+        // packet due later (or a busy stack) wakes the stack's own thread.
+        match deliver {
+            Some(d) if !later && d() => {}
+            _ => wake(),
         }
+    }
+
+    /// Gives packet buffers back for reuse (after [`SimNet::receive`]).
+    pub(crate) fn recycle(&self, bufs: &mut Vec<Vec<u8>>) {
+        if let Ok(mut h) = self.hub.lock() {
+            let room = MAX_SPARE.saturating_sub(h.spare.len());
+            h.spare.extend(bufs.drain(..).take(room));
+        }
+        bufs.clear();
     }
 
     /// Takes the packets for `addr` that are due at `now` into `out`; returns when the

@@ -28,14 +28,34 @@ use std::time::{Duration, Instant};
 const WAKE: Token = Token(0);
 const LINK: Token = Token(1);
 
-/// How a connection's engine learns that it can go on: an eventfd registered in the
-/// engine's epoll set under the QP's token, written when the connection changes in a
-/// way the QP waits for. Edge-triggered like a socket: a write is an event.
-pub(crate) struct Waker {
-    pub(crate) fd: Arc<EventFd>,
-    /// The QP's last read (write) found nothing (no room): wake it when that changes.
-    pub(crate) want_read: bool,
-    pub(crate) want_write: bool,
+/// How a connection's engine learns that it can go on, shared by the stack and the
+/// connection's transport: an eventfd the engine's epoll set holds under the QP's
+/// token (edge-triggered like a socket: a write is an event), written when the
+/// connection changes in a way the QP waits for, and flags that let a QP that polls
+/// find "nothing to read" without taking the stack's lock.
+///
+/// No wake-up is lost: the stack stores `readable` and then takes `want_read`; a
+/// reader stores `want_read` and then loads `readable` (all sequentially consistent),
+/// so either the reader sees the octets or the stack sees the reader waiting.
+pub(crate) struct Signal {
+    pub(crate) fd: EventFd,
+    /// In-order octets, or the end of the stream, may be waiting.
+    pub(crate) readable: AtomicBool,
+    /// The QP's last read found nothing: wake it when something comes.
+    pub(crate) want_read: AtomicBool,
+    /// The QP's last send found no room: wake it when there is.
+    pub(crate) want_write: AtomicBool,
+}
+
+impl Signal {
+    pub(crate) fn new() -> io::Result<Signal> {
+        Ok(Signal {
+            fd: EventFd::new()?,
+            readable: AtomicBool::new(true),
+            want_read: AtomicBool::new(false),
+            want_write: AtomicBool::new(false),
+        })
+    }
 }
 
 /// The stack and its link, behind the lock.
@@ -44,7 +64,8 @@ pub(crate) struct Inner {
     link: Box<dyn Link>,
     /// A packet being sent (the link's MTU long).
     buf: Vec<u8>,
-    pub(crate) wakers: HashMap<ConnId, Waker>,
+    /// The signals of the connections in RDMA mode (with a transport).
+    pub(crate) signals: HashMap<ConnId, Arc<Signal>>,
     /// When the stack thread wakes next by itself (`None`: only when woken).
     planned: Option<Duration>,
 }
@@ -94,21 +115,23 @@ impl Inner {
         while let Some(ev) = self.stack.poll_event() {
             match ev {
                 StackEvent::Incoming(_) => notify = true,
-                StackEvent::Conn { id, what } => match self.wakers.get_mut(&id) {
-                    Some(w) => {
-                        let end = Readiness::PEER_CLOSED
-                            | Readiness::RESET
-                            | Readiness::TIMED_OUT
-                            | Readiness::CLOSED;
-                        if what.intersects(end)
-                            || (w.want_read && what.contains(Readiness::READABLE))
-                            || (w.want_write && what.contains(Readiness::WRITABLE))
-                        {
-                            // The engine drives both directions of the QP when woken;
-                            // each sets its flag again if it still cannot go on.
-                            w.want_read = false;
-                            w.want_write = false;
-                            let _ = w.fd.set();
+                StackEvent::Conn { id, what } => match self.signals.get(&id) {
+                    Some(sig) => {
+                        let end = what.intersects(
+                            Readiness::PEER_CLOSED
+                                | Readiness::RESET
+                                | Readiness::TIMED_OUT
+                                | Readiness::CLOSED,
+                        );
+                        if end || what.contains(Readiness::READABLE) {
+                            sig.readable.store(true, Ordering::SeqCst);
+                        }
+                        let read = what.contains(Readiness::READABLE)
+                            && sig.want_read.swap(false, Ordering::SeqCst);
+                        let write = what.contains(Readiness::WRITABLE)
+                            && sig.want_write.swap(false, Ordering::SeqCst);
+                        if end || read || write {
+                            let _ = sig.fd.set();
                         }
                     }
                     None => notify = true,
@@ -171,6 +194,9 @@ impl UserStack {
         let waker: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
             let _ = woken.set();
         });
+        let sim = match &cfg.link {
+            UserLink::Sim(net) => Some(net.clone()),
+        };
         let link: Box<dyn Link> = match &cfg.link {
             UserLink::Sim(net) => Box::new(SimLink::attach(net, cfg.addr, waker)?),
         };
@@ -206,7 +232,7 @@ impl UserStack {
                 stack,
                 link,
                 buf: vec![0; mtu],
-                wakers: HashMap::new(),
+                signals: HashMap::new(),
                 planned: None,
             }),
             cv: Condvar::new(),
@@ -214,6 +240,13 @@ impl UserStack {
             stop: AtomicBool::new(false),
             addr: cfg.addr,
         });
+        if let Some(net) = sim {
+            let weak = Arc::downgrade(&me);
+            net.deliver_inline(
+                cfg.addr,
+                Arc::new(move || weak.upgrade().is_some_and(|s| s.try_pump())),
+            );
+        }
         let poll = Poll::new()?;
         let fd = me.wake.as_fd().as_raw_fd();
         poll.registry()
@@ -262,6 +295,27 @@ impl UserStack {
                 break;
             }
         }
+    }
+
+    /// Serves the link in the calling thread, if nobody holds the stack (a sender on
+    /// the simulated network hands its packets over so, as kernel loopback does);
+    /// false if someone does.
+    fn try_pump(&self) -> bool {
+        let Ok(mut g) = self.inner.try_lock() else {
+            return false;
+        };
+        if g.pump(now()) {
+            self.cv.notify_all();
+        }
+        // The stack thread sleeps until its planned time: wake it if a timer is due
+        // earlier now.
+        if let Some(next) = g.next_wake()
+            && g.planned.is_none_or(|p| next < p)
+        {
+            g.planned = Some(next);
+            let _ = self.wake.set();
+        }
+        true
     }
 
     /// After a user's call on connection `id`: its packets go out now, from this

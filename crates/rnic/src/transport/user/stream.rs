@@ -120,8 +120,10 @@ impl ConnStream for UserStream {
 
     fn into_transport(mut self: Box<Self>, _keepalive: Duration) -> io::Result<Box<dyn Transport>> {
         // Keep-alive was set for every connection when the stack started.
-        let id = self.id.take().ok_or(io::ErrorKind::NotConnected)?;
-        Ok(Box::new(UserTransport::new(self.stack.clone(), id)))
+        let id = self.id()?;
+        let t = UserTransport::new(self.stack.clone(), id)?;
+        self.id = None;
+        Ok(Box::new(t))
     }
 }
 

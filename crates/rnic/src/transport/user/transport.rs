@@ -18,9 +18,8 @@
 //!
 //! [`ConnStream::mss`]: crate::transport::stream::ConnStream::mss
 
-use super::stack::{UserStack, Waker, to_io};
+use super::stack::{Signal, UserStack, to_io};
 use crate::region::RegionSlice;
-use crate::sys::eventfd::EventFd;
 use crate::sys::socket::IoVecs;
 use crate::transport::Transport;
 use mio::unix::SourceFd;
@@ -30,6 +29,7 @@ use std::io;
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// Where the FPDU boundaries are in what the QP hands over: each FPDU starts with its
 /// ULPDU length (MPA, no markers). Octets are taken whole FPDU by whole FPDU as TCP
@@ -131,21 +131,24 @@ pub(crate) struct UserTransport {
     stack: Arc<UserStack>,
     id: ConnId,
     framer: Framer,
-    /// The eventfd registered with the QP's engine.
-    waker: Option<Arc<EventFd>>,
+    /// Readiness for the QP's engine (its eventfd is registered there).
+    signal: Arc<Signal>,
     /// Dropping sends RST instead of FIN.
     abort: bool,
 }
 
 impl UserTransport {
-    pub(crate) fn new(stack: Arc<UserStack>, id: ConnId) -> UserTransport {
-        UserTransport {
+    /// Takes connection `id` into RDMA mode.
+    pub(crate) fn new(stack: Arc<UserStack>, id: ConnId) -> io::Result<UserTransport> {
+        let signal = Arc::new(Signal::new()?);
+        stack.lock()?.signals.insert(id, signal.clone());
+        Ok(UserTransport {
             stack,
             id,
             framer: Framer::default(),
-            waker: None,
+            signal,
             abort: false,
-        }
+        })
     }
 
     /// Reads with `read` on the locked stack; a read that finds nothing asks to be
@@ -154,6 +157,15 @@ impl UserTransport {
         &mut self,
         read: impl FnOnce(&mut Stack, ConnId) -> Result<usize, StackError>,
     ) -> io::Result<usize> {
+        let sig = &self.signal;
+        if !sig.readable.load(Ordering::SeqCst) {
+            // Nothing was there at the last look: ask to be woken, then look once more
+            // (the stack may have made it readable in between), all without the lock.
+            sig.want_read.store(true, Ordering::SeqCst);
+            if !sig.readable.load(Ordering::SeqCst) {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+        }
         let mut g = self.stack.lock()?;
         match read(&mut g.stack, self.id) {
             Ok(n) => {
@@ -164,9 +176,9 @@ impl UserTransport {
                 Ok(n)
             }
             Err(StackError::WouldBlock) => {
-                if let Some(w) = g.wakers.get_mut(&self.id) {
-                    w.want_read = true;
-                }
+                // Under the lock, as the stack sets it: no arrival is missed.
+                sig.readable.store(false, Ordering::SeqCst);
+                sig.want_read.store(true, Ordering::SeqCst);
                 Err(io::ErrorKind::WouldBlock.into())
             }
             Err(e) => Err(to_io(e)),
@@ -186,9 +198,7 @@ impl UserTransport {
                 Ok(n)
             }
             Err(StackError::WouldBlock) => {
-                if let Some(w) = g.wakers.get_mut(&self.id) {
-                    w.want_write = true;
-                }
+                self.signal.want_write.store(true, Ordering::SeqCst);
                 Err(io::ErrorKind::WouldBlock.into())
             }
             Err(e) => Err(to_io(e)),
@@ -244,7 +254,7 @@ impl Drop for UserTransport {
     /// Gives the connection back: FIN after what is queued, or RST after `abort`.
     fn drop(&mut self) {
         if let Ok(mut g) = self.stack.lock() {
-            g.wakers.remove(&self.id);
+            g.signals.remove(&self.id);
             let _ = if self.abort {
                 g.stack.abort(self.id)
             } else {
@@ -256,29 +266,19 @@ impl Drop for UserTransport {
 }
 
 impl mio::event::Source for UserTransport {
+    /// Registers the connection's eventfd; it reports at once if it was written
+    /// before (octets that came with the MPA exchange), as epoll reports a ready
+    /// socket at registration.
     fn register(
         &mut self,
         registry: &Registry,
         token: Token,
         _interests: Interest,
     ) -> io::Result<()> {
-        let fd = Arc::new(EventFd::new()?);
-        let raw = fd.as_fd().as_raw_fd();
+        let raw = self.signal.fd.as_fd().as_raw_fd();
         registry.register(&mut SourceFd(&raw), token, Interest::READABLE)?;
-        let mut g = self.stack.lock()?;
-        g.wakers.insert(
-            self.id,
-            Waker {
-                fd: fd.clone(),
-                want_read: true,
-                want_write: true,
-            },
-        );
-        // As epoll reports a socket that is ready when it is registered: the QP looks
-        // at once (octets may have come with the MPA exchange).
-        fd.set()?;
-        self.waker = Some(fd);
-        Ok(())
+        // Whatever the QP's last look found, it looks again now.
+        self.signal.fd.set()
     }
 
     fn reregister(
@@ -287,22 +287,13 @@ impl mio::event::Source for UserTransport {
         token: Token,
         _interests: Interest,
     ) -> io::Result<()> {
-        let Some(fd) = &self.waker else {
-            return Err(io::ErrorKind::NotFound.into());
-        };
-        let raw = fd.as_fd().as_raw_fd();
+        let raw = self.signal.fd.as_fd().as_raw_fd();
         registry.reregister(&mut SourceFd(&raw), token, Interest::READABLE)?;
-        fd.set()
+        self.signal.fd.set()
     }
 
     fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
-        let Some(fd) = self.waker.take() else {
-            return Ok(());
-        };
-        if let Ok(mut g) = self.stack.lock() {
-            g.wakers.remove(&self.id);
-        }
-        let raw = fd.as_fd().as_raw_fd();
+        let raw = self.signal.fd.as_fd().as_raw_fd();
         registry.deregister(&mut SourceFd(&raw))
     }
 }
