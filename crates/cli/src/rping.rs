@@ -175,7 +175,11 @@ impl RpingArgs {
                 rtts: self.hold_rtts,
                 max: Duration::from_millis(self.hold_max_ms),
             },
-            user_tcp: None,
+            user_tcp: if self.net.transport.in_process_only() {
+                None
+            } else {
+                self.net.frame_link()?
+            },
         })
     }
 

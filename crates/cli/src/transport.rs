@@ -1,19 +1,25 @@
 //! `--transport`: what carries the QPs' streams. `kernel` (the default) is kernel TCP;
 //! `user:sim` is softrnic's own TCP on an in-process simulated network (both sides in
 //! this process: `--loopback`), with `--loss`, `--reorder`, `--duplicate`,
-//! `--corrupt` (probabilities per packet, `1%` or `0.01`), `--seed` and `--mtu`.
+//! `--corrupt` (probabilities per packet, `1%` or `0.01`), `--seed` and `--mtu`;
+//! `user:udp:LOCAL,REMOTE`, `user:tap:NAME` and `user:packet:IFNAME` put the own TCP
+//! on a frame device (Ethernet in UDP datagrams, as QEMU's `-netdev dgram`; a TAP
+//! interface; AF_PACKET), at the address `--ip ADDR/PREFIX`.
 //! [`Counters`] are what the own TCP and the simulated wire did, for the reports.
 
 use clap::Args;
 use serde_json::{Value, json};
-use softrnic_rnic::{Device, SimImpairments, SimNet, SimWireStats, TcpStats, UserTcp};
-use std::net::Ipv4Addr;
+use softrnic_rnic::{Device, SimImpairments, SimNet, SimWireStats, TcpStats, UserLink, UserTcp};
+use std::net::{Ipv4Addr, SocketAddr};
 
 /// The flags that choose and shape the transport.
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct TransportArgs {
-    /// What carries the QPs: `kernel` (kernel TCP) or `user:sim` (softrnic's own TCP on
-    /// an in-process simulated network; both sides in this process).
+    /// What carries the QPs: `kernel` (kernel TCP), `user:sim` (softrnic's own TCP on
+    /// an in-process simulated network; both sides in this process), or the own TCP on
+    /// a frame device: `user:udp:LOCAL,REMOTE` (Ethernet in UDP datagrams: bind LOCAL,
+    /// send to REMOTE, as QEMU's -netdev dgram), `user:tap:NAME`, `user:packet:IFNAME`
+    /// (with `--ip`).
     #[arg(long, default_value = "kernel", value_parser = TransportSpec::parse, value_name = "KIND")]
     pub transport: TransportSpec,
     /// user:sim: probability that a packet is lost (`1%` or `0.01`).
@@ -34,6 +40,12 @@ pub struct TransportArgs {
     /// user:sim: the network's MTU, octets [default: 65535, as loopback].
     #[arg(long, value_name = "OCTETS")]
     pub mtu: Option<usize>,
+    /// user:udp/tap/packet: this side's IPv4 address and prefix on the link.
+    #[arg(long, value_parser = parse_cidr, value_name = "ADDR/PREFIX")]
+    pub ip: Option<(Ipv4Addr, u8)>,
+    /// user:udp/tap/packet: the router to other subnets.
+    #[arg(long, value_name = "ADDR")]
+    pub gateway: Option<Ipv4Addr>,
 }
 
 impl Default for TransportArgs {
@@ -46,8 +58,52 @@ impl Default for TransportArgs {
             corrupt: 0.0,
             seed: 1,
             mtu: None,
+            ip: None,
+            gateway: None,
         }
     }
+}
+
+impl TransportArgs {
+    /// The own TCP of the one device of this process on a frame link; `None` on
+    /// kernel TCP; an error for `user:sim` (two devices) or a frame link without
+    /// `--ip`.
+    pub fn frame_link(&self) -> Result<Option<UserTcp>, String> {
+        let link = match &self.transport {
+            TransportSpec::Kernel => return Ok(None),
+            TransportSpec::Sim => {
+                return Err("user:sim has both sides in this process".into());
+            }
+            TransportSpec::Udp { local, remote } => UserLink::Udp {
+                local: *local,
+                remote: *remote,
+            },
+            TransportSpec::Tap(name) => UserLink::Tap { name: name.clone() },
+            TransportSpec::Packet(ifname) => UserLink::Packet {
+                ifname: ifname.clone(),
+            },
+        };
+        let (ip, prefix) = self.ip.ok_or_else(|| {
+            format!(
+                "--transport {} needs this side's address: --ip ADDR/PREFIX",
+                self.transport.name()
+            )
+        })?;
+        let mut u = UserTcp::on(link, ip, prefix);
+        u.gateway = self.gateway;
+        Ok(Some(u))
+    }
+}
+
+/// `ADDR/PREFIX` (a bare address is a /24).
+pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
+    let (a, p) = s.split_once('/').unwrap_or((s, "24"));
+    let ip = a.parse().map_err(|e| format!("{a}: {e}"))?;
+    let prefix = p.parse().map_err(|e| format!("{p}: {e}"))?;
+    if prefix > 32 {
+        return Err(format!("{s}: a prefix is 0..=32"));
+    }
+    Ok((ip, prefix))
 }
 
 /// A `--transport` value.
@@ -57,16 +113,53 @@ pub enum TransportSpec {
     Kernel,
     /// softrnic's own TCP on an in-process simulated network.
     Sim,
+    /// The own TCP on Ethernet frames in UDP datagrams.
+    Udp {
+        /// Where frames arrive.
+        local: SocketAddr,
+        /// Where frames go.
+        remote: SocketAddr,
+    },
+    /// The own TCP on a TAP interface.
+    Tap(String),
+    /// The own TCP on AF_PACKET.
+    Packet(String),
 }
 
 impl TransportSpec {
-    /// Parses `kernel` or `user:sim`.
+    /// Parses `kernel`, `user:sim`, `user:udp:LOCAL,REMOTE`, `user:tap:NAME` or
+    /// `user:packet:IFNAME`.
     pub fn parse(s: &str) -> Result<TransportSpec, String> {
+        let bad = || {
+            format!(
+                "{s}: expected kernel, user:sim, user:udp:LOCAL,REMOTE, user:tap:NAME or user:packet:IFNAME"
+            )
+        };
         match s {
-            "kernel" => Ok(TransportSpec::Kernel),
-            "user:sim" => Ok(TransportSpec::Sim),
-            _ => Err(format!("{s}: expected kernel or user:sim")),
+            "kernel" => return Ok(TransportSpec::Kernel),
+            "user:sim" => return Ok(TransportSpec::Sim),
+            _ => {}
         }
+        if let Some(pair) = s.strip_prefix("user:udp:") {
+            let (l, r) = pair.split_once(',').ok_or_else(bad)?;
+            let addr = |a: &str| a.parse::<SocketAddr>().map_err(|e| format!("{a}: {e}"));
+            return Ok(TransportSpec::Udp {
+                local: addr(l)?,
+                remote: addr(r)?,
+            });
+        }
+        let name = |n: &str| {
+            // An interface name: at most 15 octets, no slash or blank.
+            let ok = !n.is_empty() && n.len() < 16 && !n.contains(['/', ' ', '\t']);
+            ok.then(|| n.to_string()).ok_or_else(bad)
+        };
+        if let Some(n) = s.strip_prefix("user:tap:") {
+            return Ok(TransportSpec::Tap(name(n)?));
+        }
+        if let Some(n) = s.strip_prefix("user:packet:") {
+            return Ok(TransportSpec::Packet(name(n)?));
+        }
+        Err(bad())
     }
 
     /// Its name, as given.
@@ -74,6 +167,9 @@ impl TransportSpec {
         match self {
             TransportSpec::Kernel => "kernel".into(),
             TransportSpec::Sim => "user:sim".into(),
+            TransportSpec::Udp { local, remote } => format!("user:udp:{local},{remote}"),
+            TransportSpec::Tap(n) => format!("user:tap:{n}"),
+            TransportSpec::Packet(n) => format!("user:packet:{n}"),
         }
     }
 
@@ -281,5 +377,29 @@ mod tests {
         assert_eq!(TransportSpec::parse("user:sim"), Ok(TransportSpec::Sim));
         assert_eq!(TransportSpec::parse("kernel"), Ok(TransportSpec::Kernel));
         assert!(TransportSpec::parse("user:carrier-pigeon").is_err());
+        assert_eq!(
+            TransportSpec::parse("user:udp:127.0.0.1:47001,127.0.0.1:47000"),
+            Ok(TransportSpec::Udp {
+                local: "127.0.0.1:47001".parse().unwrap(),
+                remote: "127.0.0.1:47000".parse().unwrap(),
+            })
+        );
+        assert!(TransportSpec::parse("user:udp:127.0.0.1:1").is_err());
+        assert_eq!(
+            TransportSpec::parse("user:tap:tap0"),
+            Ok(TransportSpec::Tap("tap0".into()))
+        );
+        assert!(TransportSpec::parse("user:packet:a/b").is_err());
+        assert_eq!(
+            parse_cidr("10.1.2.3/16"),
+            Ok((Ipv4Addr::new(10, 1, 2, 3), 16))
+        );
+        assert_eq!(parse_cidr("10.1.2.3"), Ok((Ipv4Addr::new(10, 1, 2, 3), 24)));
+        assert!(parse_cidr("10.1.2.3/33").is_err());
+        let a = TransportArgs {
+            transport: TransportSpec::Tap("t0".into()),
+            ..TransportArgs::default()
+        };
+        assert!(a.frame_link().unwrap_err().contains("--ip"));
     }
 }

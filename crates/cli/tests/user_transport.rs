@@ -121,3 +121,55 @@ fn rping_runs_both_roles_on_a_lossy_simulated_network_data_verified() {
     .expect("flags parse");
     softrnic_cli::rping::main(&w.r).expect("rping verified every iteration");
 }
+
+#[test]
+fn rping_between_two_devices_on_ethernet_in_udp_datagrams() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        r: RpingArgs,
+    }
+    let parse = |argv: &[&str]| Wrap::try_parse_from(argv).expect("flags parse").r;
+    let (a, b) = (
+        std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+        std::net::UdpSocket::bind("127.0.0.1:0").unwrap(),
+    );
+    let (pa, pb) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    drop((a, b));
+    let server = parse(&[
+        "rping",
+        "-s",
+        "-a",
+        "192.168.91.2",
+        "-C",
+        "10",
+        "-q",
+        "-S",
+        "3000",
+        "--transport",
+        &format!("user:udp:{pb},{pa}"),
+        "--ip",
+        "192.168.91.2/24",
+    ]);
+    let client = parse(&[
+        "rping",
+        "-c",
+        "-a",
+        "192.168.91.2",
+        "-C",
+        "10",
+        "-V",
+        "-q",
+        "-S",
+        "3000",
+        "--transport",
+        &format!("user:udp:{pa},{pb}"),
+        "--ip",
+        "192.168.91.1/24",
+    ]);
+    let s = std::thread::spawn(move || softrnic_cli::rping::main(&server));
+    // The client's SYNs are sent again until the server listens.
+    softrnic_cli::rping::main(&client).expect("the client verified every iteration");
+    s.join().unwrap().expect("the server served them");
+}

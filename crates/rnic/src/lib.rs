@@ -84,6 +84,7 @@ pub use handler::{Handler, HandlerInfo, HandlerKind};
 pub use listener::{Listener, ListenerStats};
 pub use mr::{Mr, Pd};
 pub use qp::{Qp, QpInit, QpStats, RX_DIRECT_MIN, RX_STAGING_LEN, TX_GATHER_MAX};
+pub use softrnic_netdev::MacAddr;
 pub use softrnic_proto::cm::{CmError, CrcPolicy, MpaConfig, RefusalReason, RtrTypes};
 pub use softrnic_proto::srq::limits::{Analysis, Level, LimitKind, QpLimits, Verdict};
 pub use softrnic_proto::srq::stats::{Estimator, ProvisionConfig};
@@ -98,6 +99,6 @@ pub use srq::{ChainError, ManagedInit, Srq, SrqAttr, SrqInit, SrqModify, SrqUsag
 pub use sys::affinity;
 pub use transport::fault::{FaultEnd, FaultPlan};
 pub use transport::user::{
-    Impairments as SimImpairments, SimNet, UserLink, UserTcp, UserTcpStats,
-    WireStats as SimWireStats, default_tcp as default_user_tcp,
+    Impairments as SimImpairments, NetStats, SimNet, UserLink, UserTcp, UserTcpStats,
+    WireStats as SimWireStats, default_tcp as default_user_tcp, mac_for,
 };

@@ -222,3 +222,51 @@ fn nobody_listening_refuses_and_a_silent_peer_times_out() {
     );
     assert!(net.stats().unroutable > 0);
 }
+
+/// Two free UDP ports on loopback (bound, read, released: the devices bind them).
+fn two_udp_ports() -> (SocketAddr, SocketAddr) {
+    let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    (a.local_addr().unwrap(), b.local_addr().unwrap())
+}
+
+#[test]
+fn every_operation_over_ethernet_frames_in_udp_datagrams() {
+    // No privilege: each device's frames go to the other's UDP socket, as a QEMU guest's
+    // would; ARP, IPv4 and TCP all run on them.
+    let (pa, pb) = two_udp_ports();
+    let (ia, ib) = (
+        Ipv4Addr::new(192, 168, 77, 1),
+        Ipv4Addr::new(192, 168, 77, 2),
+    );
+    let open = |local, remote, ip| {
+        end()
+            .config(DeviceConfig {
+                user_tcp: Some(UserTcp::on(UserLink::Udp { local, remote }, ip, 24)),
+                ..DeviceConfig::default()
+            })
+            .build()
+    };
+    let a = open(pa, pb, ia);
+    let b = open(pb, pa, ib);
+    let listener = b.dev.listen((ib, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::scope(|s| {
+        let h = s.spawn(|| listener.accept().unwrap().accept(&b.qp, b"").unwrap());
+        let c = a.dev.connect(addr, &a.qp, b"").unwrap();
+        assert_eq!(c.peer_addr, addr);
+        h.join().unwrap();
+    });
+    // Segments of an Ethernet MTU.
+    assert_eq!(a.qp.params().max_fpdu, 1460);
+    every_operation(&a, &b, 9);
+    graceful_close(&a, &b);
+    let st = a.dev.user_tcp_stats().unwrap();
+    let link = st.link.expect("a frame link's counters");
+    assert!(
+        link.iface.arp_replies + link.iface.arp_requests_answered >= 1,
+        "{link:?}"
+    );
+    assert!(link.iface.delivered > 1000, "{link:?}");
+    assert_eq!(link.tx_dropped, 0, "{link:?}");
+}

@@ -575,6 +575,17 @@ impl BenchConfig {
                 a.net.transport.name()
             ));
         }
+        let frame_link = !a.net.transport.in_process_only()
+            && a.net.transport != crate::transport::TransportSpec::Kernel;
+        if frame_link && a.loopback {
+            return Err(format!(
+                "--transport {} is one side's link: run the server and the client apart",
+                a.net.transport.name()
+            ));
+        }
+        if frame_link {
+            a.net.frame_link()?;
+        }
         let mode = match (&a.address, a.loopback) {
             (_, true) => Mode::Loopback,
             (Some(addr), false) => Mode::Client(addr.clone()),
@@ -644,6 +655,8 @@ impl BenchConfig {
         if let Some(s) = self.engine_spin {
             c.engine_spin = s;
         }
+        // A frame link (one device per process); a simulated network is set per side.
+        c.user_tcp = self.net.frame_link().ok().flatten();
         if self.crc {
             c.mpa.crc = CrcPolicy::Required;
         }

@@ -20,13 +20,16 @@
 
 pub(crate) mod link;
 pub(crate) mod listener;
+pub(crate) mod netlink;
 pub mod simnet;
 pub(crate) mod stack;
 pub(crate) mod stream;
 pub(crate) mod transport;
 
+pub use netlink::{NetStats, mac_for};
 pub use simnet::{Impairments, SimNet, WireStats};
-use std::net::Ipv4Addr;
+use softrnic_netdev::MacAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 
 /// The link a device's own TCP sends its packets on.
 #[derive(Debug, Clone)]
@@ -34,6 +37,26 @@ pub enum UserLink {
     /// The in-process simulated network: devices of this process that attach to the
     /// same [`SimNet`] reach each other.
     Sim(SimNet),
+    /// Ethernet frames in UDP datagrams, as QEMU's `-netdev dgram` speaks them: bind
+    /// `local`, send to `remote` (no privilege; the siw rig's `--net udp`).
+    Udp {
+        /// Where frames arrive.
+        local: SocketAddr,
+        /// Where frames go.
+        remote: SocketAddr,
+    },
+    /// A TAP interface of this name (created if needed; CAP_NET_ADMIN): the kernel's
+    /// stack is on the other end.
+    Tap {
+        /// The interface's name.
+        name: String,
+    },
+    /// AF_PACKET on an existing interface (CAP_NET_RAW), e.g. one end of a veth pair;
+    /// give the kernel no address of the device's on it.
+    Packet {
+        /// The interface's name.
+        ifname: String,
+    },
 }
 
 /// A device's own TCP ([`crate::DeviceConfig::user_tcp`]): its link, its address there
@@ -44,6 +67,13 @@ pub struct UserTcp {
     pub link: UserLink,
     /// The device's IPv4 address on the link.
     pub addr: Ipv4Addr,
+    /// The length of its subnet's prefix (frame links: who is reached directly).
+    pub prefix_len: u8,
+    /// Where packets to other subnets go (frame links).
+    pub gateway: Option<Ipv4Addr>,
+    /// The device's MAC on a frame link; `None`: [`mac_for`] its address (on
+    /// AF_PACKET: the interface's own MAC).
+    pub mac: Option<MacAddr>,
     /// Every connection's TCP settings. The MSS is capped to what the link's MTU
     /// carries; FPDUs are sized to the segment (RFC 5044).
     pub tcp: softrnic_tcp::Config,
@@ -58,9 +88,17 @@ impl UserTcp {
     /// The device at `addr` on `net`, with the default settings: 1 MiB send and
     /// receive buffers, segments as large as the network's MTU allows.
     pub fn sim(net: &SimNet, addr: Ipv4Addr) -> UserTcp {
+        UserTcp::on(UserLink::Sim(net.clone()), addr, 24)
+    }
+
+    /// The device at `addr/prefix_len` on `link`, with the default settings.
+    pub fn on(link: UserLink, addr: Ipv4Addr, prefix_len: u8) -> UserTcp {
         UserTcp {
-            link: UserLink::Sim(net.clone()),
+            link,
             addr,
+            prefix_len,
+            gateway: None,
+            mac: None,
             tcp: default_tcp(),
             max_connections: 256,
             max_half_open: 64,
@@ -95,4 +133,7 @@ pub struct UserTcpStats {
     pub stack: softrnic_tcp::StackStats,
     /// Every connection's TCP counters added up (retransmissions, timeouts...).
     pub tcp: softrnic_tcp::Stats,
+    /// The frame link's counters (`None` on a simulated network, whose counters are
+    /// [`SimNet::stats`]).
+    pub link: Option<NetStats>,
 }

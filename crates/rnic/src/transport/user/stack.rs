@@ -160,6 +160,8 @@ pub(crate) struct UserStack {
     wake: Arc<EventFd>,
     stop: AtomicBool,
     addr: Ipv4Addr,
+    /// A frame link's counters.
+    link_stats: Option<super::netlink::SharedStats>,
 }
 
 /// The device's handle: stops the stack thread when the device closes.
@@ -194,11 +196,16 @@ impl UserStack {
         let waker: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
             let _ = woken.set();
         });
-        let sim = match &cfg.link {
-            UserLink::Sim(net) => Some(net.clone()),
-        };
-        let link: Box<dyn Link> = match &cfg.link {
-            UserLink::Sim(net) => Box::new(SimLink::attach(net, cfg.addr, waker)?),
+        let (sim, link, link_stats): (_, Box<dyn Link>, _) = match &cfg.link {
+            UserLink::Sim(net) => (
+                Some(net.clone()),
+                Box::new(SimLink::attach(net, cfg.addr, waker)?),
+                None,
+            ),
+            _ => {
+                let (link, stats) = super::netlink::open(cfg)?;
+                (None, link, Some(stats))
+            }
         };
         let mtu = link.mtu();
         if mtu < 68 {
@@ -239,6 +246,7 @@ impl UserStack {
             wake,
             stop: AtomicBool::new(false),
             addr: cfg.addr,
+            link_stats,
         });
         if let Some(net) = sim {
             let weak = Arc::downgrade(&me);
@@ -398,6 +406,10 @@ impl UserStack {
             .map(|g| UserTcpStats {
                 stack: g.stack.stats().clone(),
                 tcp: g.stack.tcp_totals(),
+                link: self
+                    .link_stats
+                    .as_ref()
+                    .and_then(|s| s.lock().ok().map(|s| s.clone())),
             })
             .unwrap_or_default()
     }
