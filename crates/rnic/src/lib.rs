@@ -55,6 +55,7 @@ pub mod error;
 mod frame_io;
 pub mod handler;
 mod handler_verbs;
+pub mod handoff;
 mod limits;
 pub mod listener;
 pub mod mr;
