@@ -30,6 +30,7 @@ use softrnic_rnic::{
     Access, AsyncEvent, Completion, Device, Mr, Qp, QpId, QpInit, QpStats, RecvWr, SendOp, SendWr,
     Sge, WcOpcode, WcStatus,
 };
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -361,6 +362,8 @@ fn bw_client(
     // completion means the data has landed here.
     let probing = test != Test::ReadBw;
     let mut prober = Prober::new(start);
+    // Completions find their QP in one look-up, whatever the number of QPs.
+    let index: HashMap<QpId, usize> = eps.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
     loop {
         for ep in eps.iter_mut() {
             let mut room = depth - (ep.posted - ep.completed);
@@ -392,7 +395,7 @@ fn bw_client(
             .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
             ep.posted += room;
         }
-        if probing {
+        if probing && prober.due(Instant::now()) {
             let posted: u64 = eps.iter().map(|e| e.posted).sum();
             prober.maybe_post(Instant::now(), posted, &targets(eps))?;
         }
@@ -403,7 +406,7 @@ fn bw_client(
             if prober.completion(c, now, &mut meter) {
                 continue;
             }
-            if let Some(ep) = eps.iter_mut().find(|e| e.id == c.qp) {
+            if let Some(ep) = index.get(&c.qp).and_then(|&i| eps.get_mut(i)) {
                 let done = c.wr_id + 1;
                 total += done - ep.completed;
                 ep.completed = done;
@@ -508,15 +511,20 @@ impl Prober {
         }
     }
 
-    /// Posts a round if none is in flight and the last one was posted a window ago;
-    /// `ops` is the count of messages posted so far, on all QPs.
+    /// Whether a round is due: none in flight, and the last one posted a window ago.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.round.is_none() && now.duration_since(self.last.0) >= BwMeter::WINDOW
+    }
+
+    /// Posts a round if one is due ([`Prober::due`]); `ops` is the count of messages
+    /// posted so far, on all QPs.
     pub(super) fn maybe_post(
         &mut self,
         now: Instant,
         ops: u64,
         targets: &[ReadTarget<'_>],
     ) -> Result<(), String> {
-        if self.round.is_some() || now.duration_since(self.last.0) < BwMeter::WINDOW {
+        if !self.due(now) {
             return Ok(());
         }
         for t in targets {
