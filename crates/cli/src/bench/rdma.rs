@@ -699,12 +699,33 @@ fn lat_client(
 
 /// The I/O counters of some QPs, summed, as one line; per message too when `msgs` is
 /// known (non-zero).
-/// Per engine: the QPs it serves and the readiness events it handled so far.
+/// Per engine: the QPs it serves, the readiness events it handled so far, and the CPU
+/// time its thread used so far (user + system, ms), which, unlike a bandwidth, does not
+/// depend on what else the machine runs: with `--engine-spin-us 0` it is the engine's
+/// work.
 pub(super) fn engines_line(dev: &Device) -> String {
     let e = dev.engines();
     let qps: Vec<usize> = e.iter().map(|e| e.qps).collect();
     let events: Vec<u64> = e.iter().map(|e| e.events).collect();
-    format!("engine QPs {qps:?}, engine events {events:?}")
+    let cpu: Vec<u64> = e.iter().map(|e| thread_cpu_ms(e.tid)).collect();
+    format!("engine QPs {qps:?}, engine events {events:?}, engine CPU ms {cpu:?}")
+}
+
+/// User + system time of one of this process's threads, ms (0 if unknown): fields 14
+/// and 15 of `/proc/self/task/<tid>/stat`, in USER_HZ (100 per second on Linux).
+fn thread_cpu_ms(tid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    // The command name may hold spaces: fields are counted after its closing parenthesis.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (tick(11) + tick(12)) * 10
 }
 
 pub(super) fn stats_line(stats: impl Iterator<Item = QpStats>, msgs: u64) -> String {
