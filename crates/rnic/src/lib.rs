@@ -95,6 +95,5 @@ pub use softrnic_proto::{
 };
 pub use softrnic_wire::TerminateCause;
 pub use srq::{ChainError, ManagedInit, Srq, SrqAttr, SrqInit, SrqModify, SrqUsage};
-pub use sys::affinity;
-pub use sys::nofile;
+pub use sys::{affinity, nofile, usage};
 pub use transport::fault::{FaultEnd, FaultPlan};

@@ -23,9 +23,9 @@
 //! - send_lat: ping-pong of Sends. read_lat: one Read at a time, full round trip.
 
 use super::cqs::CqSet;
-use super::meta::{FLAG_LAST, Meta};
-use super::stats::{BwMeter, BwResult, LatResult, LatStats, Progress};
-use super::{BenchConfig, Measured, Test};
+use super::meta::{FLAG_EVENTS, FLAG_LAST, Meta};
+use super::stats::{BwMeter, BwResult, CpuClock, LatResult, LatStats, Progress};
+use super::{BenchConfig, Measured, Mode, Test};
 use softrnic_rnic::{
     Access, AsyncEvent, Completion, Device, Mr, Qp, QpId, QpInit, QpStats, RecvWr, SendOp, SendWr,
     Sge, WcOpcode, WcStatus,
@@ -36,6 +36,8 @@ use std::time::{Duration, Instant};
 
 /// A client loop that sees nothing happen for this long gives up.
 const STALL: Duration = Duration::from_secs(10);
+/// With `-e`, the longest sleep on completion events before a loop looks around.
+pub(super) const WAIT: Duration = Duration::from_millis(100);
 /// Credit buffer: the count of reposted receives, and the count XOR [`CREDIT_CHECK`], so
 /// a torn read is recognised.
 pub(super) const CREDIT_LEN: usize = 16;
@@ -233,7 +235,7 @@ pub fn client_round(
     } else {
         64
     };
-    let cq = CqSet::new(dev, q, cq_depth)?;
+    let cq = CqSet::with_events(dev, q, cq_depth, cfg.events)?;
     let sq_depth = if bw { cfg.tx_depth as usize + 2 } else { 16 };
     let rq_depth = if test == Test::SendLat { 16 } else { 1 };
     let mut eps = Vec::with_capacity(q);
@@ -266,7 +268,7 @@ pub fn client_round(
         };
         let meta = Meta {
             test,
-            flags: if last { FLAG_LAST } else { 0 },
+            flags: if last { FLAG_LAST } else { 0 } | if cfg.events { FLAG_EVENTS } else { 0 },
             qp_index: i as u16,
             num_qps: cfg.qps,
             size: size as u64,
@@ -308,12 +310,14 @@ pub fn client_round(
     }
     let label = format!("{} {} B softrnic", test.name(), size);
     let mut progress = Progress::new(label, size, bw, cfg.show_progress);
+    let cpu = CpuClock::start(cfg.mode == Mode::Loopback);
     let result = match test {
         Test::WriteBw | Test::ReadBw | Test::SendBw => {
             bw_client(cfg, size, &cq, &mut eps, &mut progress).map(Measured::Bw)
         }
         _ => lat_client(cfg, size, &cq, &mut eps[0], &mut progress).map(Measured::Lat),
-    };
+    }
+    .map(|m| m.with_cpu(&cpu, if bw { 0 } else { cfg.warmup }));
     progress.finish();
     if cfg.verbose {
         let msgs = match &result {
@@ -399,7 +403,7 @@ fn bw_client(
             let posted: u64 = eps.iter().map(|e| e.posted).sum();
             prober.maybe_post(Instant::now(), posted, &targets(eps))?;
         }
-        let n = cq.poll(&mut wcs);
+        let n = cq.next(&mut wcs, BwMeter::WINDOW);
         let now = Instant::now();
         for c in &wcs[..n] {
             check_wc(c, "client")?;
@@ -577,7 +581,7 @@ pub(super) fn closing_read(
     let mut got = 0;
     let mut last = Instant::now();
     loop {
-        let n = cq.poll(wcs);
+        let n = cq.next(wcs, BwMeter::WINDOW);
         let now = Instant::now();
         for c in &wcs[..n] {
             check_wc(c, "client")?;
@@ -644,7 +648,7 @@ fn lat_client(
             .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
         let mut spins = 0u32;
         let t1 = loop {
-            let n = cq.poll(&mut wcs);
+            let n = cq.next(&mut wcs, WAIT);
             let mut arrived = false;
             for c in &wcs[..n] {
                 check_wc(c, "client")?;
@@ -672,7 +676,7 @@ fn lat_client(
                 break Instant::now();
             }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(4096) && t0.elapsed() > STALL {
+            if (spins.is_multiple_of(4096) || cq.sleeps()) && t0.elapsed() > STALL {
                 return Err(format!("no reply to iteration {i}: {}", ep.diag()));
             }
         };
@@ -694,6 +698,7 @@ fn lat_client(
         bytes: size,
         iterations: samples.len() as u64,
         stats,
+        cpu: None,
     })
 }
 

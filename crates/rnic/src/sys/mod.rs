@@ -7,3 +7,4 @@ pub(crate) mod eventfd;
 pub mod nofile;
 pub(crate) mod random;
 pub(crate) mod socket;
+pub mod usage;

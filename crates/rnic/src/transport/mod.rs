@@ -11,6 +11,7 @@
 pub(crate) mod fault;
 pub(crate) mod pcap;
 pub(crate) mod socket;
+pub(crate) mod stream;
 
 use crate::region::RegionSlice;
 use crate::sys::socket::IoVecs;
