@@ -56,6 +56,7 @@ pub mod error;
 mod frame_io;
 pub mod handler;
 mod handler_verbs;
+pub mod handoff;
 pub mod heap_count;
 mod limits;
 pub mod listener;
