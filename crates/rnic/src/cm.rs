@@ -19,17 +19,16 @@ use crate::device::{Device, ExchangeSlot};
 use crate::error::{Error, Result};
 use crate::frame_io::FrameReader;
 use crate::qp::Qp;
-use crate::sys;
 use crate::trace;
 use crate::transport::pcap::ConnRecorder;
+use crate::transport::socket::KernelStream;
+use crate::transport::stream::{ConnStream, ReadBy};
 use softrnic_proto::cm::{
     CmError, ConnectRequest, Initiator, InitiatorProgress, MpaConfig, Negotiated, RefusalReason,
     Responder, ResponderProgress,
 };
 use softrnic_proto::qp::{QpParams, RtrKind};
-use std::io::Write;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 /// An established connection.
@@ -52,7 +51,7 @@ impl Connection {
 #[derive(Debug)]
 pub struct ConnRequest {
     dev: Device,
-    stream: TcpStream,
+    stream: Box<dyn ConnStream>,
     request: ConnectRequest,
     responder: Responder,
     peer_addr: SocketAddr,
@@ -66,12 +65,15 @@ pub struct ConnRequest {
 /// does worse.
 const LOOPBACK_FPDU: usize = 65000;
 
-/// Reads one MPA frame from a blocking stream, all of it by `deadline`: each read
-/// waits at most for what is left of the time, so a peer that trickles octets gets no
-/// more time than one that sends nothing.
-fn read_frame(s: &mut TcpStream, deadline: Instant) -> Result<Vec<u8>> {
+/// Reads one MPA frame from a stream, all of it by `deadline`: each read waits at
+/// most for what is left of the time, so a peer that trickles octets gets no more time
+/// than one that sends nothing.
+fn read_frame(s: &mut dyn ConnStream, deadline: Instant) -> Result<Vec<u8>> {
     let mut r = FrameReader::default();
-    let mut timed = Timed { s, deadline };
+    let mut timed = ReadBy {
+        stream: s,
+        deadline,
+    };
     loop {
         if r.read_from(&mut timed)? {
             return Ok(r.frame().to_vec());
@@ -79,24 +81,6 @@ fn read_frame(s: &mut TcpStream, deadline: Instant) -> Result<Vec<u8>> {
         if Instant::now() >= deadline {
             return Err(Error::Timeout);
         }
-    }
-}
-
-/// A blocking stream whose every read waits at most until `deadline` (then "would
-/// block"), so a reader that loops over reads stops at the deadline.
-struct Timed<'a> {
-    s: &'a mut TcpStream,
-    deadline: Instant,
-}
-
-impl std::io::Read for Timed<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(std::io::ErrorKind::WouldBlock.into());
-        }
-        self.s.set_read_timeout(Some(left))?;
-        self.s.read(buf)
     }
 }
 
@@ -110,7 +94,7 @@ fn record(rec: &mut Option<ConnRecorder>, f: impl FnOnce(&mut ConnRecorder)) {
 impl Device {
     /// Starts recording a connection, when the device records to a pcap file: from
     /// here on, the MPA exchange and then the QP's stream go into the file.
-    fn recorder(&self, s: &TcpStream, active: bool) -> Option<ConnRecorder> {
+    fn recorder(&self, s: &dyn ConnStream, active: bool) -> Option<ConnRecorder> {
         let sink = self.shared.pcap.as_ref()?;
         Some(ConnRecorder::start(
             sink,
@@ -120,8 +104,8 @@ impl Device {
         ))
     }
 
-    fn qp_params(&self, s: &TcpStream, n: &Negotiated) -> Result<QpParams> {
-        if n.markers_rx || n.markers_tx {
+    fn qp_params(&self, s: &dyn ConnStream, n: &Negotiated) -> Result<QpParams> {
+        if (n.markers_rx || n.markers_tx) && !s.supports_markers() {
             return Err(Error::InvalidArgument(
                 "MPA markers are not supported on kernel TCP sockets",
             ));
@@ -141,7 +125,7 @@ impl Device {
             .cfg
             .max_fpdu
             .or_else(|| loopback.then_some(LOOPBACK_FPDU))
-            .or_else(|| sys::socket::tcp_mss(s.as_raw_fd()))
+            .or_else(|| s.mss())
             .unwrap_or(1448)
             .clamp(64, softrnic_wire::mpa::MAX_FPDU_LEN);
         Ok(QpParams {
@@ -195,7 +179,7 @@ impl Device {
         let deadline = Instant::now() + self.shared.cfg.connect_timeout;
         let slot = self.slot()?;
         let s = TcpStream::connect_timeout(&addr, self.shared.cfg.connect_timeout)?;
-        self.initiate(s, qp, cfg, deadline, slot)
+        self.initiate(Box::new(KernelStream::new(s)?), qp, cfg, deadline, slot)
             .inspect_err(|e| trace::mpa_failed(self.shared.serial, e))
     }
 
@@ -213,32 +197,30 @@ impl Device {
         self.check_qp(qp)?;
         let deadline = Instant::now() + self.shared.cfg.connect_timeout;
         let slot = self.slot()?;
-        self.initiate(s, qp, cfg, deadline, slot)
+        self.initiate(Box::new(KernelStream::new(s)?), qp, cfg, deadline, slot)
             .inspect_err(|e| trace::mpa_failed(self.shared.serial, e))
     }
 
     fn initiate(
         &self,
-        mut s: TcpStream,
+        mut s: Box<dyn ConnStream>,
         qp: &Qp,
         cfg: MpaConfig,
         deadline: Instant,
         _slot: ExchangeSlot,
     ) -> Result<Connection> {
-        s.set_nodelay(true)?;
-        // The Request fits any send buffer, but a peer that never reads must not hold
-        // us past the deadline either.
-        s.set_write_timeout(Some(deadline.saturating_duration_since(Instant::now())))?;
         let mut init = Initiator::new(cfg)?;
         let peer_addr = s.peer_addr()?;
-        let mut rec = self.recorder(&s, true);
+        let mut rec = self.recorder(&*s, true);
         let request = init.request();
-        s.write_all(&request)?;
+        // The Request fits any send buffer, but a peer that never reads must not hold
+        // us past the deadline either.
+        s.write_all_by(&request, deadline)?;
         let sent_at = Instant::now();
         record(&mut rec, |r| r.sent(&request));
         let serial = self.shared.serial;
         trace::mpa_request_sent(serial, qp.id(), peer_addr, init.config());
-        let frame = read_frame(&mut s, deadline)?;
+        let frame = read_frame(&mut *s, deadline)?;
         let rtt = sent_at.elapsed();
         record(&mut rec, |r| r.received(&frame));
         match init.handle_input(&frame)? {
@@ -246,10 +228,7 @@ impl Device {
                 negotiated,
                 consumed,
             } => {
-                let params = self.qp_params(&s, &negotiated)?;
-                sys::socket::set_keepalive(s.as_raw_fd(), self.shared.cfg.keepalive);
-                s.set_read_timeout(None)?;
-                s.set_write_timeout(None)?;
+                let params = self.qp_params(&*s, &negotiated)?;
                 // The peer may still be taking its socket into RDMA mode (see
                 // `DeviceConfig::first_fpdu_hold`): nothing is sent until the hold is
                 // over, and the QP is not ours to post on before `connect` returns.
@@ -276,11 +255,11 @@ impl Device {
     /// Converts a connected stream into RDMA mode as the MPA responder: the next octets
     /// the peer sends must be its MPA Request, all of it within
     /// [`crate::DeviceConfig::mpa_request_timeout`].
-    pub fn convert_passive(&self, mut s: TcpStream) -> Result<ConnRequest> {
+    pub fn convert_passive(&self, s: TcpStream) -> Result<ConnRequest> {
         let deadline = Instant::now() + self.shared.cfg.mpa_request_timeout;
         let r = self.slot().and_then(|_slot| {
-            let frame = read_frame(&mut s, deadline)?;
-            s.set_read_timeout(None)?;
+            let mut s: Box<dyn ConnStream> = Box::new(KernelStream::new(s)?);
+            let frame = read_frame(&mut *s, deadline)?;
             self.request_arrived(s, &frame)
         });
         r.inspect_err(|e| trace::mpa_failed(self.shared.serial, e))
@@ -288,12 +267,13 @@ impl Device {
 
     /// A whole MPA frame arrived on `s` where a Request belongs: the request for the
     /// application to accept or reject, or why it cannot be one.
-    pub(crate) fn request_arrived(&self, s: TcpStream, frame: &[u8]) -> Result<ConnRequest> {
-        // Our Reply fits any send buffer; a peer that stops reading still cannot hold
-        // the thread that accepts or rejects.
-        s.set_write_timeout(Some(self.shared.cfg.mpa_request_timeout))?;
+    pub(crate) fn request_arrived(
+        &self,
+        s: Box<dyn ConnStream>,
+        frame: &[u8],
+    ) -> Result<ConnRequest> {
         let mut responder = Responder::new();
-        let mut rec = self.recorder(&s, false);
+        let mut rec = self.recorder(&*s, false);
         record(&mut rec, |r| r.received(frame));
         let request = match responder.handle_input(frame) {
             Ok(ResponderProgress::Request { request, .. }) => Ok(request),
@@ -301,7 +281,13 @@ impl Device {
             Err(e) => Err(Error::from(e)),
         };
         // Not a Request we can answer: reset, so nothing of it lingers.
-        let request = request.inspect_err(|_| sys::socket::set_linger_zero(s.as_raw_fd()))?;
+        let request = match request {
+            Ok(r) => r,
+            Err(e) => {
+                s.reset();
+                return Err(e);
+            }
+        };
         let peer_addr = s.peer_addr()?;
         trace::mpa_request_received(self.shared.serial, peer_addr, &request);
         Ok(ConnRequest {
@@ -316,6 +302,12 @@ impl Device {
 }
 
 impl ConnRequest {
+    /// Until when the Reply may take to write: it fits any send buffer, so this bounds
+    /// only a peer that stopped reading, which must not hold the accepting thread.
+    fn reply_deadline(&self) -> Instant {
+        Instant::now() + self.dev.shared.cfg.mpa_request_timeout
+    }
+
     /// The initiator's private data.
     pub fn private_data(&self) -> &[u8] {
         &self.request.private_data
@@ -348,7 +340,7 @@ impl ConnRequest {
 
     fn accept_checked(mut self, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
         let serial = self.dev.shared.serial;
-        let accepted = if self.request.markers {
+        let accepted = if self.request.markers && !self.stream.supports_markers() {
             // Kernel TCP sockets do not say where segments start, so no markers.
             match self.responder.reject(&self.request, &[]) {
                 Ok(reply) => Err(CmError::Refused {
@@ -363,7 +355,11 @@ impl ConnRequest {
         let (reply, negotiated) = match accepted {
             Ok(v) => v,
             Err(CmError::Refused { reply, reason }) => {
-                if self.stream.write_all(&reply).is_ok() {
+                if self
+                    .stream
+                    .write_all_by(&reply, self.reply_deadline())
+                    .is_ok()
+                {
                     record(&mut self.rec, |r| r.sent(&reply));
                 }
                 trace::mpa_reject_sent(serial, self.peer_addr, Some(reason));
@@ -371,12 +367,9 @@ impl ConnRequest {
             }
             Err(e) => return Err(e.into()),
         };
-        let params = self.dev.qp_params(&self.stream, &negotiated)?;
-        self.stream.write_all(&reply)?;
+        let params = self.dev.qp_params(&*self.stream, &negotiated)?;
+        self.stream.write_all_by(&reply, self.reply_deadline())?;
         record(&mut self.rec, |r| r.sent(&reply));
-        sys::socket::set_keepalive(self.stream.as_raw_fd(), self.dev.shared.cfg.keepalive);
-        self.stream.set_read_timeout(None)?;
-        self.stream.set_write_timeout(None)?;
         trace::mpa_established(serial, qp.id(), self.peer_addr, &negotiated, true);
         qp.shared
             .attach(&self.dev.shared, self.stream, params, &[], self.rec)?;
@@ -389,10 +382,10 @@ impl ConnRequest {
     /// Rejects with `private_data`; the connection then closes.
     pub fn reject(mut self, private_data: &[u8]) -> Result<()> {
         let reply = self.responder.reject(&self.request, private_data)?;
-        self.stream.write_all(&reply)?;
+        self.stream.write_all_by(&reply, self.reply_deadline())?;
         record(&mut self.rec, |r| r.sent(&reply));
         trace::mpa_reject_sent(self.dev.shared.serial, self.peer_addr, None);
-        if self.stream.shutdown(std::net::Shutdown::Both).is_ok() {
+        if self.stream.shutdown().is_ok() {
             record(&mut self.rec, |r| r.fin_sent());
         }
         Ok(())

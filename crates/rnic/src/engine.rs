@@ -72,8 +72,12 @@ impl Timers {
 
     /// Moves the QPs whose deadline has come into `due`.
     fn take_due(&self, due: &mut Vec<QpId>) {
+        // No clock read while no timer runs (the spin loop calls this every turn).
+        let Some(at) = self.next() else {
+            return;
+        };
         let now = now();
-        if self.next().is_none_or(|at| at > now) {
+        if at > now {
             return;
         }
         let Ok(mut t) = self.heap.lock() else {
@@ -147,6 +151,8 @@ impl Engine {
                 let ok = pinned.is_ok();
                 let _ = started_tx.send(pinned.map(|()| affinity::thread_id()));
                 if ok {
+                    // This thread's buffer pool is the engine's: it keeps more.
+                    crate::buf_pool::serve_as_engine();
                     run(poll, s, d, q, t, n, spin);
                 }
             })?;

@@ -43,6 +43,7 @@
 
 #[cfg(feature = "tokio")]
 pub mod async_channel;
+mod buf_pool;
 pub mod channel;
 mod close;
 pub mod cm;
@@ -56,6 +57,7 @@ mod frame_io;
 pub mod handler;
 mod handler_verbs;
 pub mod handoff;
+pub mod heap_count;
 mod limits;
 pub mod listener;
 pub mod mr;
@@ -94,5 +96,5 @@ pub use softrnic_proto::{
 };
 pub use softrnic_wire::TerminateCause;
 pub use srq::{ChainError, ManagedInit, Srq, SrqAttr, SrqInit, SrqModify, SrqUsage};
-pub use sys::{affinity, usage};
+pub use sys::{affinity, nofile, usage};
 pub use transport::fault::{FaultEnd, FaultPlan};

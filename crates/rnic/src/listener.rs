@@ -28,6 +28,7 @@ use crate::error::Result;
 use crate::frame_io::FrameReader;
 use crate::sys;
 use crate::trace;
+use crate::transport::socket::KernelStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use std::collections::{HashMap, VecDeque};
@@ -338,13 +339,13 @@ impl Listener {
     /// The Request is whole: check it and hand the connection over, blocking again.
     fn finish(&self, ex: Exchange) -> Result<ConnRequest> {
         let Exchange { stream, reader, .. } = ex;
-        match stream.set_nonblocking(false) {
-            Ok(()) => self.dev.request_arrived(stream, reader.frame()),
-            Err(e) => {
-                drop_reset(stream);
-                Err(e.into())
-            }
+        // Blocking again, for the thread that accepts or rejects.
+        if let Err(e) = stream.set_nonblocking(false) {
+            drop_reset(stream);
+            return Err(e.into());
         }
+        self.dev
+            .request_arrived(Box::new(KernelStream::new(stream)?), reader.frame())
     }
 
     /// Removes the exchange `token` from the poll and the table.

@@ -288,9 +288,10 @@ pub struct BenchArgs {
     /// Every size from 2 octets to 8 MiB, powers of two.
     #[arg(short = 'a', long = "all", conflicts_with = "size")]
     pub all: bool,
-    /// Number of QPs (bandwidth tests).
-    #[arg(short = 'q', long = "qp", default_value_t = 1)]
-    pub qps: u16,
+    /// Number of QPs (bandwidth tests), or a comma-separated list of counts: each
+    /// count runs every size, and prints its own table.
+    #[arg(short = 'q', long = "qp", value_delimiter = ',', default_value = "1")]
+    pub qps: Vec<u16>,
     /// Work requests kept outstanding per QP (bandwidth tests) [default: 128].
     #[arg(short = 't', long = "tx-depth")]
     pub tx_depth: Option<u32>,
@@ -477,6 +478,9 @@ pub struct BenchConfig {
     pub duration: Option<Duration>,
     /// QPs per round.
     pub qps: u16,
+    /// Every QP count asked for (`-q` list; `qps` is the first): the rounds run for
+    /// each in turn.
+    pub qp_counts: Vec<u16>,
     /// Outstanding work requests per QP.
     pub tx_depth: u32,
     /// Receive depth at the receiver of Sends.
@@ -554,8 +558,12 @@ impl BenchConfig {
         if iters == 0 {
             return Err("iterations must be at least 1".into());
         }
-        if a.qps == 0 || (a.qps > 1 && !test.is_bw()) {
+        let qps = a.qps.first().copied().unwrap_or(1);
+        if a.qps.contains(&0) || (a.qps.iter().any(|&q| q > 1) && !test.is_bw()) {
             return Err("-q: 1 or more QPs, and only 1 for latency tests".into());
+        }
+        if a.qps.len() > 1 && a.rdma_cm {
+            return Err("-q: one count with -R".into());
         }
         let tx_depth = if test.is_bw() {
             a.tx_depth.unwrap_or(128)
@@ -609,7 +617,12 @@ impl BenchConfig {
             sizes,
             iters,
             duration,
-            qps: a.qps,
+            qps,
+            qp_counts: if a.qps.is_empty() {
+                vec![1]
+            } else {
+                a.qps.clone()
+            },
             tx_depth,
             rx_depth,
             cq_mod,
@@ -850,8 +863,10 @@ pub fn run_config(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRo
             let tcp_addr = cfg
                 .baseline
                 .map(|_| SocketAddr::new(addr.ip(), addr.port().wrapping_add(1)));
-            let mut rep = report::Reporter::new(out, cfg, format!("client of {addr}"));
-            client_rounds(cfg, &dev, addr, tcp_addr, &mut rep)
+            each_qp_count(cfg, |c, last| {
+                let mut rep = report::Reporter::new(&mut *out, c, format!("client of {addr}"));
+                client_rounds(c, &dev, addr, tcp_addr, &mut rep, last)
+            })
         }
     }
 }
@@ -921,7 +936,7 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     if cfg.baseline.is_some() {
         let tl = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("listen: {e}"))?;
         tcp_addr = Some(tl.local_addr().map_err(|e| e.to_string())?);
-        let rounds = cfg.sizes.len() * cfg.tcp_kinds().len();
+        let rounds = cfg.sizes.len() * cfg.tcp_kinds().len() * cfg.qp_counts.len();
         tcp_server = Some(
             std::thread::Builder::new()
                 .name("bench-tcp-server".into())
@@ -941,8 +956,10 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     };
     let rows = {
         let _pin = cpus.and_then(|(c, _)| affinity::pin_current(c).ok());
-        let mut rep = report::Reporter::new(out, cfg, placement);
-        client_rounds(cfg, &cdev, addr, tcp_addr, &mut rep)?
+        each_qp_count(cfg, |c, last| {
+            let mut rep = report::Reporter::new(&mut *out, c, placement.clone());
+            client_rounds(c, &cdev, addr, tcp_addr, &mut rep, last)
+        })?
     };
     // On success both servers have finished their last round.
     server
@@ -956,12 +973,32 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     Ok(rows)
 }
 
+/// Runs `f` with the configuration of each `-q` count in turn (and whether it is the
+/// last); returns every row.
+fn each_qp_count(
+    cfg: &BenchConfig,
+    mut f: impl FnMut(&BenchConfig, bool) -> Result<Vec<ResultRow>, String>,
+) -> Result<Vec<ResultRow>, String> {
+    let mut rows = Vec::new();
+    for (k, &q) in cfg.qp_counts.iter().enumerate() {
+        let c = BenchConfig {
+            qps: q,
+            ..cfg.clone()
+        };
+        rows.extend(f(&c, k + 1 == cfg.qp_counts.len())?);
+    }
+    Ok(rows)
+}
+
+/// One table: every size, with `cfg.qps` QPs; `last_count` says whether the server's
+/// last round is among them.
 fn client_rounds(
     cfg: &BenchConfig,
     dev: &Device,
     addr: SocketAddr,
     tcp_addr: Option<SocketAddr>,
     rep: &mut report::Reporter<'_>,
+    last_count: bool,
 ) -> Result<Vec<ResultRow>, String> {
     let mut rows = Vec::new();
     rep.clock(match cfg.test {
@@ -972,7 +1009,7 @@ fn client_rounds(
     rep.header().map_err(|e| e.to_string())?;
     let kinds = cfg.tcp_kinds();
     for (i, &size) in cfg.sizes.iter().enumerate() {
-        let last = i + 1 == cfg.sizes.len();
+        let last = last_count && i + 1 == cfg.sizes.len();
         let mut baselines = Vec::new();
         if let Some(t) = tcp_addr {
             for &kind in &kinds {
@@ -1093,6 +1130,10 @@ mod tests {
         let c = cfg(&["send_bw", "-s", "64,4K,64K,1M", "--progress-mode", "engine"]).unwrap();
         assert_eq!(c.sizes, vec![64, 4096, 65536, 1 << 20]);
         assert_eq!(c.progress_mode, ProgressMode::Engine);
+        assert_eq!((c.qps, c.qp_counts.clone()), (1, vec![1]));
+
+        let c = cfg(&["write_bw", "-q", "1,16,256"]).unwrap();
+        assert_eq!((c.qps, c.qp_counts), (1, vec![1, 16, 256]));
     }
 
     #[test]
@@ -1104,6 +1145,9 @@ mod tests {
         assert!(cfg(&["write_bw", "-n", "0"]).is_err());
         assert!(cfg(&["write_bw", "-D", "0"]).is_err());
         assert!(cfg(&["write_lat", "-q", "2"]).is_err());
+        assert!(cfg(&["write_lat", "-q", "1,2"]).is_err());
+        assert!(cfg(&["write_bw", "-q", "1,0"]).is_err());
+        assert!(cfg(&["write_bw", "-R", "-q", "1,2"]).is_err());
         assert!(cfg(&["write_bw", "-t", "8", "-Q", "16"]).is_err());
         assert!(cfg(&["write_bw", "--baseline", "udp"]).is_err());
         assert!(cfg(&["nope_bw"]).is_err());

@@ -110,6 +110,12 @@ impl Closer {
         }
     }
 
+    /// Whether [`Closer::next`] can return anything but [`Next::Wait`] (and whether it
+    /// reads `now`): only once the QP is closing in some way.
+    pub(crate) fn may_act(&self, in_rts: bool, terminate_sent: bool) -> bool {
+        !self.disconnected && (!in_rts || self.eof || self.closed || terminate_sent)
+    }
+
     /// The next step the QP's state allows.
     pub(crate) fn next(&mut self, f: Facts) -> Next {
         if self.disconnected {

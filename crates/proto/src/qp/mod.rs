@@ -374,6 +374,14 @@ impl Qp {
         self.closer.abandon()
     }
 
+    /// Whether [`Qp::poll_close`] can have anything to do: the QP has left RTS, sent a
+    /// Terminate, seen the peer's FIN or lost its transport. While it has not, the I/O
+    /// layer may skip `poll_close`, and reading the clock for it, on its hot path.
+    pub fn is_closing(&self) -> bool {
+        self.closer
+            .may_act(self.state == QpState::Rts, self.terminate_sent())
+    }
+
     /// The next close step for the I/O layer to take on its transport, given whether
     /// the transport has written everything it was handed (`flushed`) and the time.
     /// Call it after every round of progress until it returns `None`.

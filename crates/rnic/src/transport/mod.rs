@@ -12,6 +12,7 @@ pub(crate) mod fault;
 pub(crate) mod pcap;
 pub(crate) mod polled;
 pub(crate) mod socket;
+pub(crate) mod stream;
 
 use crate::region::RegionSlice;
 use crate::sys::socket::IoVecs;

@@ -1,13 +1,15 @@
 //! Kernel TCP under a QP: a non-blocking mio socket.
 
 use super::Transport;
+use super::stream::ConnStream;
 use crate::region::RegionSlice;
 use crate::sys;
 use crate::sys::socket::IoVecs;
 use mio::{Interest, Registry, Token};
-use std::io::{self, Read};
-use std::net::Shutdown;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
 
 /// A connected kernel TCP socket.
 pub(crate) struct SocketTransport {
@@ -73,5 +75,70 @@ impl mio::event::Source for SocketTransport {
 
     fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
         self.sock.deregister(registry)
+    }
+}
+
+/// A kernel TCP connection in streaming mode, before it carries FPDUs: blocking, every
+/// call bounded by the caller's deadline.
+#[derive(Debug)]
+pub(crate) struct KernelStream(TcpStream);
+
+impl KernelStream {
+    /// Takes over a connected stream, blocking, with Nagle's algorithm off (an MPA
+    /// frame must not wait for an ACK).
+    pub(crate) fn new(s: TcpStream) -> io::Result<KernelStream> {
+        s.set_nonblocking(false)?;
+        s.set_nodelay(true)?;
+        Ok(KernelStream(s))
+    }
+
+    /// What is left of the time until `deadline`, or `WouldBlock` if nothing is.
+    fn left(deadline: Instant) -> io::Result<Duration> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(left)
+    }
+}
+
+impl ConnStream for KernelStream {
+    fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.0.peer_addr()
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+
+    fn read_by(&mut self, buf: &mut [u8], deadline: Instant) -> io::Result<usize> {
+        self.0.set_read_timeout(Some(Self::left(deadline)?))?;
+        self.0.read(buf)
+    }
+
+    fn write_all_by(&mut self, buf: &[u8], deadline: Instant) -> io::Result<()> {
+        // One timeout for the whole write: the frames the CM writes fit any send
+        // buffer, so this bounds only a peer that stopped reading altogether.
+        self.0.set_write_timeout(Some(Self::left(deadline)?))?;
+        self.0.write_all(buf)
+    }
+
+    fn mss(&self) -> Option<usize> {
+        sys::socket::tcp_mss(self.0.as_raw_fd())
+    }
+
+    fn shutdown(&mut self) -> io::Result<()> {
+        self.0.shutdown(Shutdown::Both)
+    }
+
+    fn reset(self: Box<Self>) {
+        sys::socket::set_linger_zero(self.0.as_raw_fd());
+    }
+
+    fn into_transport(self: Box<Self>, keepalive: Duration) -> io::Result<Box<dyn Transport>> {
+        sys::socket::set_keepalive(self.0.as_raw_fd(), keepalive);
+        self.0.set_read_timeout(None)?;
+        self.0.set_write_timeout(None)?;
+        Ok(Box::new(SocketTransport::new(self.0)?))
     }
 }

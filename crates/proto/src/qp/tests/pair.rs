@@ -263,7 +263,11 @@ impl Link {
             // Everything handed to the link has been delivered: the side is flushed. A
             // side whose connection is gone still closes (and reports it), but nothing
             // reaches the peer any more.
+            // The I/O layer skips `poll_close` (and its clock read) while the QP is not
+            // closing: that shortcut must never hide an action or start the timer.
+            let closing = from.qp.is_closing();
             while let Some(action) = from.qp.poll_close(true, self.now) {
+                assert!(closing, "poll_close acted ({action:?}) on a QP not closing");
                 moved = true;
                 from.closes.push(action);
                 if from.gone {
@@ -288,6 +292,10 @@ impl Link {
                     break;
                 }
             }
+            assert!(
+                closing || from.qp.poll_timeout().is_none(),
+                "a QP not closing started the close timer"
+            );
         }
         moved
     }

@@ -1,0 +1,227 @@
+//! Tests that need a network of their own: each runs one `#[ignore]`d test of its
+//! binary again in a new network namespace (`unshare -n` as root, else `unshare -rn`),
+//! where it may create interfaces without touching the host's. Where no namespace can
+//! be made the test skips loudly.
+//!
+//! Inside, the kernel is the peer: it pings an address the interface owns and
+//! connects a TCP socket to it, and the interface must answer ARP, answer the pings,
+//! and hand the SYN up (the test answers it with a RST, which the kernel's connect
+//! reports as refused).
+
+#![allow(dead_code)]
+
+use softrnic_netdev::iface::PROTO_TCP;
+use softrnic_netdev::{FrameDevice, Ingress, Interface, wait_readable};
+use std::io::ErrorKind;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set in the child that runs inside the namespace.
+const CHILD: &str = "SOFTRNIC_NETNS_CHILD";
+/// A bound on each exchange with the kernel, never reached when all is well.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+/// How often the pump looks at a child process it waits for.
+const CHECK_EVERY: Duration = Duration::from_millis(50);
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn record(outcome: &str, test: &str) {
+    let Ok(path) = std::env::var("SOFTRNIC_INTEROP_LOG") else {
+        return;
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("SOFTRNIC_INTEROP_LOG={path}: {e}"));
+    std::io::Write::write_all(&mut f, format!("{outcome} {test}\n").as_bytes())
+        .expect("interop log written");
+}
+
+pub fn skip(test: &str, why: &str) {
+    eprintln!();
+    eprintln!("======================================================================");
+    eprintln!("SKIPPED {test}: {why}");
+    eprintln!("======================================================================");
+    record(&format!("skipped({why})"), test);
+}
+
+/// True in the child: the `#[ignore]`d half runs only there.
+pub fn in_child() -> bool {
+    std::env::var_os(CHILD).is_some()
+}
+
+/// Runs the ignored test `inner` of this binary in a new network namespace and
+/// checks that it passed. Skips loudly (returns) when no namespace can be made.
+pub fn run_in_netns(inner: &str) {
+    let mut unshare = None;
+    for args in [&["-n"][..], &["-r", "-n"][..]] {
+        match Command::new("unshare").args(args).arg("true").output() {
+            Ok(o) if o.status.success() => {
+                unshare = Some(args);
+                break;
+            }
+            _ => continue,
+        }
+    }
+    let Some(args) = unshare else {
+        return skip(inner, "neither `unshare -n` nor `unshare -rn` works here");
+    };
+    if Command::new("ip").arg("-V").output().is_err() {
+        return skip(inner, "`ip` (iproute2) is not installed");
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let o = Command::new("unshare")
+        .args(args)
+        .arg(exe)
+        .args([
+            inner,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .output()
+        .expect("unshare runs");
+    let out = text(&o);
+    assert!(o.status.success(), "{inner} in a namespace failed:\n{out}");
+    assert!(
+        out.contains("1 passed"),
+        "{inner} did not run in the namespace:\n{out}"
+    );
+    record("ran", inner);
+}
+
+/// Runs `ip ARGS` (in the namespace) and checks it succeeded.
+pub fn ip(args: &str) -> String {
+    let o = Command::new("ip")
+        .args(args.split_whitespace())
+        .output()
+        .expect("ip runs");
+    assert!(o.status.success(), "ip {args}: {}", text(&o));
+    text(&o)
+}
+
+/// Drives `iface` until `done` says so, handing each packet that comes up to
+/// `on_packet`. Time starts at zero with the call.
+fn pump<D: FrameDevice>(
+    iface: &mut Interface<D>,
+    mut on_packet: impl FnMut(&mut Interface<D>, Duration, Vec<u8>),
+    mut done: impl FnMut() -> bool,
+) {
+    let start = Instant::now();
+    let mut buf = vec![0u8; iface.frame_buffer_len()];
+    loop {
+        let now = start.elapsed();
+        assert!(now < HANG_GUARD, "no end in sight: {:#?}", iface.stats());
+        iface.handle_timeout(now);
+        loop {
+            match iface.receive(now, &mut buf).unwrap() {
+                Ingress::Drained => break,
+                Ingress::Yield => continue,
+                Ingress::Packet(p) => {
+                    let bytes = p.bytes().to_vec();
+                    on_packet(iface, now, bytes);
+                }
+            }
+        }
+        if done() {
+            return;
+        }
+        wait_readable(iface.device(), Some(CHECK_EVERY)).unwrap();
+    }
+}
+
+/// True when there is a `ping` program; else a loud skip of `what`.
+pub fn have_ping(what: &str) -> bool {
+    let ok = Command::new("ping").arg("-V").output().is_ok();
+    if !ok {
+        skip(what, "no `ping` program (Debian package iputils-ping)");
+    }
+    ok
+}
+
+/// Runs `ping ARGS` while driving `iface`; its success and output.
+pub fn run_ping<D: FrameDevice>(iface: &mut Interface<D>, args: &str) -> (bool, String) {
+    let mut child = Command::new("ping")
+        .args(args.split_whitespace())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ping starts");
+    let mut status = None;
+    pump(
+        iface,
+        |_, _, p| panic!("nothing is handed up while the kernel pings: {p:?}"),
+        || {
+            status = child.try_wait().unwrap();
+            status.is_some()
+        },
+    );
+    let out = text(&child.wait_with_output().unwrap());
+    (status.unwrap().success(), out)
+}
+
+/// The kernel pings `addr` (owned by `iface`) three times and gets three replies.
+/// Skips (loudly) when there is no `ping` program.
+pub fn kernel_pings<D: FrameDevice>(iface: &mut Interface<D>, addr: Ipv4Addr) {
+    if !have_ping("kernel_pings") {
+        return;
+    }
+    let before = iface.stats().icmp_echo_requests;
+    let (ok, out) = run_ping(iface, &format!("-n -c 3 -i 0.2 -w 30 {addr}"));
+    assert!(ok, "ping failed:\n{out}");
+    assert!(out.contains("3 received"), "{out}");
+    let s = iface.stats();
+    assert!(
+        s.arp_requests_answered >= 1,
+        "the kernel resolved us: {s:#?}"
+    );
+    assert_eq!(s.icmp_echo_requests - before, 3, "{s:#?}");
+    assert_eq!(s.frames_accounted(), s.rx_frames);
+}
+
+/// The kernel connects a TCP socket to `addr:port`; the interface hands the SYN up
+/// and the test answers with a RST, so the kernel's connect is refused.
+pub fn kernel_connects<D: FrameDevice>(iface: &mut Interface<D>, addr: Ipv4Addr, port: u16) {
+    let to = SocketAddr::from((addr, port));
+    let connect = std::thread::spawn(move || TcpStream::connect_timeout(&to, HANG_GUARD));
+    let mut syn = None;
+    pump(
+        iface,
+        |iface, now, p| {
+            assert_eq!(p[9], PROTO_TCP, "{p:?}");
+            let ip = etherparse::Ipv4HeaderSlice::from_slice(&p).unwrap();
+            let tcp = etherparse::TcpHeaderSlice::from_slice(&p[ip.slice().len()..]).unwrap();
+            assert_eq!(ip.destination_addr(), addr);
+            assert_eq!(tcp.destination_port(), port);
+            assert!(tcp.syn() && !tcp.ack(), "a SYN: {tcp:?}");
+            if syn.is_none() {
+                syn = Some((ip.source_addr(), tcp.source_port(), tcp.sequence_number()));
+                // RST+ACK, as a host with no listener answers.
+                let (src, sport, seq) = syn.unwrap();
+                let b = etherparse::PacketBuilder::ipv4(addr.octets(), src.octets(), 64)
+                    .tcp(port, sport, 0, 0)
+                    .rst()
+                    .ack(seq.wrapping_add(1));
+                let mut rst = Vec::new();
+                b.write(&mut rst, &[]).unwrap();
+                iface.send(now, &rst).unwrap();
+            }
+        },
+        || connect.is_finished(),
+    );
+    let result = connect.join().unwrap();
+    assert!(syn.is_some(), "a SYN came up");
+    let e = result.expect_err("the connect was refused");
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+    assert!(iface.stats().delivered >= 1);
+}

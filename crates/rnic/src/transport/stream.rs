@@ -1,0 +1,60 @@
+//! The connection before RDMA mode. The connection manager runs its MPA exchange on a
+//! [`ConnStream`] (blocking calls, each bounded by a deadline), then turns the stream
+//! into the QP's [`Transport`]. Kernel TCP ([`super::socket::KernelStream`]) is one
+//! implementation; a user-space TCP is another, so the CM does not care what carries
+//! the octets.
+
+use super::Transport;
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// A connected stream in streaming mode, as the connection manager drives it.
+pub(crate) trait ConnStream: Send + std::fmt::Debug {
+    /// The peer's address.
+    fn peer_addr(&self) -> io::Result<SocketAddr>;
+
+    /// This end's address.
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+
+    /// Reads some octets, waiting at most until `deadline`: then it fails with
+    /// `WouldBlock` or `TimedOut`. `Ok(0)` is the end of the stream.
+    fn read_by(&mut self, buf: &mut [u8], deadline: Instant) -> io::Result<usize>;
+
+    /// Writes all of `buf`, or fails once `deadline` has passed.
+    fn write_all_by(&mut self, buf: &[u8], deadline: Instant) -> io::Result<()>;
+
+    /// The largest segment payload the connection sends, where known: FPDUs are sized
+    /// to it (RFC 5044).
+    fn mss(&self) -> Option<usize>;
+
+    /// Whether FPDUs can carry MPA markers on this stream: markers sit at fixed
+    /// positions of the TCP sequence space, which only a TCP of our own can know.
+    fn supports_markers(&self) -> bool {
+        false
+    }
+
+    /// Ends both directions gracefully (after a Reject).
+    fn shutdown(&mut self) -> io::Result<()>;
+
+    /// Ends the connection abortively (RST): for a stream that turned out not to carry
+    /// an MPA exchange we can answer, so nothing of it lingers.
+    fn reset(self: Box<Self>);
+
+    /// The stream in RDMA mode: non-blocking, for the QP's engine, with TCP keepalive
+    /// probing after `keepalive` of silence.
+    fn into_transport(self: Box<Self>, keepalive: Duration) -> io::Result<Box<dyn Transport>>;
+}
+
+/// A [`ConnStream`] seen as `io::Read` whose every read ends by one deadline, for the
+/// frame readers.
+pub(crate) struct ReadBy<'a> {
+    pub(crate) stream: &'a mut dyn ConnStream,
+    pub(crate) deadline: Instant,
+}
+
+impl io::Read for ReadBy<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.read_by(buf, self.deadline)
+    }
+}

@@ -1,0 +1,107 @@
+//! What a connection may use and how long it waits: every buffer, count and timer has a
+//! bound here, so that no peer can make a connection grow or wait without end.
+
+use crate::range_set::MAX_RANGES;
+use std::time::Duration;
+
+/// Keep-alive probing of an idle connection (RFC 9293 3.8.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Idle time before the first probe.
+    pub idle: Duration,
+    /// Time between unanswered probes.
+    pub interval: Duration,
+    /// Unanswered probes after which the connection times out.
+    pub probes: u32,
+}
+
+/// A connection's limits and timers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The largest segment payload we accept (our MSS option): the link MTU less 40.
+    pub mss: u16,
+    /// Octets the send buffer holds (queued and unacknowledged).
+    pub send_buffer: usize,
+    /// Octets the receiver may hold beyond what the user released: the window.
+    pub recv_buffer: u32,
+    /// Record boundaries ([`crate::Connection::send_record`]) queued at most.
+    pub max_records: usize,
+    /// Out-of-order ranges the receiver keeps (and SACK blocks the sender tracks), at
+    /// most [`MAX_RANGES`]; data that would open another range is dropped.
+    pub max_ooo_ranges: usize,
+    /// Offer and use SACK (RFC 2018).
+    pub sack: bool,
+    /// Offer and use window scaling (RFC 7323).
+    pub window_scale: bool,
+    /// Initial congestion window, in segments (RFC 6928).
+    pub initial_cwnd: u32,
+    /// Retransmission timeout before any RTT sample (RFC 6298: 1 s).
+    pub rto_initial: Duration,
+    /// Lower bound of the retransmission timeout.
+    pub rto_min: Duration,
+    /// Upper bound of the retransmission timeout, also of the backed-off one.
+    pub rto_max: Duration,
+    /// Retransmissions of the same data before the connection times out.
+    pub max_retransmissions: u32,
+    /// Retransmissions of a SYN (or SYN-ACK) before the open fails.
+    pub syn_retries: u32,
+    /// How long an ACK may be delayed; `None` acknowledges every segment at once.
+    pub delayed_ack: Option<Duration>,
+    /// Maximum segment lifetime: TIME-WAIT lasts twice this.
+    pub msl: Duration,
+    /// Keep-alive probes; `None` (the default) sends none.
+    pub keepalive: Option<Keepalive>,
+    /// Challenge ACKs (RFC 5961) sent per second at most.
+    pub challenge_ack_limit: u32,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            mss: 1460,
+            send_buffer: 256 * 1024,
+            recv_buffer: 256 * 1024,
+            max_records: 4096,
+            max_ooo_ranges: 16,
+            sack: true,
+            window_scale: true,
+            initial_cwnd: 10,
+            rto_initial: Duration::from_secs(1),
+            rto_min: Duration::from_millis(200),
+            rto_max: Duration::from_secs(60),
+            max_retransmissions: 15,
+            syn_retries: 6,
+            delayed_ack: Some(Duration::from_millis(40)),
+            msl: Duration::from_secs(30),
+            keepalive: None,
+            challenge_ack_limit: 100,
+        }
+    }
+}
+
+impl Config {
+    /// The same limits with every value forced into a range the connection works with
+    /// (an MSS of at least 64, buffers of at least one segment, `rto_min <= rto_max`).
+    pub(crate) fn sane(mut self) -> Config {
+        self.mss = self.mss.max(64);
+        self.send_buffer = self.send_buffer.max(usize::from(self.mss));
+        self.recv_buffer = self.recv_buffer.clamp(u32::from(self.mss), 1 << 30);
+        self.max_records = self.max_records.max(1);
+        self.max_ooo_ranges = self.max_ooo_ranges.clamp(1, MAX_RANGES);
+        self.initial_cwnd = self.initial_cwnd.max(1);
+        self.rto_min = self.rto_min.max(Duration::from_millis(1));
+        self.rto_max = self.rto_max.max(self.rto_min);
+        self.rto_initial = self.rto_initial.clamp(self.rto_min, self.rto_max);
+        self
+    }
+
+    /// The window scale we offer: the smallest shift that lets the window field say
+    /// the whole receive buffer.
+    pub(crate) fn wscale(&self) -> u8 {
+        let mut s = 0;
+        while s < 14 && (self.recv_buffer >> s) > u32::from(u16::MAX) {
+            s += 1;
+        }
+        s
+    }
+}

@@ -1,0 +1,428 @@
+//! One TCP connection (RFC 9293) as a state machine: packets in through
+//! [`Connection::handle_packet`], packets out of [`Connection::poll_transmit`], timers
+//! through [`Connection::poll_timeout`] / [`Connection::handle_timeout`]. Time is a
+//! [`Duration`] since any fixed origin the caller chooses, as in `softrnic-proto`.
+//!
+//! Received payload goes to a [`Receiver`] piece by piece with its stream offset, in
+//! order or not ([`crate::receiver`] says why). Payload to send is queued as a byte
+//! stream ([`Connection::send`]) or as records that segments keep whole
+//! ([`Connection::send_record`]: an FPDU each, for MPA-aware TCP).
+//!
+//! Everything a connection holds is bounded by its [`Config`] and allocated when it is
+//! made; handling a segment and sending one allocate nothing.
+
+mod cc;
+mod input;
+mod output;
+mod rtt;
+mod rx;
+mod send_buffer;
+mod timers;
+mod tx;
+
+use crate::config::Config;
+use crate::segment::{Flags, Options, Segment};
+use crate::seq::SeqNum;
+use arrayvec::ArrayVec;
+use rx::Rx;
+use std::net::SocketAddrV4;
+use std::time::Duration;
+use tx::Tx;
+
+/// The connection states of RFC 9293 section 3.3.2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
+    Closed,
+    Listen,
+    SynSent,
+    SynReceived,
+    Established,
+    FinWait1,
+    FinWait2,
+    CloseWait,
+    Closing,
+    LastAck,
+    TimeWait,
+}
+
+impl State {
+    /// Both sides' sequence numbers are known (SYN-RECEIVED and after).
+    pub fn is_synchronized(self) -> bool {
+        !matches!(self, State::Closed | State::Listen | State::SynSent)
+    }
+}
+
+/// What happened to the connection, for the layer above ([`Connection::poll_event`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// The three-way handshake completed.
+    Established,
+    /// The peer's FIN arrived in order: no more data will come.
+    PeerClosed,
+    /// Both directions are closed and acknowledged (TIME-WAIT or CLOSED follows).
+    Closed,
+    /// The peer reset the connection (or refused it).
+    Reset,
+    /// Retransmissions, SYNs or keep-alive probes went unanswered: the connection was
+    /// given up (and reset).
+    TimedOut,
+}
+
+/// Why data was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    #[error("the connection does not send (not open, or closed for sending)")]
+    Closed,
+    #[error("the send buffer (or its record count) is full")]
+    Full,
+}
+
+/// Counters of what the connection did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub segments_in: u64,
+    pub segments_out: u64,
+    /// Payload octets kept by the receiver.
+    pub bytes_in: u64,
+    /// Payload octets sent for the first time.
+    pub bytes_out: u64,
+    pub retransmitted_segments: u64,
+    pub retransmitted_bytes: u64,
+    /// Recoveries entered by duplicate ACKs or SACK (fast retransmit).
+    pub fast_retransmits: u64,
+    /// Retransmission timer expiries (SYN or data).
+    pub timeouts: u64,
+    pub dup_acks_in: u64,
+    /// Segments whose payload arrived out of order.
+    pub out_of_order_in: u64,
+    /// Payload octets refused by the receiver or by the out-of-order bound.
+    pub bytes_refused: u64,
+    pub dropped_checksum: u64,
+    pub dropped_malformed: u64,
+    /// Segments outside the window, or with an unacceptable ACK.
+    pub dropped_unacceptable: u64,
+    pub challenge_acks: u64,
+    pub window_probes: u64,
+    pub keepalive_probes: u64,
+    pub resets_out: u64,
+}
+
+/// Which probe is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    Window,
+    Keepalive,
+}
+
+#[derive(Debug, Default)]
+struct Timers {
+    rto: Option<Duration>,
+    persist: Option<Duration>,
+    keepalive: Option<Duration>,
+    time_wait: Option<Duration>,
+}
+
+/// A TCP connection.
+#[derive(Debug)]
+pub struct Connection {
+    cfg: Config,
+    state: State,
+    local: SocketAddrV4,
+    remote: Option<SocketAddrV4>,
+    /// Opened by `listen` (a reset SYN-RECEIVED returns to LISTEN).
+    passive: bool,
+    tx: Tx,
+    rx: Rx,
+    /// Our SYN (or SYN-ACK) must go out.
+    syn_pending: bool,
+    /// A reset to send (a reply, an abort, a timeout).
+    rst_pending: Option<Segment<'static>>,
+    timers: Timers,
+    /// Consecutive retransmission timeouts without progress.
+    retries: u32,
+    /// A window or keep-alive probe must go out.
+    probe_pending: Option<Probe>,
+    /// The persist timer fired with a small window open: send what fits.
+    force_send: bool,
+    persist_backoff: u32,
+    keepalive_sent: u32,
+    /// Challenge ACKs in the current one-second slot: (slot start, count).
+    challenges: (Duration, u32),
+    events: ArrayVec<Event, 8>,
+    stats: Stats,
+}
+
+impl Connection {
+    /// An active open: the SYN goes out at the first [`Connection::poll_transmit`].
+    /// `iss` is the initial sequence number (see [`crate::initial_sequence`]).
+    pub fn connect(
+        config: Config,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: SeqNum,
+    ) -> Connection {
+        let mut c = Connection::new(config, local, iss, State::SynSent);
+        c.remote = Some(remote);
+        c.syn_pending = true;
+        c
+    }
+
+    /// A passive open: waits in LISTEN for a SYN to `local` from anyone, and serves
+    /// that one peer. (A listener that serves many makes one per SYN.)
+    pub fn listen(config: Config, local: SocketAddrV4, iss: SeqNum) -> Connection {
+        let mut c = Connection::new(config, local, iss, State::Listen);
+        c.passive = true;
+        c
+    }
+
+    fn new(config: Config, local: SocketAddrV4, iss: SeqNum, state: State) -> Connection {
+        let cfg = config.sane();
+        let tx = Tx::new(&cfg, iss);
+        let rx = Rx::new(
+            cfg.recv_buffer,
+            cfg.max_ooo_ranges,
+            cfg.delayed_ack,
+            u64::from(cfg.mss),
+        );
+        Connection {
+            cfg,
+            state,
+            local,
+            remote: None,
+            passive: false,
+            tx,
+            rx,
+            syn_pending: false,
+            rst_pending: None,
+            timers: Timers::default(),
+            retries: 0,
+            probe_pending: None,
+            force_send: false,
+            persist_backoff: 0,
+            keepalive_sent: 0,
+            challenges: (Duration::ZERO, 0),
+            events: ArrayVec::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    pub fn local(&self) -> SocketAddrV4 {
+        self.local
+    }
+
+    /// The peer, once known.
+    pub fn remote(&self) -> Option<SocketAddrV4> {
+        self.remote
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Whether `seg` belongs to this connection (addressed to us, from our peer).
+    pub fn matches(&self, seg: &Segment<'_>) -> bool {
+        seg.dst == self.local && self.remote.is_none_or(|r| r == seg.src)
+    }
+
+    /// The largest payload one segment carries (the send MSS): size records to it so
+    /// that each goes out in one segment.
+    pub fn max_payload(&self) -> usize {
+        self.tx.mss as usize
+    }
+
+    /// Octets [`Connection::send`] would take now.
+    pub fn send_capacity(&self) -> usize {
+        if self.can_send() {
+            self.tx.buf.free()
+        } else {
+            0
+        }
+    }
+
+    /// Octets queued and not yet acknowledged (sent or not).
+    pub fn unacknowledged(&self) -> u64 {
+        self.tx.data_end() - self.tx.una.min(self.tx.data_end())
+    }
+
+    /// The smoothed round-trip time, once measured.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.tx.rtt.srtt()
+    }
+
+    /// The congestion window, in octets.
+    pub fn congestion_window(&self) -> u64 {
+        self.tx.cwnd
+    }
+
+    fn can_send(&self) -> bool {
+        matches!(
+            self.state,
+            State::SynSent | State::SynReceived | State::Established | State::CloseWait
+        ) && self.tx.fin.is_none()
+    }
+
+    /// Queues as much of `data` as fits as a byte stream; returns how much.
+    pub fn send(&mut self, data: &[u8]) -> Result<usize, SendError> {
+        if !self.can_send() {
+            return Err(SendError::Closed);
+        }
+        match self.tx.buf.write(data) {
+            0 if !data.is_empty() => Err(SendError::Full),
+            n => Ok(n),
+        }
+    }
+
+    /// Queues `record` whole, or nothing: segments hold whole records when they fit
+    /// ([`Connection::max_payload`]), several small ones together, and a record larger
+    /// than a segment is cut at segment size.
+    pub fn send_record(&mut self, record: &[u8]) -> Result<(), SendError> {
+        if !self.can_send() {
+            return Err(SendError::Closed);
+        }
+        if self.tx.buf.write_record(record) {
+            Ok(())
+        } else {
+            Err(SendError::Full)
+        }
+    }
+
+    /// The layer above is done with `n` more in-order octets: the window reopens.
+    pub fn release(&mut self, n: usize) {
+        let in_order = self.rx.nxt.saturating_sub(1);
+        self.rx.released = (self.rx.released + n as u64).min(in_order);
+        if self.state.is_synchronized() && self.rx.open_window(self.tx.mss) {
+            self.rx.ack_now = true;
+        }
+    }
+
+    /// Closes our direction gracefully: queued data goes out, then FIN. Receiving goes
+    /// on until the peer's FIN. Before the handshake completes, the FIN waits for it
+    /// (a connection with nothing queued in SYN-SENT is simply dropped).
+    pub fn close(&mut self) {
+        match self.state {
+            State::SynSent if self.tx.buf.end() > 0 => self.queue_fin(),
+            State::Closed | State::Listen | State::SynSent => self.enter_closed(),
+            State::SynReceived | State::Established => {
+                self.queue_fin();
+                if self.state == State::Established {
+                    self.state = State::FinWait1;
+                }
+            }
+            State::CloseWait => {
+                self.queue_fin();
+                self.state = State::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    fn queue_fin(&mut self) {
+        if self.tx.fin.is_none() {
+            self.tx.fin = Some(self.tx.data_end());
+        }
+    }
+
+    /// Resets the connection (RST) and drops everything queued.
+    pub fn abort(&mut self) {
+        if self.state.is_synchronized()
+            && self.state != State::TimeWait
+            && let Some(remote) = self.remote
+        {
+            self.rst_pending = Some(self.bare(remote, self.tx.seq(self.tx.nxt), Flags::RST));
+        }
+        self.enter_closed();
+    }
+
+    /// The next thing that happened, oldest first.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        (!self.events.is_empty()).then(|| self.events.remove(0))
+    }
+
+    fn event(&mut self, e: Event) {
+        let _ = self.events.try_push(e);
+    }
+
+    fn enter_closed(&mut self) {
+        self.state = State::Closed;
+        self.timers = Timers::default();
+        self.rx.delack_at = None;
+        self.rx.ack_now = false;
+        self.syn_pending = false;
+        self.probe_pending = None;
+    }
+
+    fn enter_time_wait(&mut self, now: Duration) {
+        self.state = State::TimeWait;
+        self.timers = Timers {
+            time_wait: Some(now + 2 * self.cfg.msl),
+            ..Timers::default()
+        };
+        self.event(Event::Closed);
+    }
+
+    /// A segment from us to `to` with no payload and no options.
+    fn bare(&self, to: SocketAddrV4, seq: SeqNum, flags: Flags) -> Segment<'static> {
+        Segment {
+            src: self.local,
+            dst: to,
+            seq,
+            ack: if flags.contains(Flags::ACK) {
+                self.rx.nxt_seq()
+            } else {
+                SeqNum(0)
+            },
+            flags,
+            window: 0,
+            options: Options::default(),
+            payload: &[],
+        }
+    }
+}
+
+/// The reset to answer `seg` with when no connection takes it (RFC 9293 3.10.7.1), or
+/// `None` for a reset (never answered).
+pub fn reset_for(seg: &Segment<'_>) -> Option<Segment<'static>> {
+    if seg.flags.contains(Flags::RST) {
+        return None;
+    }
+    let (seq, ack, flags) = if seg.flags.contains(Flags::ACK) {
+        (seg.ack, SeqNum(0), Flags::RST)
+    } else {
+        (SeqNum(0), seg.seq + seg.seq_len(), Flags::RST | Flags::ACK)
+    };
+    Some(Segment {
+        src: seg.dst,
+        dst: seg.src,
+        seq,
+        ack,
+        flags,
+        window: 0,
+        options: Options::default(),
+        payload: &[],
+    })
+}
+
+/// An initial sequence number in the manner of RFC 6528: a clock (4 microsecond
+/// ticks) plus a keyed hash of the connection's addresses, so that a new incarnation's
+/// numbers are hard to guess and lie ahead of an old one's. `secret` should be random
+/// and kept for the process's lifetime.
+pub fn initial_sequence(
+    secret: u64,
+    local: SocketAddrV4,
+    remote: SocketAddrV4,
+    now: Duration,
+) -> SeqNum {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (secret, local, remote).hash(&mut h);
+    let ticks = (now.as_micros() / 4) as u32;
+    SeqNum(ticks.wrapping_add(h.finish() as u32))
+}

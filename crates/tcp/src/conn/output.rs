@@ -1,0 +1,190 @@
+//! What to send next: a pending reset, our SYN (or SYN-ACK), lost then new data (with
+//! FIN at the end), a window or keep-alive probe, or a bare ACK. Every segment is
+//! written straight into the caller's buffer.
+
+use super::tx::{Blocked, Pick};
+use super::{Connection, Probe, State};
+use crate::segment::{Flags, IPV4_HEADER_LEN, MAX_SACK_BLOCKS, Options, Segment, TCP_HEADER_LEN};
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+impl Connection {
+    /// Writes the next packet to send into `out` and returns its length, or `None`
+    /// when nothing is due. Call it until it returns `None` after every input and
+    /// timeout. `out` should hold a whole packet (the MTU, `mss + 40` octets); a smaller
+    /// one gets smaller segments.
+    pub fn poll_transmit(&mut self, now: Duration, out: &mut [u8]) -> Option<usize> {
+        if let Some(rst) = &self.rst_pending {
+            let n = rst.emit(out).ok()?;
+            self.rst_pending = None;
+            self.stats.segments_out += 1;
+            self.stats.resets_out += 1;
+            return Some(n);
+        }
+        let remote = self.remote?;
+        match self.state {
+            State::Closed | State::Listen => None,
+            State::SynSent | State::SynReceived if self.syn_pending => {
+                self.send_syn(now, remote, out)
+            }
+            State::SynSent => None,
+            State::SynReceived | State::TimeWait => self.send_ack(remote, out),
+            _ => self.send_synchronized(now, remote, out),
+        }
+    }
+
+    fn send_syn(&mut self, now: Duration, remote: SocketAddrV4, out: &mut [u8]) -> Option<usize> {
+        let synack = self.state == State::SynReceived;
+        let options = Options {
+            mss: Some(self.cfg.mss),
+            window_scale: (self.cfg.window_scale && (!synack || self.tx.scaling))
+                .then(|| self.cfg.wscale()),
+            sack_permitted: self.cfg.sack && (!synack || self.tx.sack_ok),
+            ..Options::default()
+        };
+        let mut flags = Flags::SYN;
+        if synack {
+            flags |= Flags::ACK;
+        }
+        let mut seg = self.bare(remote, self.tx.iss, flags);
+        seg.window = self.cfg.recv_buffer.min(u32::from(u16::MAX)) as u16;
+        seg.options = options;
+        let n = seg.emit(out).ok()?;
+        self.syn_pending = false;
+        self.tx.nxt = self.tx.nxt.max(1);
+        if self.retries == 0 && self.tx.timed.is_none() {
+            self.tx.timed = Some((1, now));
+        }
+        if self.retries > 0 {
+            self.stats.retransmitted_segments += 1;
+        }
+        self.arm_rto(now);
+        self.rx.acked();
+        self.stats.segments_out += 1;
+        Some(n)
+    }
+
+    fn send_synchronized(
+        &mut self,
+        now: Duration,
+        remote: SocketAddrV4,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        if self.rx.dup_ack_due {
+            // A bare ACK first: it is what tells the peer of a loss (a duplicate ACK,
+            // with SACK blocks), where a data segment's ACK would not.
+            return self.send_ack(remote, out);
+        }
+        let room = out.len().saturating_sub(IPV4_HEADER_LEN + TCP_HEADER_LEN) as u64;
+        match self.tx.pick(room, self.force_send) {
+            Ok(p) => return self.send_data(now, remote, p, out),
+            Err(Blocked::Window) if self.tx.flight() == 0 && self.timers.persist.is_none() => {
+                let backoff = 1u32 << self.persist_backoff.min(16);
+                let wait = self.tx.rtt.rto().saturating_mul(backoff);
+                self.timers.persist = Some(now + wait.min(self.cfg.rto_max));
+            }
+            Err(_) => {}
+        }
+        if let Some(probe) = self.probe_pending {
+            // An out-of-window ACK (sequence number one below SND.UNA): the peer answers
+            // with its current window, whether it is a window or a keep-alive probe.
+            let seg = self.header(
+                remote,
+                self.tx.seq(self.tx.una) - 1,
+                Flags::ACK,
+                0,
+                out.len(),
+            );
+            let n = seg.emit(out).ok()?;
+            self.probe_pending = None;
+            self.rx.acked();
+            self.stats.segments_out += 1;
+            match probe {
+                Probe::Window => self.stats.window_probes += 1,
+                Probe::Keepalive => self.stats.keepalive_probes += 1,
+            }
+            return Some(n);
+        }
+        self.send_ack(remote, out)
+    }
+
+    fn send_data(
+        &mut self,
+        now: Duration,
+        remote: SocketAddrV4,
+        p: Pick,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        let data_end = self.tx.data_end();
+        let pay_end = p.end.min(data_end);
+        let pay_start = p.start.min(pay_end);
+        let len = pay_end - pay_start;
+        let mut flags = Flags::ACK;
+        if self.tx.fin.is_some_and(|f| p.end > f) {
+            flags |= Flags::FIN;
+        }
+        if len > 0 && pay_end == data_end {
+            flags |= Flags::PSH;
+        }
+        let seg = self.header(remote, self.tx.seq(p.start), flags, len as usize, out.len());
+        let parts = self.tx.buf.slices(pay_start - 1, pay_end - 1);
+        let n = seg.emit_parts(parts, out).ok()?;
+        if p.rtx && p.start == self.tx.una {
+            // The oldest segment went again: give it a whole timeout to be
+            // acknowledged (as Linux does), lest the timer fire during recovery.
+            self.timers.rto = None;
+        }
+        self.tx.sent(p, now);
+        self.force_send = false;
+        self.rx.acked();
+        self.arm_rto(now);
+        self.stats.segments_out += 1;
+        if p.rtx {
+            self.stats.retransmitted_segments += 1;
+            self.stats.retransmitted_bytes += len;
+        } else {
+            self.stats.bytes_out += len;
+        }
+        Some(n)
+    }
+
+    fn send_ack(&mut self, remote: SocketAddrV4, out: &mut [u8]) -> Option<usize> {
+        if !self.rx.ack_now {
+            return None;
+        }
+        let seg = self.header(remote, self.tx.seq(self.tx.nxt), Flags::ACK, 0, out.len());
+        let n = seg.emit(out).ok()?;
+        self.rx.acked();
+        self.stats.segments_out += 1;
+        Some(n)
+    }
+
+    /// A segment header carrying our ACK, window and as many SACK blocks as fit beside
+    /// `payload` octets (within the MSS, RFC 6691, and within `room`).
+    fn header(
+        &mut self,
+        remote: SocketAddrV4,
+        seq: crate::SeqNum,
+        flags: Flags,
+        payload: usize,
+        room: usize,
+    ) -> Segment<'static> {
+        self.rx.open_window(self.tx.mss);
+        let mut seg = self.bare(remote, seq, flags);
+        seg.window = self.rx.window_field();
+        if self.tx.sack_ok && !self.rx.ooo.is_empty() {
+            let mss_left = (self.tx.mss as usize).saturating_sub(payload);
+            let room_left = room.saturating_sub(IPV4_HEADER_LEN + TCP_HEADER_LEN + payload);
+            let n = (mss_left.min(room_left).saturating_sub(4) / 8).min(MAX_SACK_BLOCKS);
+            seg.options.sack = self.rx.sack_blocks(n);
+        }
+        seg
+    }
+
+    /// Starts the retransmission timer unless it runs (RFC 6298 5.1).
+    fn arm_rto(&mut self, now: Duration) {
+        if self.timers.rto.is_none() {
+            self.timers.rto = Some(now + self.tx.rtt.timeout());
+        }
+    }
+}

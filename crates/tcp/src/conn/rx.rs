@@ -1,0 +1,236 @@
+//! The receive side of a connection: the next expected position, the window we offer,
+//! the out-of-order ranges the layer above kept (our SACK blocks), the peer's FIN, and
+//! when to acknowledge (at once, or delayed: every second full segment or on a timer).
+//!
+//! Positions count the peer's sequence space from its SYN (position 0) and never wrap;
+//! stream offset `o` is position `o + 1`.
+
+use crate::range_set::RangeSet;
+use crate::receiver::{Arrival, Receiver};
+use crate::segment::{MAX_SACK_BLOCKS, SackBlock};
+use crate::seq::SeqNum;
+use arrayvec::ArrayVec;
+use std::time::Duration;
+
+#[derive(Debug)]
+pub(crate) struct Rx {
+    /// The peer's initial sequence number (position 0).
+    pub irs: SeqNum,
+    /// Next expected position (RCV.NXT).
+    pub nxt: u64,
+    /// Stream offset up to which the user gave octets back.
+    pub released: u64,
+    /// Receive buffer size: the window's bound.
+    cap: u64,
+    /// Right edge of the window we have offered; never moves left.
+    pub right: u64,
+    /// Our window scale shift.
+    pub wscale: u8,
+    /// Kept out-of-order ranges (positions), above `nxt`.
+    pub ooo: RangeSet,
+    /// Position of the peer's FIN, once seen.
+    fin: Option<u64>,
+    /// The FIN is in order (consumed).
+    pub fin_received: bool,
+    /// In-order octets not yet acknowledged.
+    unacked: u64,
+    /// An ACK must go out now.
+    pub ack_now: bool,
+    /// Data arrived out of order or twice: the ACK must go out bare (no payload), so
+    /// that the peer counts it as a duplicate ACK even while we send data too.
+    pub dup_ack_due: bool,
+    /// A delayed ACK is due then.
+    pub delack_at: Option<Duration>,
+    /// How long an ACK may wait (`None`: never).
+    delack: Option<Duration>,
+    /// The peer's segment size: two of them earn an ACK at once.
+    pub mss: u64,
+}
+
+/// What a segment's payload did.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct DataOutcome {
+    /// Octets newly kept, in order or not.
+    pub kept: u64,
+    /// Octets the receiver refused or the limits dropped.
+    pub dropped: u64,
+    /// The payload (or part of it) arrived out of order.
+    pub out_of_order: bool,
+    /// The peer's FIN became in order now.
+    pub fin: bool,
+}
+
+impl Rx {
+    pub fn new(cap: u32, max_ranges: usize, delack: Option<Duration>, mss: u64) -> Rx {
+        Rx {
+            irs: SeqNum(0),
+            nxt: 0,
+            released: 0,
+            cap: u64::from(cap),
+            right: 0,
+            wscale: 0,
+            ooo: RangeSet::new(max_ranges),
+            fin: None,
+            fin_received: false,
+            unacked: 0,
+            ack_now: false,
+            dup_ack_due: false,
+            delack_at: None,
+            delack,
+            mss,
+        }
+    }
+
+    /// The peer's SYN arrived with `irs`.
+    pub fn synchronize(&mut self, irs: SeqNum) {
+        self.irs = irs;
+        self.nxt = 1;
+        self.right = 1 + self.cap;
+    }
+
+    pub fn seq(&self, pos: u64) -> SeqNum {
+        self.irs + pos as u32
+    }
+
+    /// RCV.NXT as a sequence number.
+    pub fn nxt_seq(&self) -> SeqNum {
+        self.seq(self.nxt)
+    }
+
+    /// The position of `seq`, relative to RCV.NXT (may be negative: old).
+    pub fn pos(&self, seq: SeqNum) -> i64 {
+        self.nxt as i64 + i64::from(seq.delta(self.nxt_seq()))
+    }
+
+    /// RCV.WND: what we accept beyond `nxt`.
+    pub fn window(&self) -> u64 {
+        self.right.saturating_sub(self.nxt)
+    }
+
+    /// The furthest the right edge may go: the user's released offset plus the buffer.
+    fn limit(&self) -> u64 {
+        self.released + 1 + self.cap
+    }
+
+    /// Moves the right edge when the buffer has room for it, avoiding silly windows
+    /// (RFC 9293 3.8.6.2.2): only by at least a segment or half the buffer. Returns
+    /// whether the offered window opened from (nearly) nothing, worth an update now.
+    pub fn open_window(&mut self, mss: u64) -> bool {
+        let limit = self.limit();
+        if limit <= self.right {
+            return false;
+        }
+        let step = mss.min(self.cap / 2).max(1);
+        let was = self.window();
+        if limit - self.right >= step {
+            self.right = limit;
+        }
+        was < step && self.window() >= step
+    }
+
+    /// The window field to send.
+    pub fn window_field(&self) -> u16 {
+        (self.window() >> self.wscale).min(u64::from(u16::MAX)) as u16
+    }
+
+    /// Offers a segment's payload (at position `start`) to `sink` and records what it
+    /// kept; `fin` when the segment carries FIN.
+    pub fn on_data(
+        &mut self,
+        start: u64,
+        payload: &[u8],
+        fin: bool,
+        sink: &mut dyn Receiver,
+        now: Duration,
+    ) -> DataOutcome {
+        let mut out = DataOutcome::default();
+        let mut end = start + payload.len() as u64;
+        if fin && self.fin.is_none() && end >= self.nxt && end <= self.right {
+            self.fin = Some(end);
+        }
+        if let Some(f) = self.fin {
+            end = end.min(f);
+        }
+        let lo = start.max(self.nxt);
+        let hi = end.min(self.right);
+        let was_in_order = lo == self.nxt && self.ooo.is_empty();
+        let before = self.nxt;
+        if lo < hi {
+            for (a, b) in self.ooo.gaps(lo, hi) {
+                let in_order = a == self.nxt;
+                if !in_order && !self.ooo.can_insert(a, b) {
+                    out.dropped += b - a;
+                    continue;
+                }
+                let piece = Arrival {
+                    offset: a - 1,
+                    seq: self.seq(a),
+                    data: &payload[(a - start) as usize..(b - start) as usize],
+                    in_order,
+                };
+                if !sink.arrive(piece) {
+                    out.dropped += b - a;
+                    continue;
+                }
+                out.kept += b - a;
+                if in_order {
+                    self.nxt = b;
+                    while let Some(s) = self.ooo.pop_reached(self.nxt) {
+                        self.nxt = self.nxt.max(s.end);
+                    }
+                } else {
+                    out.out_of_order = true;
+                    self.ooo.insert(a, b);
+                }
+            }
+        }
+        if self.nxt > before {
+            sink.in_order(self.nxt - 1);
+        }
+        if let Some(f) = self.fin
+            && self.nxt == f
+            && !self.fin_received
+        {
+            self.nxt += 1;
+            self.fin_received = true;
+            out.fin = true;
+        }
+        // Acknowledge at once what is out of order, fills a hole, duplicates or ends
+        // the stream (RFC 5681 4.2); delay the plain in-order ACK.
+        let plain = was_in_order && out.dropped == 0 && !out.fin && out.kept > 0;
+        if !payload.is_empty() || fin {
+            if let Some(delay) = self.delack.filter(|_| plain) {
+                self.unacked += out.kept;
+                if self.unacked >= 2 * self.mss {
+                    self.ack_now = true;
+                } else if self.delack_at.is_none() {
+                    self.delack_at = Some(now + delay);
+                }
+            } else {
+                self.ack_now = true;
+                self.dup_ack_due |= out.out_of_order || out.kept == 0 || !self.ooo.is_empty();
+            }
+        }
+        out
+    }
+
+    /// An ACK carrying the current state went out.
+    pub fn acked(&mut self) {
+        self.ack_now = false;
+        self.dup_ack_due = false;
+        self.delack_at = None;
+        self.unacked = 0;
+    }
+
+    /// Our SACK blocks, the most recently changed first (RFC 2018 section 4).
+    pub fn sack_blocks(&self, n: usize) -> ArrayVec<SackBlock, MAX_SACK_BLOCKS> {
+        self.ooo
+            .most_recent(n.min(MAX_SACK_BLOCKS))
+            .iter()
+            .map(|s| SackBlock {
+                left: self.seq(s.start),
+                right: self.seq(s.end),
+            })
+            .collect()
+    }
+}

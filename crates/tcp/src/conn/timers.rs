@@ -1,0 +1,121 @@
+//! The connection's timers: retransmission (SYN and data, backed off), delayed ACK,
+//! persist (zero-window probes, backed off), keep-alive and TIME-WAIT. Each is a
+//! deadline; the caller asks for the earliest and reports when time has reached it.
+
+use super::{Connection, Event, Probe, State};
+use crate::segment::Flags;
+use std::time::Duration;
+
+impl Connection {
+    /// When [`Connection::handle_timeout`] must be called next, if ever.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        let t = &self.timers;
+        [
+            t.rto,
+            t.persist,
+            t.keepalive,
+            t.time_wait,
+            self.rx.delack_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Time has reached `now`: the timers that expired act (then call
+    /// [`Connection::poll_transmit`]).
+    pub fn handle_timeout(&mut self, now: Duration) {
+        let due = |t: Option<Duration>| t.is_some_and(|t| t <= now);
+        if due(self.rx.delack_at) {
+            self.rx.delack_at = None;
+            self.rx.ack_now = true;
+        }
+        if due(self.timers.time_wait) {
+            self.enter_closed();
+            return;
+        }
+        if due(self.timers.rto) {
+            self.timers.rto = None;
+            self.on_rto();
+        }
+        if due(self.timers.persist) {
+            self.timers.persist = None;
+            self.on_persist();
+        }
+        if due(self.timers.keepalive) {
+            self.timers.keepalive = None;
+            self.on_keepalive(now);
+        }
+    }
+
+    fn on_rto(&mut self) {
+        match self.state {
+            State::SynSent | State::SynReceived => {
+                self.stats.timeouts += 1;
+                self.retries += 1;
+                if self.retries > self.cfg.syn_retries {
+                    self.give_up();
+                    return;
+                }
+                self.syn_pending = true;
+                self.tx.timed = None;
+                self.tx.rtt.back_off();
+            }
+            State::Closed | State::Listen | State::TimeWait => {}
+            _ if self.tx.flight() > 0 => {
+                self.stats.timeouts += 1;
+                self.retries += 1;
+                if self.retries > self.cfg.max_retransmissions {
+                    self.give_up();
+                    return;
+                }
+                self.tx.on_rto(self.retries);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_persist(&mut self) {
+        if !self.state.is_synchronized() || self.tx.flight() > 0 {
+            return;
+        }
+        self.persist_backoff = self.persist_backoff.saturating_add(1);
+        if self.tx.wnd == 0 {
+            self.probe_pending = Some(Probe::Window);
+        } else {
+            self.force_send = true;
+        }
+    }
+
+    fn on_keepalive(&mut self, now: Duration) {
+        let Some(ka) = self.cfg.keepalive else {
+            return;
+        };
+        if !self.state.is_synchronized() || self.state == State::TimeWait {
+            return;
+        }
+        if self.tx.flight() > 0 {
+            // The retransmission timer watches a busy connection.
+            self.timers.keepalive = Some(now + ka.idle);
+            return;
+        }
+        if self.keepalive_sent >= ka.probes {
+            self.give_up();
+            return;
+        }
+        self.keepalive_sent += 1;
+        self.probe_pending = Some(Probe::Keepalive);
+        self.timers.keepalive = Some(now + ka.interval);
+    }
+
+    /// Nothing came back: reset the connection and report the timeout.
+    fn give_up(&mut self) {
+        if self.state.is_synchronized()
+            && let Some(remote) = self.remote
+        {
+            self.rst_pending = Some(self.bare(remote, self.tx.seq(self.tx.nxt), Flags::RST));
+        }
+        self.event(Event::TimedOut);
+        self.enter_closed();
+    }
+}
