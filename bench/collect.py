@@ -19,19 +19,49 @@ import sys
 
 MIB = float(1 << 20)
 
-# The TCP baseline's line in the plot, by the softrnic test it was run with.
-TCP_LABELS = {
-    "write_bw": "TCP stream (baseline)",
-    "read_bw": "TCP stream (baseline, with read_bw)",
-    "send_bw": "TCP stream (baseline, with send_bw)",
-    "write_lat": "TCP ping-pong (baseline)",
-    "send_lat": "TCP ping-pong (baseline, with send_lat)",
-    "read_lat": "TCP request/response (baseline)",
+# The TCP baselines' lines, by the softrnic test they were run with: what the pattern is,
+# and for tests whose pattern another test's baseline already shows, which test ran it
+# (those are "companion" rows: in the ratios, not in the tables and plot).
+TCP_PATTERNS = {
+    "write_bw": ("TCP stream", None),
+    "read_bw": ("TCP stream", "read_bw"),
+    "send_bw": ("TCP stream", "send_bw"),
+    "write_lat": ("TCP ping-pong", None),
+    "send_lat": ("TCP ping-pong", "send_lat"),
+    "read_lat": ("TCP request/response", None),
 }
+# The disciplines of the baselines (the CLI's TcpKind names) as the labels say them.
+TCP_KINDS = {"blocking": "blocking", "busy_poll": "busy-poll", "batching": "batching"}
+
+
+def tcp_label(test, kind):
+    pattern, companion = TCP_PATTERNS.get(test, (f"TCP ({test})", test))
+    with_test = f", with {companion}" if companion else ""
+    return f"{pattern}, {TCP_KINDS.get(kind, kind)} (baseline{with_test})", companion is not None
+
+
+def figures(j, r):
+    """The metric fields of one result object (a line, or one of a tcp line's baselines)."""
+    if "bw_average" in j:
+        if j.get("bw_unit") != "MB/sec":
+            sys.exit(f"collect.py: unexpected bw_unit {j.get('bw_unit')!r} (run without --report_gbits)")
+        r.update(metric="bw", bw_mib_s=j["bw_average"], bw_peak_mib_s=j["bw_peak"],
+                 msg_rate_mpps=j["msg_rate_mpps"], seconds=j.get("seconds"))
+    else:
+        r.update(metric="lat", lat_us=j["t_typical_usec"], lat_stat="median",
+                 lat_kind="one-way" if j.get("half_round_trip", True) else "round trip",
+                 lat_avg_us=j["t_avg_usec"], lat_p99_us=j["p99_usec"],
+                 lat_p99_9_us=j.get("p99_9_usec"))
+    for k in ("cpu_seconds", "cpu_s_per_gb", "cpu_s_per_mmsg", "cpu_scope"):
+        if k in j:
+            r[k] = j[k]
+    return r
 
 
 def softrnic(raw, cmd):
-    """The CLI's --json lines: one per size and transport (softrnic, and tcp for the baseline)."""
+    """The CLI's --json lines: one per size and transport (softrnic, and tcp for the baseline,
+    which carries every TCP discipline that ran in `baselines`, the strongest named in
+    `baseline`)."""
     out = []
     for line in raw.splitlines():
         line = line.strip()
@@ -41,23 +71,30 @@ def softrnic(raw, cmd):
         if j.get("type") != "result":
             continue
         test = j["test"]
+        base = {"test": test, "bytes": j["bytes"], "cmd": cmd}
         if j["transport"] == "tcp":
-            system, label = "tcp", TCP_LABELS.get(test, f"TCP baseline ({test})")
-        else:
-            system, label = "softrnic", f"softrnic {test}"
-        r = {"system": system, "label": label, "test": test, "bytes": j["bytes"],
-             "iterations": j["iterations"], "cmd": cmd}
-        if "bw_average" in j:
-            if j.get("bw_unit") != "MB/sec":
-                sys.exit(f"collect.py: unexpected bw_unit {j.get('bw_unit')!r} (run without --report_gbits)")
-            r.update(metric="bw", bw_mib_s=j["bw_average"], bw_peak_mib_s=j["bw_peak"],
-                     msg_rate_mpps=j["msg_rate_mpps"], seconds=j["seconds"])
-        else:
-            r.update(metric="lat", lat_us=j["t_typical_usec"], lat_stat="median",
-                     lat_kind="one-way" if j.get("half_round_trip", True) else "round trip",
-                     lat_avg_us=j["t_avg_usec"], lat_p99_us=j["p99_usec"])
-        if "ratio_vs_tcp" in j:
-            r["ratio_vs_tcp"] = j["ratio_vs_tcp"]
+            # Older output: one baseline, blocking stream or busy-polling ping-pong.
+            kinds = j.get("baselines") or {
+                ("blocking" if test.endswith("_bw") else "busy_poll"): j}
+            for kind, b in sorted(kinds.items()):
+                label, companion = tcp_label(test, kind)
+                if j.get("events"):
+                    # Beside a softrnic -e run: the same baseline as the polling run's.
+                    label, companion = label[:-1] + ", beside -e)", True
+                r = dict(base, system="tcp", label=label, baseline=kind,
+                         iterations=b.get("iterations", j["iterations"]),
+                         strongest=kind == j.get("baseline", kind))
+                if companion:
+                    r["companion"] = True
+                out.append(figures(b, r))
+            continue
+        r = dict(base, system="softrnic", label=f"softrnic {test}", iterations=j["iterations"])
+        if j.get("events"):
+            r["label"] += " (events)"
+        figures(j, r)
+        for k in ("ratio_vs_tcp", "ratio_baseline", "ratios_vs_tcp", "lat_ratios_vs_tcp"):
+            if k in j:
+                r[k] = j[k]
         out.append(r)
     return out
 

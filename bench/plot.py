@@ -19,22 +19,18 @@ SIZES = [64, 4096, 65536, 1 << 20]
 # Order of the rows and lines; labels not listed come after, in file order.
 ORDER = [
     "softrnic write_bw", "softrnic read_bw", "softrnic send_bw",
-    "TCP stream (baseline)",
+    "TCP stream, blocking (baseline)", "TCP stream, busy-poll (baseline)",
+    "TCP stream, batching (baseline)",
     "UCX tcp tag_bw", "UCX tcp ucp_put_bw", "UCX tcp ucp_get (128 outstanding)",
     "libfabric tcp fi_pingpong (ping-pong: 1 message in flight)",
     "softrnic write_lat", "softrnic send_lat", "softrnic read_lat",
-    "TCP ping-pong (baseline)", "TCP request/response (baseline)",
+    "TCP ping-pong, busy-poll (baseline)", "TCP ping-pong, blocking (baseline)",
+    "TCP request/response, busy-poll (baseline)", "TCP request/response, blocking (baseline)",
     "UCX tcp tag_lat", "UCX tcp ucp_put_lat", "UCX tcp ucp_get (1 outstanding)",
     "libfabric tcp fi_pingpong",
 ]
 
-# softrnic test -> the TCP baseline it is compared with, when its own run had none.
-BASELINE_OF = {
-    "write_bw": "TCP stream (baseline)", "read_bw": "TCP stream (baseline)",
-    "send_bw": "TCP stream (baseline)", "write_lat": "TCP ping-pong (baseline)",
-    "send_lat": "TCP ping-pong (baseline)", "read_lat": "TCP request/response (baseline)",
-}
-
+BASELINE_NAMES = {"blocking": "blocking", "busy_poll": "busy-poll", "batching": "batching"}
 
 def human(s):
     if s >= 1 << 20 and s % (1 << 20) == 0:
@@ -77,7 +73,9 @@ def series(rows, metric):
     """label -> {"rows": {bytes: row}, ...} in ORDER."""
     out = {}
     for r in rows:
-        if r["metric"] != metric:
+        # A companion baseline (the same TCP pattern run beside another softrnic test)
+        # only serves that test's ratios.
+        if r["metric"] != metric or r.get("companion"):
             continue
         s = out.setdefault(r["label"], {"system": r["system"], "test": r["test"], "rows": {}})
         s["rows"][r["bytes"]] = r
@@ -131,41 +129,70 @@ def table(rows, meta, skipped):
         vals = " | ".join(fmt_lat(s["rows"].get(b, {}).get("lat_us")) for b in SIZES)
         L.append(f"| {label} | {what} | {vals} |")
 
-    # softrnic against TCP
+    # The latency tail: median, average, 99% of softrnic and the TCP ping-pongs
+    tail = [(label, s) for label, s in lat.items()
+            if s["system"] in ("softrnic", "tcp") and any(
+                r.get("lat_p99_us") is not None for r in s["rows"].values())]
+    if tail:
+        L.append("")
+        L.append("## Latency tail, microseconds: median / average / 99%")
+        L.append("")
+        L.append(f"| system, test | {heads} |")
+        L.append(f"|---|{rule}|")
+        for label, s in tail:
+            cells = []
+            for b in SIZES:
+                r = s["rows"].get(b)
+                cells.append("-" if r is None else " / ".join(
+                    fmt_lat(r.get(k)) for k in ("lat_us", "lat_avg_us", "lat_p99_us")))
+            L.append(f"| {label} | {' | '.join(cells)} |")
+
+    # CPU cost: seconds of CPU (user + system, both sides) per GB or per million messages
+    cpu = [(label, s) for label, s in list(bw.items()) + list(lat.items())
+           if any("cpu_seconds" in r for r in s["rows"].values())]
+    if cpu:
+        L.append("")
+        L.append("## CPU cost: CPU seconds (user + system, both sides) per GB moved (bandwidth) "
+                 "or per million messages (latency)")
+        L.append("")
+        L.append(f"| system, test | per | {heads} |")
+        L.append(f"|---|---|{rule}|")
+        for label, s in cpu:
+            key = "cpu_s_per_gb" if s["rows"] and next(iter(s["rows"].values()))["metric"] == "bw" \
+                else "cpu_s_per_mmsg"
+            per = "GB" if key == "cpu_s_per_gb" else "M msgs"
+            vals = " | ".join(
+                "-" if s["rows"].get(b, {}).get(key) is None else f"{s['rows'][b][key]:.3g}"
+                for b in SIZES)
+            L.append(f"| {label} | {per} | {vals} |")
+
+    # softrnic against TCP: the ratio each run printed, against the strongest baseline
     ratio_lines = []
     for metric, ser in (("bw", bw), ("lat", lat)):
-        key = "bw_mib_s" if metric == "bw" else "lat_us"
         for label, s in ser.items():
             if s["system"] != "softrnic":
                 continue
-            base = ser.get(BASELINE_OF.get(s["test"], ""), {"rows": {}})
-            cells, same = [], True
+            cells = []
             for b in SIZES:
                 r = s["rows"].get(b)
-                t = base["rows"].get(b)
-                if r is None:
+                if r is None or "ratio_vs_tcp" not in r:
                     cells.append("-")
-                elif "ratio_vs_tcp" in r:
-                    cells.append(f"{r['ratio_vs_tcp']:.2f}")
-                elif t is not None and t.get(key):
-                    same = False
-                    cells.append(f"{r[key] / t[key]:.2f}")
-                else:
-                    cells.append("-")
-            against = BASELINE_OF.get(s["test"], "?").replace(" (baseline)", "")
-            if not same:
-                against += " (run with " + ("write_bw" if metric == "bw" else "write_lat") + ")"
-            ratio_lines.append(f"| {label} | {against} | {' | '.join(cells)} |")
+                    continue
+                who = BASELINE_NAMES.get(r.get("ratio_baseline"), r.get("ratio_baseline", "?"))
+                cells.append(f"{r['ratio_vs_tcp']:.2f} ({who})")
+            if any(c != "-" for c in cells):
+                ratio_lines.append(f"| {label} | {' | '.join(cells)} |")
     if ratio_lines:
         L.append("")
-        L.append("## softrnic / TCP baseline")
+        L.append("## softrnic / the strongest TCP baseline")
         L.append("")
-        L.append("Bandwidth: above 1, softrnic moves more. Latency: below 1, softrnic is faster.")
+        L.append("Each run's ratio against the strongest TCP discipline of the same size (named: "
+                 "blocking, busy-poll, batching), run right before it. Bandwidth: above 1, "
+                 "softrnic moves more. Latency (t_typical): below 1, softrnic is faster.")
         L.append("")
-        L.append(f"| softrnic test | against | {heads} |")
-        L.append(f"|---|---|{rule}|")
+        L.append(f"| softrnic test | {heads} |")
+        L.append(f"|---|{rule}|")
         L.extend(ratio_lines)
-
     L.append("")
     L.append("Notes: softrnic's latency is perftest's t_typical (the median); UCX's is its "
              "50th percentile (tag_lat and ucp_put_lat are ping-pongs whose round trip "
@@ -192,7 +219,7 @@ def table(rows, meta, skipped):
 
 STYLE = {  # system -> colours of its lines, in order
     "softrnic": ["#08306b", "#2171b5", "#6baed6"],
-    "tcp": ["#000000", "#737373", "#bdbdbd"],
+    "tcp": ["#000000", "#525252", "#969696", "#bdbdbd"],
     "ucx-tcp": ["#a63603", "#e6550d", "#fd8d3c"],
     "libfabric-tcp": ["#238b45", "#74c476"],
 }

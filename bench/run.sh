@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark on this machine, in one run: softrnic (the six perftest-style
-# tests), the plain TCP baseline of the softrnic CLI, libfabric's tcp provider
+# tests), the plain TCP baselines of the softrnic CLI (blocking, busy-polling, batching), libfabric's tcp provider
 # (fi_pingpong) and UCX over TCP (ucx_perftest), at 64 B, 4 KiB, 64 KiB and 1 MiB, each
 # pair of sides pinned to CPUs 0 and 1. Writes target/bench/results.{jsonl,md,png}.
 # See bench/README.md.
@@ -8,7 +8,7 @@
 # Environment:
 #   DURATION=2          seconds per size and test (softrnic's -D; the peers' iteration
 #                       counts are chosen to take about as long)
-#   SYSTEMS="softrnic libfabric ucx"   which systems to run (the TCP baseline comes
+#   SYSTEMS="softrnic libfabric ucx"   which systems to run (the TCP baselines come
 #                       with softrnic)
 #   OUT=target/bench    where results go
 #   SAVE_AS=NAME        also copy the table, plot and results to bench/results/NAME.*
@@ -191,15 +191,28 @@ pair() {
 # ---------------------------------------------------------------------------- softrnic + TCP
 if want softrnic; then
     P="$PORT_BASE"
+    # Every test with its own TCP baselines (blocking, busy-polling and, for the
+    # streams, batching), run right before each size; the ratio is against the
+    # strongest of them.
     for t in write_bw read_bw send_bw write_lat send_lat read_lat; do
-        base=()
-        case "$t" in write_bw | write_lat | read_lat) base=(--baseline tcp) ;; esac
-        cmd=(softrnic "$t" --loopback "${base[@]}" --json --quiet -s "$SIZES_CSV" -D "$DURATION" -p "$P")
+        cmd=(softrnic "$t" --loopback --baseline tcp --json --quiet -s "$SIZES_CSV" -D "$DURATION" -p "$P")
         say "${cmd[*]}"
-        if timeout "$(secs 8)" "$BIN" "${cmd[@]:1}" >"$RAW/softrnic_$t.out" 2>"$RAW/softrnic_$t.err"; then
+        if timeout "$(secs 20)" "$BIN" "${cmd[@]:1}" >"$RAW/softrnic_$t.out" 2>"$RAW/softrnic_$t.err"; then
             "$PY" bench/collect.py softrnic "$RAW/softrnic_$t.out" "$RESULTS" --cmd "${cmd[*]}"
         else
             skip "softrnic $t failed: $(tail -3 "$RAW/softrnic_$t.err" | tr '\n' ' ')"
+        fi
+    done
+    # Event-driven: both sides sleep on completion events (no spinning anywhere),
+    # against the TCP baselines that do not spin either; for the CPU a program pays
+    # when it cannot give a core to polling.
+    for t in write_bw send_lat read_lat; do
+        cmd=(softrnic "$t" -e --loopback --baseline tcp --json --quiet -s "$SIZES_CSV" -D "$DURATION" -p "$P")
+        say "${cmd[*]}"
+        if timeout "$(secs 20)" "$BIN" "${cmd[@]:1}" >"$RAW/softrnic_${t}_e.out" 2>"$RAW/softrnic_${t}_e.err"; then
+            "$PY" bench/collect.py softrnic "$RAW/softrnic_${t}_e.out" "$RESULTS" --cmd "${cmd[*]}"
+        else
+            skip "softrnic $t -e failed: $(tail -3 "$RAW/softrnic_${t}_e.err" | tr '\n' ' ')"
         fi
     done
 fi

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod conn_scale;
 pub mod cq_bench;
 pub mod decode;
 pub mod fuzz_checks;

@@ -96,6 +96,31 @@ fn other_tests_with_tcp_baseline() {
                 assert_eq!(v["iterations"], 20, "{test} {v}");
             }
             assert!(num(&pair[1], "ratio_vs_tcp") > 0.0);
+            // Every discipline ran; the tcp line is the strongest, and the ratio is
+            // against it.
+            let kinds: &[&str] = if test.ends_with("_bw") {
+                &["batching", "blocking", "busy_poll"]
+            } else {
+                &["blocking", "busy_poll"]
+            };
+            let all = pair[0]["baselines"].as_object().expect("baselines");
+            let mut names: Vec<&str> = all.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            assert_eq!(names, kinds, "{test}");
+            for (k, v) in all {
+                assert_eq!(v["iterations"], 20, "{test} {k}");
+            }
+            let best = pair[0]["baseline"].as_str().expect("baseline");
+            assert_eq!(pair[1]["ratio_baseline"], best, "{test}");
+            let key = if test.ends_with("_bw") {
+                "bw_average"
+            } else {
+                "t_typical_usec"
+            };
+            assert_eq!(pair[0][key], all[best][key], "{test}");
+            for k in kinds {
+                assert!(num(&pair[1]["ratios_vs_tcp"], k) > 0.0, "{test} {k}");
+            }
             let clock = if test == "read_bw" {
                 "last_completion"
             } else if test == "send_bw" {
@@ -172,4 +197,131 @@ fn write_bw_header_states_completion_semantics() {
             .unwrap_or_else(|| panic!("no {key} line:\n{text}"));
         assert!(line.contains(says), "{line}");
     }
+}
+
+/// Every result carries the CPU it used (both sides in loopback), per GB and per
+/// million messages, the baselines' too.
+#[test]
+fn cpu_cost_is_reported_for_softrnic_and_every_baseline() {
+    let (lines, _) = run_json(&[
+        "write_bw",
+        "--loopback",
+        "-n",
+        "40",
+        "-s",
+        "4096",
+        "--baseline",
+        "tcp",
+        "--json",
+        "--quiet",
+    ]);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let mut results = vec![&lines[1]];
+    results.extend(
+        lines[0]["baselines"]
+            .as_object()
+            .expect("baselines")
+            .values(),
+    );
+    assert_eq!(results.len(), 4);
+    for v in results {
+        let cpu = num(v, "cpu_seconds");
+        assert!(cpu > 0.0, "{v}");
+        let (user, sys) = (num(v, "cpu_user_seconds"), num(v, "cpu_system_seconds"));
+        assert!((user + sys - cpu).abs() < 1e-9, "{v}");
+        assert_eq!(v["cpu_scope"], "both_sides");
+        // 40 messages of 4096 octets.
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
+        assert!(
+            close(num(v, "cpu_s_per_gb"), cpu / (40.0 * 4096.0 / 1e9)),
+            "{v}"
+        );
+        assert!(close(num(v, "cpu_s_per_mmsg"), cpu / 40e-6), "{v}");
+    }
+}
+
+/// -e: both sides sleep on completion events; the baselines are those that do not spin.
+#[test]
+fn events_mode_against_the_baselines_that_do_not_spin() {
+    for (test, kinds) in [
+        ("send_lat", vec!["blocking"]),
+        ("read_lat", vec!["blocking"]),
+        ("read_bw", vec!["batching", "blocking"]),
+        ("write_bw", vec!["batching", "blocking"]),
+    ] {
+        let (lines, rows) = run_json(&[
+            test,
+            "--loopback",
+            "-e",
+            "-n",
+            "30",
+            "-s",
+            "64,8K",
+            "--baseline",
+            "tcp",
+            "--json",
+            "--quiet",
+        ]);
+        assert_eq!(lines.len(), 4, "{test}: {lines:?}");
+        for pair in lines.chunks(2) {
+            let mut names: Vec<&str> = pair[0]["baselines"]
+                .as_object()
+                .expect("baselines")
+                .keys()
+                .map(String::as_str)
+                .collect();
+            names.sort_unstable();
+            assert_eq!(names, kinds, "{test}");
+            assert_eq!(pair[1]["transport"], "softrnic");
+            assert_eq!(pair[1]["events"], true, "{test}");
+            assert_eq!(pair[1]["iterations"], 30, "{test}");
+            assert!(num(&pair[1], "cpu_seconds") > 0.0, "{test}");
+        }
+        assert!(rows.iter().all(|r| r.ratio().is_some()));
+    }
+}
+
+/// -e needs an event to sleep on: the tests whose completions do not come where the
+/// waiting side is are refused with the reason.
+#[test]
+fn events_mode_refuses_tests_without_an_event_to_wait_for() {
+    for test in ["write_lat", "send_bw"] {
+        let cmd = BenchCommand::parse_from([test, "--loopback", "-e"]).expect("flags parse");
+        let e = cmd.config().expect_err(test);
+        assert!(e.contains("-e"), "{e}");
+    }
+}
+
+/// `-q` with a list: every count runs every size, each round with that many QPs (the
+/// JSON line says which), and the iteration count is per QP.
+#[test]
+fn qp_count_list_runs_every_count_and_size() {
+    let (lines, rows) = run_json(&[
+        "send_bw",
+        "--loopback",
+        "-n",
+        "40",
+        "-s",
+        "64,4K",
+        "-q",
+        "1,3",
+        "--baseline",
+        "tcp",
+        "--json",
+    ]);
+    let soft: Vec<(u64, u64, u64)> = lines
+        .iter()
+        .filter(|v| v["transport"] == "softrnic")
+        .map(|v| {
+            let u = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+            (u("qps"), u("bytes"), u("iterations"))
+        })
+        .collect();
+    assert_eq!(
+        soft,
+        [(1, 64, 40), (1, 4096, 40), (3, 64, 120), (3, 4096, 120)],
+        "{lines:?}"
+    );
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().all(|r| r.tcp.is_some()), "a baseline per round");
 }

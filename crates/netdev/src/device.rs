@@ -116,6 +116,15 @@ pub fn is_frame_too_long(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|inner| inner.is::<FrameTooLong>())
 }
 
+/// The length a truncating receive reported (`len`, the frame's real length), or
+/// [`FrameTooLong`] if the frame did not fit the `capacity`-octet buffer.
+pub(crate) fn check_recv_len(len: usize, capacity: usize) -> io::Result<usize> {
+    if len > capacity {
+        return Err(FrameTooLong { len, capacity }.into_io());
+    }
+    Ok(len)
+}
+
 /// Checks a frame against a device's limits before it is sent.
 pub(crate) fn check_send_len(frame: &[u8], mtu: usize) -> io::Result<()> {
     if frame.len() < ETHERNET_HEADER_LEN || frame.len() > mtu + ETHERNET_HEADER_LEN {

@@ -5,7 +5,7 @@
 //! `WouldBlock`), nothing touches a network, no privilege is needed, and each end has
 //! a real file descriptor that epoll can wait on.
 
-use crate::device::{DEFAULT_MTU, FrameDevice, FrameTooLong, MacAddr, check_send_len};
+use crate::device::{DEFAULT_MTU, FrameDevice, MacAddr, check_recv_len, check_send_len};
 use crate::sys;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -57,14 +57,7 @@ impl FrameDevice for MemoryDevice {
 
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let len = sys::recv_trunc(self.socket.as_raw_fd(), buf)?;
-        if len > buf.len() {
-            return Err(FrameTooLong {
-                len,
-                capacity: buf.len(),
-            }
-            .into_io());
-        }
-        Ok(len)
+        check_recv_len(len, buf.len())
     }
 
     fn mtu(&self) -> usize {

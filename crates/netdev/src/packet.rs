@@ -8,7 +8,7 @@
 //! need no promiscuous mode; then give the kernel no address of ours on that
 //! interface (best: no IPv4 address at all there), or both stacks would answer.
 
-use crate::device::{FrameDevice, FrameTooLong, MacAddr, check_send_len};
+use crate::device::{FrameDevice, MacAddr, check_recv_len, check_send_len};
 use crate::sys;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -64,14 +64,7 @@ impl FrameDevice for PacketDevice {
                 // Our own frames, on kernels that cannot leave them out.
                 continue;
             }
-            let len = got.len;
-            if len > buf.len() {
-                return Err(FrameTooLong {
-                    len,
-                    capacity: buf.len(),
-                }
-                .into_io());
-            }
+            let len = check_recv_len(got.len, buf.len())?;
             if got.csum_not_ready {
                 // Sent by this host with checksum offload (a veth peer): the checksum
                 // field holds only the pseudo-header's sum. Finish it, as the NIC

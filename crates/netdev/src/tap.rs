@@ -7,7 +7,7 @@
 //! up as for any interface (`ip addr add 10.0.0.1/24 dev tap0; ip link set tap0 up`);
 //! this end is another station on that link, with a MAC of its own.
 
-use crate::device::{FrameDevice, FrameTooLong, MacAddr, check_send_len};
+use crate::device::{FrameDevice, MacAddr, check_recv_len, check_send_len};
 use crate::sys;
 use std::fs::File;
 use std::io::{self, Write};
@@ -70,14 +70,7 @@ impl FrameDevice for TapDevice {
 
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let len = sys::read_spill(self.tun.as_raw_fd(), buf, &mut self.spill)?;
-        if len > buf.len() {
-            return Err(FrameTooLong {
-                len,
-                capacity: buf.len(),
-            }
-            .into_io());
-        }
-        Ok(len)
+        check_recv_len(len, buf.len())
     }
 
     fn mtu(&self) -> usize {

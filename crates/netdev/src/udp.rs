@@ -8,7 +8,7 @@
 //! on it would; the "port unreachable" errors that loopback reports for them are
 //! absorbed and counted ([`UdpDevice::peer_unreachable`]).
 
-use crate::device::{DEFAULT_MTU, FrameDevice, FrameTooLong, MacAddr, check_send_len};
+use crate::device::{DEFAULT_MTU, FrameDevice, MacAddr, check_recv_len, check_send_len};
 use crate::sys;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -100,14 +100,7 @@ impl FrameDevice for UdpDevice {
             Err(e) if self.absorb(&e) => sys::recv_trunc(fd, buf)?,
             r => r?,
         };
-        if len > buf.len() {
-            return Err(FrameTooLong {
-                len,
-                capacity: buf.len(),
-            }
-            .into_io());
-        }
-        Ok(len)
+        check_recv_len(len, buf.len())
     }
 
     fn mtu(&self) -> usize {

@@ -630,10 +630,7 @@ impl Device {
         qps.insert(id.0, qp.clone());
         // The CQs learn their QPs, so a polling consumer can drive them (hybrid mode).
         for cq in [&scq, &rcq] {
-            if let Ok(mut l) = cq.qps.lock() {
-                l.retain(|w| w.strong_count() > 0);
-                l.push(Arc::downgrade(&qp));
-            }
+            cq.add_qp(&qp);
             if Arc::ptr_eq(&scq, &rcq) {
                 break;
             }

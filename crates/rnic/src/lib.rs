@@ -43,6 +43,7 @@
 
 #[cfg(feature = "tokio")]
 pub mod async_channel;
+mod buf_pool;
 pub mod channel;
 mod close;
 pub mod cm;
@@ -55,6 +56,8 @@ pub mod error;
 mod frame_io;
 pub mod handler;
 mod handler_verbs;
+pub mod handoff;
+pub mod heap_count;
 mod limits;
 pub mod listener;
 pub mod mr;
@@ -96,7 +99,7 @@ pub use softrnic_proto::{
 pub use softrnic_tcp::{Config as TcpConfig, StackStats as TcpStackStats, Stats as TcpStats};
 pub use softrnic_wire::TerminateCause;
 pub use srq::{ChainError, ManagedInit, Srq, SrqAttr, SrqInit, SrqModify, SrqUsage};
-pub use sys::affinity;
+pub use sys::{affinity, nofile, usage};
 pub use transport::fault::{FaultEnd, FaultPlan};
 pub use transport::user::{
     Impairments as SimImpairments, NetStats, SimNet, UserLink, UserTcp, UserTcpStats,

@@ -3,6 +3,7 @@
 //! it out of the staging buffer or by reading it there directly (the copy policy,
 //! [`RX_DIRECT_MIN`]). [`QpStats`] counts the octets of each kind.
 
+use crate::buf_pool;
 use crate::close::connection_lost;
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
@@ -49,9 +50,11 @@ pub const RX_DIRECT_MIN: usize = RX_STAGING_LEN;
 /// mode.
 const RX_EXACT_SMALL_RUN: u8 = 3;
 
-/// Size of a QP's receive staging buffer (allocated on the first read, kept while the QP
-/// lives). It also bounds what a large payload can lose to copying: at most this much of
-/// its start comes in with a read-ahead, the rest is read directly.
+/// Size of a QP's receive staging buffer. The QP holds one only while it reads: it takes
+/// it from the driving thread's pool (`buf_pool`) for a read-ahead and gives it back once
+/// the protocol core has taken every octet in it, so an idle QP holds none. It also
+/// bounds what a large payload can lose to copying: at most this much of its start
+/// comes in with a read-ahead, the rest is read directly.
 pub const RX_STAGING_LEN: usize = 32768;
 
 /// Every FPDU header has at least this many octets (MPA length and a tagged DDP header):
@@ -62,6 +65,8 @@ const MIN_FPDU_HEADER: usize = softrnic_wire::mpa::ULPDU_LEN_LEN + TAGGED_HEADER
 /// state (see [`RX_DIRECT_MIN`]).
 #[derive(Default)]
 pub(crate) struct Staging {
+    /// The staging buffer while the QP holds one (empty, unallocated, when not): octets
+    /// `start..end` are read and not yet taken by the core.
     buf: Vec<u8>,
     start: usize,
     end: usize,
@@ -102,6 +107,23 @@ impl Staging {
         .clamp(1, RX_STAGING_LEN)
     }
 
+    /// Octets of buffer the QP holds now.
+    pub(crate) fn held(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Gives the buffer back to the pool unless it holds octets the core has not taken
+    /// (an SRQ holding the stream back): those are the stream's, and must stay. A core
+    /// that stopped receiving will never take them.
+    fn release_if_drained(&mut self, core: &Core) {
+        let drained = self.start == self.end || core.rx_need() == RxNeed::Stopped;
+        if drained && !self.buf.is_empty() {
+            buf_pool::give_staging(std::mem::take(&mut self.buf));
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
     /// The core consumed internal octets; `core` may have finished an FPDU.
     fn after_internal(&mut self, core: &Core) {
         self.after_payload = false;
@@ -135,8 +157,24 @@ pub(crate) fn receive(
     srq: Option<&SrqShared>,
 ) -> bool {
     if core.transport_closed() {
+        staging.release_if_drained(core);
         return false;
     }
+    let moved = receive_stream(qp, core, conn, stats, staging, dev, srq);
+    staging.release_if_drained(core);
+    moved
+}
+
+/// [`receive`], with the staging buffer taken as it is needed.
+fn receive_stream(
+    qp: QpId,
+    core: &mut Core,
+    conn: &mut Conn,
+    stats: &mut QpStats,
+    staging: &mut Staging,
+    dev: &Shared,
+    srq: Option<&SrqShared>,
+) -> bool {
     let mut moved = false;
     if core.rx_need() == RxNeed::Wait {
         // Held back by the SRQ (back-pressure): ask again; still held back, the
@@ -216,8 +254,8 @@ pub(crate) fn receive(
             // Read ahead, or (in exact mode) a header or trailer exactly.
             need => {
                 let want = staging.read_len(need);
-                if staging.buf.len() < RX_STAGING_LEN {
-                    staging.buf.resize(RX_STAGING_LEN, 0);
+                if staging.buf.is_empty() {
+                    staging.buf = buf_pool::take_staging();
                 }
                 stats.rx_syscalls += 1;
                 match conn.transport.read(&mut staging.buf[..want]) {

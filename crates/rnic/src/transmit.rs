@@ -3,6 +3,7 @@
 //! each large one with one `sendmsg(2)` that gathers header, registered memory and
 //! trailer without a copy.
 
+use crate::buf_pool;
 use crate::close::connection_lost;
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
@@ -22,9 +23,11 @@ use std::sync::Arc;
 /// reused at once, and the octets are owned by the RNIC.
 pub const TX_GATHER_MAX: usize = 16384;
 
-/// Most octets a connection's transmit buffer holds for gathered FPDUs (it grows to
-/// what is used, and is kept while the QP lives).
-const TX_BUF_LEN: usize = 64 * 1024;
+/// Most octets a connection's transmit buffer holds for gathered FPDUs. The QP holds
+/// the buffer only while gathered octets wait in it: it takes it from the driving
+/// thread's pool (`buf_pool`) for the first small FPDU and gives it back once every
+/// gathered octet is out, so an idle QP holds none.
+pub(crate) const TX_BUF_LEN: usize = 64 * 1024;
 
 /// An FPDU ready to go: its header, the regions that hold its payload (kept alive
 /// until it is out), its trailer (pad and CRC), and how much of it is written.
@@ -42,7 +45,8 @@ struct PendingTx {
 pub(crate) struct TxQueue {
     /// A large FPDU, sent from registered memory.
     pending: Option<PendingTx>,
-    /// Gathered small FPDUs (see [`TX_GATHER_MAX`]); `sent` octets of it are out.
+    /// Gathered small FPDUs (see [`TX_GATHER_MAX`]); `sent` octets of it are out. Empty
+    /// and unallocated when nothing waits (see [`TX_BUF_LEN`]).
     buf: Vec<u8>,
     sent: usize,
     /// An FPDU header buffer, reused.
@@ -53,6 +57,38 @@ impl TxQueue {
     /// Whether every queued octet is out.
     pub(crate) fn is_flushed(&self) -> bool {
         self.pending.is_none() && self.sent == self.buf.len()
+    }
+
+    /// Octets of buffer the QP holds now.
+    pub(crate) fn held(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Gives the gather buffer back to the pool once every gathered octet is out.
+    fn release_if_sent(&mut self) {
+        if self.sent == self.buf.len() && self.buf.capacity() > 0 {
+            buf_pool::give_gather(std::mem::take(&mut self.buf));
+            self.sent = 0;
+        }
+    }
+
+    /// Makes room for `len` more gathered octets, if the buffer can take them: takes a
+    /// buffer if the QP has none, and moves unsent octets to its start when the octets
+    /// already sent are in the way, so the buffer never grows beyond [`TX_BUF_LEN`].
+    fn room_for(&mut self, len: usize) -> bool {
+        if self.buf.len() - self.sent + len > TX_BUF_LEN {
+            return false;
+        }
+        if self.buf.capacity() == 0 {
+            self.buf = buf_pool::take_gather();
+        } else if self.sent == self.buf.len() {
+            self.buf.clear();
+            self.sent = 0;
+        } else if self.buf.len() + len > TX_BUF_LEN {
+            self.buf.drain(..self.sent);
+            self.sent = 0;
+        }
+        true
     }
 }
 
@@ -68,6 +104,19 @@ pub(crate) fn transmit(
     if core.transport_closed() {
         return false;
     }
+    let moved = transmit_stream(qp, core, conn, stats, dev);
+    conn.tx.release_if_sent();
+    moved
+}
+
+/// [`transmit`], with the gather buffer taken as it is needed.
+fn transmit_stream(
+    qp: QpId,
+    core: &mut Core,
+    conn: &mut Conn,
+    stats: &mut QpStats,
+    dev: &Shared,
+) -> bool {
     let mut moved = false;
     loop {
         let tx = &mut conn.tx;
@@ -86,12 +135,7 @@ pub(crate) fn transmit(
                     core.to_error();
                     break;
                 };
-                let queued = tx.buf.len() - tx.sent;
-                if p.total <= TX_GATHER_MAX && queued + p.total <= TX_BUF_LEN {
-                    if tx.sent == tx.buf.len() {
-                        tx.buf.clear();
-                        tx.sent = 0;
-                    }
+                if p.total <= TX_GATHER_MAX && tx.room_for(p.total) {
                     if !gather(&p, &mut tx.buf) {
                         core.to_error();
                         break;

@@ -267,6 +267,7 @@ fn every_operation_over_ethernet_frames_in_udp_datagrams() {
         link.iface.arp_replies + link.iface.arp_requests_answered >= 1,
         "{link:?}"
     );
-    assert!(link.iface.delivered > 1000, "{link:?}");
+    // The 1 MiB Read Response alone came in 719 segments of 1460 octets.
+    assert!(link.iface.delivered >= 719, "{link:?}");
     assert_eq!(link.tx_dropped, 0, "{link:?}");
 }

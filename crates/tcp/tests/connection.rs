@@ -278,6 +278,37 @@ fn out_of_order_segments_go_up_with_their_offsets_and_are_sacked() {
     assert!(acks.last().unwrap().options.sack.is_empty());
 }
 
+/// Out-of-order data is answered by a bare ACK (a duplicate ACK, with SACK blocks)
+/// even when data is waiting to go: an ACK riding on a data segment is not a duplicate
+/// ACK to the peer, which would then wait for its timer. (Found against Linux.)
+#[test]
+fn out_of_order_data_is_answered_by_a_bare_ack_before_any_data() {
+    let (mut b, seq, ack) = hand_established();
+    b.send(&pattern(5000, 1)).unwrap();
+    let mut p = Pieces::default();
+    let body = pattern(2000, 2);
+    b.handle_segment(
+        2 * MS,
+        &data_segment(seq + 1000, ack, &body[1000..]),
+        &mut p,
+    );
+    let out = drain(&mut b);
+    assert_eq!(out[0].payload.len(), 0, "a bare ACK first");
+    assert_eq!(out[0].ack, seq);
+    assert_eq!(
+        out[0].options.sack.as_slice(),
+        [softrnic_tcp::SackBlock {
+            left: seq + 1000,
+            right: seq + 2000
+        }]
+    );
+    assert!(
+        out[1..].iter().all(|s| !s.payload.is_empty()),
+        "then the data"
+    );
+    assert!(out.len() > 1);
+}
+
 #[test]
 fn a_hostile_peer_cannot_make_the_receiver_hold_more() {
     let (mut b, seq, ack) = hand_established();

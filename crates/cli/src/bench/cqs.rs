@@ -3,9 +3,14 @@
 //! vector, so with `--engine-threads N` the QPs spread over the N engines; with all QPs
 //! on one CQ (vector 0) every QP was driven by engine 0 and the other engines idled.
 //! The side polls the set as it polled its one CQ.
+//!
+//! With `-e` the side sleeps instead: the set's CQs send their events to one completion
+//! channel, and [`CqSet::next`] arms them, looks once more, and waits on the channel
+//! (the verbs loop: poll until empty, arm, poll, wait).
 
-use softrnic_rnic::{Completion, Cq, Device};
+use softrnic_rnic::{CompChannel, Completion, Cq, Device, Handler};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// The depth of each CQ: one per engine (at most one per QP, at least one), `total`
 /// shared out in proportion to the QPs on each (QP `i` on CQ `i % n`), summing to
@@ -22,11 +27,14 @@ fn depths(engines: usize, qps: usize, total: usize) -> Vec<usize> {
     d
 }
 
-/// One CQ per engine, polled in turn.
+/// One CQ per engine, polled in turn (or waited on, with events).
 pub struct CqSet {
     cqs: Vec<Cq>,
     /// Which CQ the next poll starts with, so no CQ is always served last.
     next: AtomicUsize,
+    /// Events mode: the channel every CQ's handler is, and the device (to remove the
+    /// handlers when the set goes).
+    events: Option<(CompChannel, Device)>,
 }
 
 impl CqSet {
@@ -43,7 +51,29 @@ impl CqSet {
         Ok(CqSet {
             cqs,
             next: AtomicUsize::new(0),
+            events: None,
         })
+    }
+
+    /// As [`CqSet::new`], and with `events` the set's completion events go to one
+    /// channel (registered as the handler of each of its vectors, removed when the set
+    /// is dropped), which [`CqSet::next`] sleeps on.
+    pub fn with_events(
+        dev: &Device,
+        qps: usize,
+        total: usize,
+        events: bool,
+    ) -> Result<CqSet, String> {
+        let mut set = CqSet::new(dev, qps, total)?;
+        if events {
+            let ch = CompChannel::new().map_err(|e| format!("completion channel: {e}"))?;
+            for cq in &set.cqs {
+                dev.set_handler(cq.vector(), Handler::channel(&ch))
+                    .map_err(|e| format!("set handler: {e}"))?;
+            }
+            set.events = Some((ch, dev.clone()));
+        }
+        Ok(set)
     }
 
     /// The CQ of QP `i`.
@@ -61,6 +91,11 @@ impl CqSet {
         self.cqs.is_empty()
     }
 
+    /// Whether [`CqSet::next`] sleeps on events.
+    pub fn sleeps(&self) -> bool {
+        self.events.is_some()
+    }
+
     /// Moves up to `out.len()` completions into `out` from the CQs in turn; returns how
     /// many. Completions of one QP keep their order (they are all on one CQ).
     pub fn poll(&self, out: &mut [Completion]) -> usize {
@@ -74,6 +109,42 @@ impl CqSet {
             got += self.cqs[(start + k) % n].poll(&mut out[got..]);
         }
         got
+    }
+
+    /// The next completions: a poll, or with events, when the CQs are empty, a sleep
+    /// on the channel for at most `timeout` (then 0 if none came).
+    pub fn next(&self, out: &mut [Completion], timeout: Duration) -> usize {
+        let n = self.poll(out);
+        let Some((ch, _)) = &self.events else {
+            return n;
+        };
+        if n > 0 || out.is_empty() {
+            return n;
+        }
+        for cq in &self.cqs {
+            cq.req_notify(false);
+        }
+        // A completion added before the arm is found here; one added after raises an
+        // event.
+        let n = self.poll(out);
+        if n > 0 {
+            return n;
+        }
+        if let Ok(Some(ev)) = ch.get_event(Some(timeout)) {
+            // One event, acknowledged at once.
+            let _ = ev.cq().ack_events(1);
+        }
+        self.poll(out)
+    }
+}
+
+impl Drop for CqSet {
+    fn drop(&mut self) {
+        if let Some((_, dev)) = &self.events {
+            for cq in &self.cqs {
+                let _ = dev.remove_handler(cq.vector());
+            }
+        }
     }
 }
 

@@ -29,6 +29,8 @@ const VERSION: u8 = 1;
 
 /// Flag: the last round; the server exits when it ends.
 pub const FLAG_LAST: u8 = 1;
+/// Flag: the client sleeps on completion events (`-e`), and so does the server.
+pub const FLAG_EVENTS: u8 = 2;
 
 /// One side's description of a benchmark round and the buffer it exposes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +89,11 @@ impl Meta {
     /// Whether this is the last round.
     pub fn is_last(&self) -> bool {
         self.flags & FLAG_LAST != 0
+    }
+
+    /// Whether both sides sleep on completion events.
+    pub fn events(&self) -> bool {
+        self.flags & FLAG_EVENTS != 0
     }
 
     /// The wire form.

@@ -2,7 +2,8 @@
 //! `send_lat`, with perftest's main flags and output columns, a `--loopback` mode that
 //! runs both sides in one process (two devices, each side's thread on its own CPU), and
 //! a `--baseline tcp` mode that runs the same pattern over plain TCP sockets right before
-//! each softrnic run and prints the ratio.
+//! each softrnic run, in each discipline ([`TcpKind`]: blocking, busy-polling, batching),
+//! and prints the ratio to the strongest of them.
 //!
 //! Roles are perftest's: without an address this side is the server; with one it is the
 //! client, and the client's parameters (sizes, iterations, depths) rule: they travel to
@@ -30,7 +31,8 @@ use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use stats::{BwResult, LatResult, LatStats};
+pub use stats::{BwResult, CpuClock, CpuUse, LatResult, LatStats};
+pub use tcp::TcpKind;
 
 /// The six tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -253,7 +255,9 @@ pub fn parse_size_list(s: &str) -> Result<SizeList, String> {
 /// The baseline to compare with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Baseline {
-    /// Plain TCP sockets: a stream for bandwidth, a busy-polling ping-pong for latency.
+    /// Plain TCP sockets, in each discipline ([`TcpKind`]): a stream for bandwidth
+    /// (blocking, busy-polling, batching), a ping-pong for latency (blocking,
+    /// busy-polling).
     Tcp,
 }
 
@@ -284,9 +288,10 @@ pub struct BenchArgs {
     /// Every size from 2 octets to 8 MiB, powers of two.
     #[arg(short = 'a', long = "all", conflicts_with = "size")]
     pub all: bool,
-    /// Number of QPs (bandwidth tests).
-    #[arg(short = 'q', long = "qp", default_value_t = 1)]
-    pub qps: u16,
+    /// Number of QPs (bandwidth tests), or a comma-separated list of counts: each
+    /// count runs every size, and prints its own table.
+    #[arg(short = 'q', long = "qp", value_delimiter = ',', default_value = "1")]
+    pub qps: Vec<u16>,
     /// Work requests kept outstanding per QP (bandwidth tests) [default: 128].
     #[arg(short = 't', long = "tx-depth")]
     pub tx_depth: Option<u32>,
@@ -309,8 +314,9 @@ pub struct BenchArgs {
     /// Require MPA CRC32c.
     #[arg(long)]
     pub crc: bool,
-    /// Also run the same pattern over plain TCP right before each softrnic run, and
-    /// print the ratio softrnic/TCP per size.
+    /// Also run the same pattern over plain TCP right before each softrnic run (every
+    /// TCP discipline: blocking, busy-polling and, for bandwidth, batching), and print
+    /// the ratio softrnic/TCP per size against the strongest of them.
     #[arg(long, value_enum)]
     pub baseline: Option<Baseline>,
     /// TCP baseline, bandwidth tests: set TCP_NODELAY on the stream (as softrnic does on
@@ -337,6 +343,13 @@ pub struct BenchArgs {
     /// run anywhere).
     #[arg(long)]
     pub pin_engines: bool,
+    /// Sleep on completion events instead of busy-polling (perftest's -e): each side
+    /// arms its CQs and waits on a completion channel; the engine threads do all the
+    /// socket work (progress mode engine) and block at once when idle (engine spin 0
+    /// unless --engine-spin-us). The TCP baselines are then those that do not spin
+    /// either (blocking, batching). send_lat, read_lat, write_bw, read_bw.
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
     /// In the one-sided tests, the server's thread busy-polls its CQ (driving its
     /// sockets) instead of leaving the passive side to the engine threads.
     #[arg(long)]
@@ -468,6 +481,9 @@ pub struct BenchConfig {
     pub duration: Option<Duration>,
     /// QPs per round.
     pub qps: u16,
+    /// Every QP count asked for (`-q` list; `qps` is the first): the rounds run for
+    /// each in turn.
+    pub qp_counts: Vec<u16>,
     /// Outstanding work requests per QP.
     pub tx_depth: u32,
     /// Receive depth at the receiver of Sends.
@@ -500,6 +516,8 @@ pub struct BenchConfig {
     pub pin_engines: bool,
     /// Server thread busy-polls in the one-sided tests.
     pub server_poll: bool,
+    /// Both sides sleep on completion events; engine progress, no spinning.
+    pub events: bool,
     /// Server: rounds silent this long are dropped.
     pub idle_timeout: Duration,
     /// Latency warm-up iterations.
@@ -545,8 +563,12 @@ impl BenchConfig {
         if iters == 0 {
             return Err("iterations must be at least 1".into());
         }
-        if a.qps == 0 || (a.qps > 1 && !test.is_bw()) {
+        let qps = a.qps.first().copied().unwrap_or(1);
+        if a.qps.contains(&0) || (a.qps.iter().any(|&q| q > 1) && !test.is_bw()) {
             return Err("-q: 1 or more QPs, and only 1 for latency tests".into());
+        }
+        if a.qps.len() > 1 && a.rdma_cm {
+            return Err("-q: one count with -R".into());
         }
         let tx_depth = if test.is_bw() {
             a.tx_depth.unwrap_or(128)
@@ -586,6 +608,27 @@ impl BenchConfig {
         if frame_link {
             a.net.frame_link()?;
         }
+        if a.events {
+            match test {
+                Test::WriteLat => {
+                    return Err(
+                        "-e: write_lat's answer is a Write, which completes nothing at \
+                                its target, so there is no event to sleep on; use send_lat"
+                            .into(),
+                    );
+                }
+                Test::SendBw => {
+                    return Err("-e: send_bw's credits come back as RDMA Writes, which \
+                                complete nothing at the client, so a client out of credit \
+                                would have no event to wake it"
+                        .into());
+                }
+                _ => {}
+            }
+            if a.rdma_cm || a.server_poll {
+                return Err("-e cannot be combined with -R or --server-poll".into());
+            }
+        }
         let mode = match (&a.address, a.loopback) {
             (_, true) => Mode::Loopback,
             (Some(addr), false) => Mode::Client(addr.clone()),
@@ -596,7 +639,12 @@ impl BenchConfig {
             sizes,
             iters,
             duration,
-            qps: a.qps,
+            qps,
+            qp_counts: if a.qps.is_empty() {
+                vec![1]
+            } else {
+                a.qps.clone()
+            },
             tx_depth,
             rx_depth,
             cq_mod,
@@ -609,13 +657,18 @@ impl BenchConfig {
             json: a.json,
             fpdu: a.fpdu,
             progress_mode: match a.progress_mode {
+                _ if a.events => ProgressMode::Engine,
                 ProgressArg::Hybrid => ProgressMode::Hybrid,
                 ProgressArg::Engine => ProgressMode::Engine,
             },
             engine_threads: a.engine_threads,
-            engine_spin: a.engine_spin_us.map(Duration::from_micros),
+            engine_spin: a
+                .engine_spin_us
+                .or(a.events.then_some(0))
+                .map(Duration::from_micros),
             pin_engines: a.pin_engines,
             server_poll: a.server_poll,
+            events: a.events,
             idle_timeout: Duration::from_secs(a.idle_timeout.max(1)),
             warmup: a.warmup,
             show_progress: !a.quiet,
@@ -630,6 +683,14 @@ impl BenchConfig {
             }
             Ok(c)
         })
+    }
+
+    /// The TCP baselines to run (none without `--baseline`).
+    pub fn tcp_kinds(&self) -> Vec<TcpKind> {
+        match self.baseline {
+            Some(Baseline::Tcp) => TcpKind::for_test(self.test, self.events),
+            None => Vec::new(),
+        }
     }
 
     /// What the server side takes from the flags (the rest comes from the client).
@@ -676,6 +737,30 @@ pub enum Measured {
 }
 
 impl Measured {
+    /// The CPU the run used, if counted.
+    pub fn cpu(&self) -> Option<&CpuUse> {
+        match self {
+            Measured::Bw(b) => b.cpu.as_ref(),
+            Measured::Lat(l) => l.cpu.as_ref(),
+        }
+    }
+
+    /// Adds the CPU counted by `clock` since the run began, with what the run moved:
+    /// bandwidth, its messages; latency, two messages per iteration (both directions),
+    /// the `warmup` iterations included, since the clock ran through them too.
+    pub fn with_cpu(mut self, clock: &CpuClock, warmup: u64) -> Measured {
+        match &mut self {
+            Measured::Bw(b) => {
+                b.cpu = clock.stop(b.iterations, b.iterations * b.bytes as u64);
+            }
+            Measured::Lat(l) => {
+                let msgs = 2 * (l.iterations + warmup);
+                l.cpu = clock.stop(msgs, msgs * l.bytes as u64);
+            }
+        }
+        self
+    }
+
     /// Iterations measured.
     pub fn iterations(&self) -> u64 {
         match self {
@@ -694,21 +779,71 @@ pub struct ResultRow {
     pub size: usize,
     /// softrnic's result.
     pub softrnic: Measured,
-    /// The TCP baseline's, if run.
+    /// The strongest TCP baseline's result, if any ran: the one [`ResultRow::ratio`]
+    /// compares with (the highest average bandwidth, or the lowest typical latency).
     pub tcp: Option<Measured>,
+    /// Which baseline `tcp` is.
+    pub tcp_kind: Option<TcpKind>,
+    /// Every TCP baseline run for this size, in the order run.
+    pub baselines: Vec<(TcpKind, Measured)>,
+}
+
+/// Whether `a` is a stronger result than `b`: more bandwidth, or less typical latency.
+fn stronger(a: &Measured, b: &Measured) -> bool {
+    match (a, b) {
+        (Measured::Bw(a), Measured::Bw(b)) => a.avg_bps > b.avg_bps,
+        (Measured::Lat(a), Measured::Lat(b)) => a.stats.typical < b.stats.typical,
+        _ => false,
+    }
 }
 
 impl ResultRow {
-    /// softrnic / TCP: average bandwidth ratio (above 1: softrnic faster), or typical
-    /// latency ratio (below 1: softrnic faster).
-    pub fn ratio(&self) -> Option<f64> {
-        match (&self.softrnic, self.tcp.as_ref()?) {
-            (Measured::Bw(s), Measured::Bw(t)) if t.avg_bps > 0.0 => Some(s.avg_bps / t.avg_bps),
-            (Measured::Lat(s), Measured::Lat(t)) if t.stats.typical > 0.0 => {
-                Some(s.stats.typical / t.stats.typical)
-            }
-            _ => None,
+    /// A row: softrnic's result beside the baselines run for the size; the strongest
+    /// baseline becomes `tcp`.
+    pub fn new(
+        test: Test,
+        size: usize,
+        softrnic: Measured,
+        baselines: Vec<(TcpKind, Measured)>,
+    ) -> ResultRow {
+        let best = baselines
+            .iter()
+            .fold(None::<&(TcpKind, Measured)>, |best, b| match best {
+                Some(x) if !stronger(&b.1, &x.1) => Some(x),
+                _ => Some(b),
+            })
+            .copied();
+        ResultRow {
+            test,
+            size,
+            softrnic,
+            tcp: best.map(|b| b.1),
+            tcp_kind: best.map(|b| b.0),
+            baselines,
         }
+    }
+
+    /// softrnic / the strongest TCP baseline: average bandwidth ratio (above 1:
+    /// softrnic faster), or typical latency ratio (below 1: softrnic faster).
+    pub fn ratio(&self) -> Option<f64> {
+        ratio_of(&self.softrnic, self.tcp.as_ref()?)
+    }
+
+    /// softrnic / the baseline `kind`, as [`ResultRow::ratio`].
+    pub fn ratio_to(&self, kind: TcpKind) -> Option<f64> {
+        let (_, t) = self.baselines.iter().find(|(k, _)| *k == kind)?;
+        ratio_of(&self.softrnic, t)
+    }
+}
+
+/// softrnic / TCP: average bandwidth, or typical latency.
+fn ratio_of(s: &Measured, t: &Measured) -> Option<f64> {
+    match (s, t) {
+        (Measured::Bw(s), Measured::Bw(t)) if t.avg_bps > 0.0 => Some(s.avg_bps / t.avg_bps),
+        (Measured::Lat(s), Measured::Lat(t)) if t.stats.typical > 0.0 => {
+            Some(s.stats.typical / t.stats.typical)
+        }
+        _ => None,
     }
 }
 
@@ -753,12 +888,14 @@ pub fn run_config(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRo
             let tcp_addr = cfg
                 .baseline
                 .map(|_| SocketAddr::new(addr.ip(), addr.port().wrapping_add(1)));
-            let mut rep = report::Reporter::new(out, cfg, format!("client of {addr}"));
             let watch = Watch {
                 net: crate::transport::Net::new(&cfg.net),
                 devs: vec![dev.clone()],
             };
-            client_rounds(cfg, &dev, addr, tcp_addr, &mut rep, Some(&watch))
+            each_qp_count(cfg, |c, last| {
+                let mut rep = report::Reporter::new(&mut *out, c, format!("client of {addr}"));
+                client_rounds(c, &dev, addr, tcp_addr, &mut rep, last, Some(&watch))
+            })
         }
     }
 }
@@ -835,7 +972,7 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     if cfg.baseline.is_some() {
         let tl = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("listen: {e}"))?;
         tcp_addr = Some(tl.local_addr().map_err(|e| e.to_string())?);
-        let rounds = cfg.sizes.len();
+        let rounds = cfg.sizes.len() * cfg.tcp_kinds().len() * cfg.qp_counts.len();
         tcp_server = Some(
             std::thread::Builder::new()
                 .name("bench-tcp-server".into())
@@ -855,8 +992,10 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     };
     let rows = {
         let _pin = cpus.and_then(|(c, _)| affinity::pin_current(c).ok());
-        let mut rep = report::Reporter::new(out, cfg, placement);
-        client_rounds(cfg, &cdev, addr, tcp_addr, &mut rep, Some(&watch))?
+        each_qp_count(cfg, |c, last| {
+            let mut rep = report::Reporter::new(&mut *out, c, placement.clone());
+            client_rounds(c, &cdev, addr, tcp_addr, &mut rep, last, Some(&watch))
+        })?
     };
     // On success both servers have finished their last round.
     server
@@ -883,12 +1022,32 @@ impl Watch {
     }
 }
 
+/// Runs `f` with the configuration of each `-q` count in turn (and whether it is the
+/// last); returns every row.
+fn each_qp_count(
+    cfg: &BenchConfig,
+    mut f: impl FnMut(&BenchConfig, bool) -> Result<Vec<ResultRow>, String>,
+) -> Result<Vec<ResultRow>, String> {
+    let mut rows = Vec::new();
+    for (k, &q) in cfg.qp_counts.iter().enumerate() {
+        let c = BenchConfig {
+            qps: q,
+            ..cfg.clone()
+        };
+        rows.extend(f(&c, k + 1 == cfg.qp_counts.len())?);
+    }
+    Ok(rows)
+}
+
+/// One table: every size, with `cfg.qps` QPs; `last_count` says whether the server's
+/// last round is among them.
 fn client_rounds(
     cfg: &BenchConfig,
     dev: &Device,
     addr: SocketAddr,
     tcp_addr: Option<SocketAddr>,
     rep: &mut report::Reporter<'_>,
+    last_count: bool,
     watch: Option<&Watch>,
 ) -> Result<Vec<ResultRow>, String> {
     let mut rows = Vec::new();
@@ -898,14 +1057,17 @@ fn client_rounds(
         _ => Clock::Latency,
     });
     rep.header().map_err(|e| e.to_string())?;
+    let kinds = cfg.tcp_kinds();
     for (i, &size) in cfg.sizes.iter().enumerate() {
-        let last = i + 1 == cfg.sizes.len();
-        let tcp = match tcp_addr {
-            Some(t) => {
-                Some(tcp::client_round(cfg, t, size).map_err(|e| format!("TCP baseline: {e}"))?)
+        let last = last_count && i + 1 == cfg.sizes.len();
+        let mut baselines = Vec::new();
+        if let Some(t) = tcp_addr {
+            for &kind in &kinds {
+                let m = tcp::client_round(cfg, t, size, kind)
+                    .map_err(|e| format!("TCP baseline ({}): {e}", kind.label()))?;
+                baselines.push((kind, m));
             }
-            None => None,
-        };
+        }
         let before = watch.map(Watch::counters);
         let softrnic = rdma::client_round(cfg, dev, addr, size, last)?;
         if let (Some(w), Some(b)) = (watch, before) {
@@ -916,12 +1078,7 @@ fn client_rounds(
             }
             rep.annotate(v, c.text());
         }
-        let row = ResultRow {
-            test: cfg.test,
-            size,
-            softrnic,
-            tcp,
-        };
+        let row = ResultRow::new(cfg.test, size, softrnic, baselines);
         rep.row(&row).map_err(|e| e.to_string())?;
         rows.push(row);
     }
@@ -1032,6 +1189,10 @@ mod tests {
         let c = cfg(&["send_bw", "-s", "64,4K,64K,1M", "--progress-mode", "engine"]).unwrap();
         assert_eq!(c.sizes, vec![64, 4096, 65536, 1 << 20]);
         assert_eq!(c.progress_mode, ProgressMode::Engine);
+        assert_eq!((c.qps, c.qp_counts.clone()), (1, vec![1]));
+
+        let c = cfg(&["write_bw", "-q", "1,16,256"]).unwrap();
+        assert_eq!((c.qps, c.qp_counts), (1, vec![1, 16, 256]));
     }
 
     #[test]
@@ -1043,9 +1204,58 @@ mod tests {
         assert!(cfg(&["write_bw", "-n", "0"]).is_err());
         assert!(cfg(&["write_bw", "-D", "0"]).is_err());
         assert!(cfg(&["write_lat", "-q", "2"]).is_err());
+        assert!(cfg(&["write_lat", "-q", "1,2"]).is_err());
+        assert!(cfg(&["write_bw", "-q", "1,0"]).is_err());
+        assert!(cfg(&["write_bw", "-R", "-q", "1,2"]).is_err());
         assert!(cfg(&["write_bw", "-t", "8", "-Q", "16"]).is_err());
         assert!(cfg(&["write_bw", "--baseline", "udp"]).is_err());
         assert!(cfg(&["nope_bw"]).is_err());
+    }
+
+    /// The row's `tcp` is the strongest baseline: most bandwidth, least typical latency.
+    #[test]
+    fn the_ratio_is_against_the_strongest_baseline() {
+        let bw = |mbs: f64| {
+            let t0 = std::time::Instant::now();
+            let mut r = stats::BwMeter::start(t0).finish(t0 + Duration::from_secs(1), 10, 1);
+            r.avg_bps = mbs;
+            Measured::Bw(r)
+        };
+        let row = ResultRow::new(
+            Test::WriteBw,
+            64,
+            bw(100.0),
+            vec![
+                (TcpKind::Blocking, bw(50.0)),
+                (TcpKind::BusyPoll, bw(80.0)),
+                (TcpKind::Batching, bw(400.0)),
+            ],
+        );
+        assert_eq!(row.tcp_kind, Some(TcpKind::Batching));
+        assert_eq!(row.ratio(), Some(0.25));
+        assert_eq!(row.ratio_to(TcpKind::Blocking), Some(2.0));
+        let lat = |typical: f64| {
+            let s = [typical];
+            Measured::Lat(LatResult {
+                bytes: 8,
+                iterations: 1,
+                stats: LatStats::from_samples(&s).unwrap(),
+                cpu: None,
+            })
+        };
+        let row = ResultRow::new(
+            Test::SendLat,
+            8,
+            lat(6.0),
+            vec![
+                (TcpKind::Blocking, lat(40.0)),
+                (TcpKind::BusyPoll, lat(4.0)),
+            ],
+        );
+        assert_eq!(row.tcp_kind, Some(TcpKind::BusyPoll));
+        assert_eq!(row.ratio(), Some(1.5));
+        let none = ResultRow::new(Test::SendLat, 8, lat(6.0), Vec::new());
+        assert_eq!((none.tcp, none.tcp_kind, none.ratio()), (None, None, None));
     }
 
     #[test]

@@ -23,18 +23,21 @@
 //! - send_lat: ping-pong of Sends. read_lat: one Read at a time, full round trip.
 
 use super::cqs::CqSet;
-use super::meta::{FLAG_LAST, Meta};
-use super::stats::{BwMeter, BwResult, LatResult, LatStats, Progress};
-use super::{BenchConfig, Measured, Test};
+use super::meta::{FLAG_EVENTS, FLAG_LAST, Meta};
+use super::stats::{BwMeter, BwResult, CpuClock, LatResult, LatStats, Progress};
+use super::{BenchConfig, Measured, Mode, Test};
 use softrnic_rnic::{
     Access, AsyncEvent, Completion, Device, Mr, Qp, QpId, QpInit, QpStats, RecvWr, SendOp, SendWr,
     Sge, WcOpcode, WcStatus,
 };
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// A client loop that sees nothing happen for this long gives up.
 const STALL: Duration = Duration::from_secs(10);
+/// With `-e`, the longest sleep on completion events before a loop looks around.
+pub(super) const WAIT: Duration = Duration::from_millis(100);
 /// Credit buffer: the count of reposted receives, and the count XOR [`CREDIT_CHECK`], so
 /// a torn read is recognised.
 pub(super) const CREDIT_LEN: usize = 16;
@@ -232,7 +235,7 @@ pub fn client_round(
     } else {
         64
     };
-    let cq = CqSet::new(dev, q, cq_depth)?;
+    let cq = CqSet::with_events(dev, q, cq_depth, cfg.events)?;
     let sq_depth = if bw { cfg.tx_depth as usize + 2 } else { 16 };
     let rq_depth = if test == Test::SendLat { 16 } else { 1 };
     let mut eps = Vec::with_capacity(q);
@@ -265,7 +268,7 @@ pub fn client_round(
         };
         let meta = Meta {
             test,
-            flags: if last { FLAG_LAST } else { 0 },
+            flags: if last { FLAG_LAST } else { 0 } | if cfg.events { FLAG_EVENTS } else { 0 },
             qp_index: i as u16,
             num_qps: cfg.qps,
             size: size as u64,
@@ -307,12 +310,14 @@ pub fn client_round(
     }
     let label = format!("{} {} B softrnic", test.name(), size);
     let mut progress = Progress::new(label, size, bw, cfg.show_progress);
+    let cpu = CpuClock::start(cfg.mode == Mode::Loopback);
     let result = match test {
         Test::WriteBw | Test::ReadBw | Test::SendBw => {
             bw_client(cfg, size, &cq, &mut eps, &mut progress).map(Measured::Bw)
         }
         _ => lat_client(cfg, size, &cq, &mut eps[0], &mut progress).map(Measured::Lat),
-    };
+    }
+    .map(|m| m.with_cpu(&cpu, if bw { 0 } else { cfg.warmup }));
     progress.finish();
     if cfg.verbose {
         let msgs = match &result {
@@ -361,6 +366,8 @@ fn bw_client(
     // completion means the data has landed here.
     let probing = test != Test::ReadBw;
     let mut prober = Prober::new(start);
+    // Completions find their QP in one look-up, whatever the number of QPs.
+    let index: HashMap<QpId, usize> = eps.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
     loop {
         for ep in eps.iter_mut() {
             let mut room = depth - (ep.posted - ep.completed);
@@ -392,18 +399,18 @@ fn bw_client(
             .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
             ep.posted += room;
         }
-        if probing {
+        if probing && prober.due(Instant::now()) {
             let posted: u64 = eps.iter().map(|e| e.posted).sum();
             prober.maybe_post(Instant::now(), posted, &targets(eps))?;
         }
-        let n = cq.poll(&mut wcs);
+        let n = cq.next(&mut wcs, BwMeter::WINDOW);
         let now = Instant::now();
         for c in &wcs[..n] {
             check_wc(c, "client")?;
             if prober.completion(c, now, &mut meter) {
                 continue;
             }
-            if let Some(ep) = eps.iter_mut().find(|e| e.id == c.qp) {
+            if let Some(ep) = index.get(&c.qp).and_then(|&i| eps.get_mut(i)) {
                 let done = c.wr_id + 1;
                 total += done - ep.completed;
                 ep.completed = done;
@@ -508,15 +515,20 @@ impl Prober {
         }
     }
 
-    /// Posts a round if none is in flight and the last one was posted a window ago;
-    /// `ops` is the count of messages posted so far, on all QPs.
+    /// Whether a round is due: none in flight, and the last one posted a window ago.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.round.is_none() && now.duration_since(self.last.0) >= BwMeter::WINDOW
+    }
+
+    /// Posts a round if one is due ([`Prober::due`]); `ops` is the count of messages
+    /// posted so far, on all QPs.
     pub(super) fn maybe_post(
         &mut self,
         now: Instant,
         ops: u64,
         targets: &[ReadTarget<'_>],
     ) -> Result<(), String> {
-        if self.round.is_some() || now.duration_since(self.last.0) < BwMeter::WINDOW {
+        if !self.due(now) {
             return Ok(());
         }
         for t in targets {
@@ -569,7 +581,7 @@ pub(super) fn closing_read(
     let mut got = 0;
     let mut last = Instant::now();
     loop {
-        let n = cq.poll(wcs);
+        let n = cq.next(wcs, BwMeter::WINDOW);
         let now = Instant::now();
         for c in &wcs[..n] {
             check_wc(c, "client")?;
@@ -636,7 +648,7 @@ fn lat_client(
             .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
         let mut spins = 0u32;
         let t1 = loop {
-            let n = cq.poll(&mut wcs);
+            let n = cq.next(&mut wcs, WAIT);
             let mut arrived = false;
             for c in &wcs[..n] {
                 check_wc(c, "client")?;
@@ -664,7 +676,7 @@ fn lat_client(
                 break Instant::now();
             }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(4096) && t0.elapsed() > STALL {
+            if (spins.is_multiple_of(4096) || cq.sleeps()) && t0.elapsed() > STALL {
                 return Err(format!("no reply to iteration {i}: {}", ep.diag()));
             }
         };
@@ -686,17 +698,39 @@ fn lat_client(
         bytes: size,
         iterations: samples.len() as u64,
         stats,
+        cpu: None,
     })
 }
 
 /// The I/O counters of some QPs, summed, as one line; per message too when `msgs` is
 /// known (non-zero).
-/// Per engine: the QPs it serves and the readiness events it handled so far.
+/// Per engine: the QPs it serves, the readiness events it handled so far, and the CPU
+/// time its thread used so far (user + system, ms), which, unlike a bandwidth, does not
+/// depend on what else the machine runs: with `--engine-spin-us 0` it is the engine's
+/// work.
 pub(super) fn engines_line(dev: &Device) -> String {
     let e = dev.engines();
     let qps: Vec<usize> = e.iter().map(|e| e.qps).collect();
     let events: Vec<u64> = e.iter().map(|e| e.events).collect();
-    format!("engine QPs {qps:?}, engine events {events:?}")
+    let cpu: Vec<u64> = e.iter().map(|e| thread_cpu_ms(e.tid)).collect();
+    format!("engine QPs {qps:?}, engine events {events:?}, engine CPU ms {cpu:?}")
+}
+
+/// User + system time of one of this process's threads, ms (0 if unknown): fields 14
+/// and 15 of `/proc/self/task/<tid>/stat`, in USER_HZ (100 per second on Linux).
+fn thread_cpu_ms(tid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    // The command name may hold spaces: fields are counted after its closing parenthesis.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (tick(11) + tick(12)) * 10
 }
 
 pub(super) fn stats_line(stats: impl Iterator<Item = QpStats>, msgs: u64) -> String {

@@ -731,12 +731,7 @@ fn run_session(
             .map_err(|e| e.to_string())?;
         return Ok(None);
     };
-    let row = ResultRow {
-        test,
-        size: s.size,
-        softrnic: m,
-        tcp: None,
-    };
+    let row = ResultRow::new(test, s.size, m, Vec::new());
     rep.row(&row).map_err(|e| e.to_string())?;
     rep.summary(std::slice::from_ref(&row))
         .map_err(|e| e.to_string())?;
@@ -761,6 +756,7 @@ fn from_report(r: &BwReport, gbits: bool) -> BwResult {
     let avg_bps = to_bps(r.bw_avg);
     let bytes = r.size as usize;
     BwResult {
+        cpu: None,
         bytes,
         iterations: r.iters,
         elapsed: Duration::ZERO,
@@ -1020,6 +1016,7 @@ fn half_intervals(posts: &[Instant]) -> Vec<f64> {
 fn lat_result(size: usize, samples: &[f64]) -> Result<LatResult, String> {
     let stats = LatStats::from_samples(samples).ok_or("too few iterations for latency")?;
     Ok(LatResult {
+        cpu: None,
         bytes: size,
         iterations: samples.len() as u64,
         stats,

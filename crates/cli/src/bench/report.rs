@@ -2,7 +2,7 @@
 //! or one JSON object per result line.
 
 use super::stats::MB;
-use super::{BenchConfig, Clock, Measured, Mode, ResultRow};
+use super::{BenchConfig, Clock, Measured, Mode, ResultRow, TcpKind};
 use serde_json::{Value, json};
 use std::io::{self, Write};
 
@@ -101,26 +101,47 @@ impl<'a> Reporter<'a> {
             if c.crc { "on" } else { "off" }
         )?;
         writeln!(o, " Run             : {amount}; {}", self.placement)?;
+        if c.events {
+            writeln!(
+                o,
+                " Waiting         : both sides sleep on completion events (a completion channel: \
+                 poll, arm, poll, wait); engine threads do the socket work and block when idle \
+                 (spin {} us)",
+                c.engine_spin.map_or(0, |d| d.as_micros())
+            )?;
+        }
         if let Some(clock) = self.clock {
             for l in clock.describe(c.test, c.rdma_cm) {
                 writeln!(o, "{l}")?;
             }
         }
-        if let Some(super::Baseline::Tcp) = c.baseline {
+        let kinds = c.tcp_kinds();
+        if !kinds.is_empty() {
             writeln!(
                 o,
-                " Baseline        : plain TCP ({}, same sizes and threads), run right before each size",
-                if c.test.is_bw() && c.tcp_nodelay {
-                    "one stream, TCP_NODELAY, writes and reads of the message size"
-                } else if c.test.is_bw() {
-                    "one stream, Nagle on, writes and reads of the message size"
+                " Baseline        : plain TCP, same sizes and threads, run right before each size ({}):",
+                if !c.test.is_bw() {
+                    "TCP_NODELAY"
+                } else if c.tcp_nodelay {
+                    "one stream, TCP_NODELAY"
                 } else {
-                    "busy-polling ping-pong on non-blocking sockets"
+                    "one stream, Nagle on"
+                }
+            )?;
+            for k in &kinds {
+                writeln!(o, "   TCP {:<13}: {}", k.label(), k.describe(c.test))?;
+            }
+            writeln!(
+                o,
+                " softrnic/TCP    : against the strongest TCP baseline of each size ({}), named",
+                if c.test.is_bw() {
+                    "highest BW average"
+                } else {
+                    "lowest t_typical"
                 }
             )?;
         }
         writeln!(o, "{RULE}")?;
-        let base = c.baseline.is_some();
         if c.test.is_bw() {
             write!(
                 o,
@@ -131,14 +152,8 @@ impl<'a> Reporter<'a> {
                 format!("BW average[{u}]"),
                 "MsgRate[Mpps]"
             )?;
-            if base {
-                write!(
-                    o,
-                    " {:>24} {:>19} {:>13}",
-                    format!("TCP BW average[{u}]"),
-                    "TCP MsgRate[Mpps]",
-                    "softrnic/TCP"
-                )?;
+            for k in &kinds {
+                write!(o, " {:>28}", format!("TCP {} BW avg[{u}]", k.label()))?;
             }
         } else {
             write!(
@@ -154,13 +169,17 @@ impl<'a> Reporter<'a> {
                 "99% percentile[usec]",
                 "99.9% percentile[usec]"
             )?;
-            if base {
+            for k in &kinds {
                 write!(
                     o,
-                    " {:>20} {:>16} {:>13}",
-                    "TCP t_typical[usec]", "TCP t_avg[usec]", "softrnic/TCP"
+                    " {:>30} {:>26}",
+                    format!("TCP {} t_typical[usec]", k.label()),
+                    format!("TCP {} t_avg[usec]", k.label())
                 )?;
             }
+        }
+        if !kinds.is_empty() {
+            write!(o, " {:>13} {:>10}", "softrnic/TCP", "against")?;
         }
         writeln!(o)?;
         o.flush()
@@ -169,23 +188,54 @@ impl<'a> Reporter<'a> {
     /// One size's results.
     pub fn row(&mut self, r: &ResultRow) -> io::Result<()> {
         if self.cfg.json {
-            if let Some(t) = &r.tcp {
-                let v = self.json_of(r, t, "tcp", None);
+            if let (Some(t), Some(k)) = (&r.tcp, r.tcp_kind) {
+                let mut v = self.json_of(r, t, "tcp");
+                if let Value::Object(a) = &mut v {
+                    a.insert("baseline".into(), json!(k.name()));
+                    let all: serde_json::Map<String, Value> = r
+                        .baselines
+                        .iter()
+                        .map(|(k, m)| (k.name().to_string(), self.figures(m)))
+                        .collect();
+                    a.insert("baselines".into(), Value::Object(all));
+                }
                 writeln!(self.out, "{v}")?;
             }
-            let mut v = self.json_of(r, &r.softrnic, "softrnic", r.ratio());
-            if let (Some((Value::Object(x), _)), Value::Object(m)) =
-                (self.annotation.take(), &mut v)
-            {
-                m.extend(x);
+            let mut v = self.json_of(r, &r.softrnic, "softrnic");
+            if let Value::Object(a) = &mut v {
+                if let (Some(x), Some(k)) = (r.ratio(), r.tcp_kind) {
+                    a.insert("ratio_vs_tcp".into(), json!(x));
+                    a.insert("ratio_baseline".into(), json!(k.name()));
+                }
+                if !r.baselines.is_empty() {
+                    let ratios: serde_json::Map<String, Value> = r
+                        .baselines
+                        .iter()
+                        .filter_map(|(k, _)| Some((k.name().to_string(), json!(r.ratio_to(*k)?))))
+                        .collect();
+                    a.insert("ratios_vs_tcp".into(), Value::Object(ratios));
+                }
+                if let Measured::Lat(s) = &r.softrnic {
+                    let tails: serde_json::Map<String, Value> = r
+                        .baselines
+                        .iter()
+                        .filter_map(|(k, m)| match m {
+                            Measured::Lat(t) => Some((k.name().to_string(), lat_ratios(s, t))),
+                            Measured::Bw(_) => None,
+                        })
+                        .collect();
+                    if !tails.is_empty() {
+                        a.insert("lat_ratios_vs_tcp".into(), Value::Object(tails));
+                    }
+                }
+                if let Some((Value::Object(x), _)) = self.annotation.take() {
+                    a.extend(x);
+                }
             }
             writeln!(self.out, "{v}")?;
             return self.out.flush();
         }
         let g = self.cfg.gbits;
-        let ratio = r
-            .ratio()
-            .map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
         let o = &mut self.out;
         match &r.softrnic {
             Measured::Bw(b) => {
@@ -198,14 +248,10 @@ impl<'a> Reporter<'a> {
                     bw_unit(b.avg_bps, g),
                     b.msg_rate / 1e6
                 )?;
-                if let Some(Measured::Bw(t)) = &r.tcp {
-                    write!(
-                        o,
-                        " {:>24.2} {:>19.6} {:>13}",
-                        bw_unit(t.avg_bps, g),
-                        t.msg_rate / 1e6,
-                        ratio
-                    )?;
+                for (_, m) in &r.baselines {
+                    if let Measured::Bw(t) = m {
+                        write!(o, " {:>28.2}", bw_unit(t.avg_bps, g))?;
+                    }
                 }
             }
             Measured::Lat(l) => {
@@ -215,14 +261,19 @@ impl<'a> Reporter<'a> {
                     " {:<8} {:<12} {:>12.2} {:>12.2} {:>16.2} {:>12.2} {:>14.2} {:>21.2} {:>23.2}",
                     r.size, l.iterations, s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p999
                 )?;
-                if let Some(Measured::Lat(t)) = &r.tcp {
-                    write!(
-                        o,
-                        " {:>20.2} {:>16.2} {:>13}",
-                        t.stats.typical, t.stats.avg, ratio
-                    )?;
+                for (_, m) in &r.baselines {
+                    if let Measured::Lat(t) = m {
+                        write!(o, " {:>30.2} {:>26.2}", t.stats.typical, t.stats.avg)?;
+                    }
                 }
             }
+        }
+        if !r.baselines.is_empty() {
+            let ratio = r
+                .ratio()
+                .map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
+            let k = r.tcp_kind.map_or("-", TcpKind::label);
+            write!(o, " {ratio:>13} {k:>10}")?;
         }
         writeln!(o)?;
         if let Some((_, Some(text))) = self.annotation.take() {
@@ -231,7 +282,61 @@ impl<'a> Reporter<'a> {
         o.flush()
     }
 
-    fn json_of(&self, r: &ResultRow, m: &Measured, transport: &str, ratio: Option<f64>) -> Value {
+    /// A result's figures, as JSON fields (the part every transport shares).
+    fn figures(&self, m: &Measured) -> Value {
+        let mut v = self.timing(m);
+        if let (Some(u), Value::Object(a)) = (m.cpu(), &mut v) {
+            a.extend([
+                ("cpu_seconds".to_string(), json!(u.seconds())),
+                (
+                    "cpu_user_seconds".to_string(),
+                    json!(u.time.user.as_secs_f64()),
+                ),
+                (
+                    "cpu_system_seconds".to_string(),
+                    json!(u.time.system.as_secs_f64()),
+                ),
+                ("cpu_s_per_gb".to_string(), json!(u.per_gb())),
+                ("cpu_s_per_mmsg".to_string(), json!(u.per_mmsg())),
+                ("cpu_scope".to_string(), json!(u.scope())),
+            ]);
+        }
+        v
+    }
+
+    fn timing(&self, m: &Measured) -> Value {
+        let c = self.cfg;
+        match m {
+            // A peer's report: not timed here, so no seconds.
+            Measured::Bw(b) if b.clock.is_none() => json!({
+                "bw_unit": self.unit(),
+                "bw_peak": bw_unit(b.peak_bps, c.gbits),
+                "bw_average": bw_unit(b.avg_bps, c.gbits),
+                "msg_rate_mpps": b.msg_rate / 1e6,
+            }),
+            Measured::Bw(b) => json!({
+                "iterations": b.iterations,
+                "seconds": b.elapsed.as_secs_f64(),
+                "bw_unit": self.unit(),
+                "bw_peak": bw_unit(b.peak_bps, c.gbits),
+                "bw_average": bw_unit(b.avg_bps, c.gbits),
+                "msg_rate_mpps": b.msg_rate / 1e6,
+            }),
+            Measured::Lat(l) => json!({
+                "iterations": l.iterations,
+                "t_min_usec": l.stats.min,
+                "t_max_usec": l.stats.max,
+                "t_typical_usec": l.stats.typical,
+                "t_avg_usec": l.stats.avg,
+                "t_stdev_usec": l.stats.stdev,
+                "p99_usec": l.stats.p99,
+                "p99_9_usec": l.stats.p999,
+                "half_round_trip": c.test != super::Test::ReadLat,
+            }),
+        }
+    }
+
+    fn json_of(&self, r: &ResultRow, m: &Measured, transport: &str) -> Value {
         let c = self.cfg;
         let mut v = json!({
             "type": "result",
@@ -248,37 +353,12 @@ impl<'a> Reporter<'a> {
         {
             a.insert("clock".into(), json!(clock.code()));
         }
-        let extra = match m {
-            // A peer's report: not timed here, so no seconds.
-            Measured::Bw(b) if b.clock.is_none() => json!({
-                "bw_unit": self.unit(),
-                "bw_peak": bw_unit(b.peak_bps, c.gbits),
-                "bw_average": bw_unit(b.avg_bps, c.gbits),
-                "msg_rate_mpps": b.msg_rate / 1e6,
-            }),
-            Measured::Bw(b) => json!({
-                "seconds": b.elapsed.as_secs_f64(),
-                "bw_unit": self.unit(),
-                "bw_peak": bw_unit(b.peak_bps, c.gbits),
-                "bw_average": bw_unit(b.avg_bps, c.gbits),
-                "msg_rate_mpps": b.msg_rate / 1e6,
-            }),
-            Measured::Lat(l) => json!({
-                "t_min_usec": l.stats.min,
-                "t_max_usec": l.stats.max,
-                "t_typical_usec": l.stats.typical,
-                "t_avg_usec": l.stats.avg,
-                "t_stdev_usec": l.stats.stdev,
-                "p99_usec": l.stats.p99,
-                "p99_9_usec": l.stats.p999,
-                "half_round_trip": c.test != super::Test::ReadLat,
-            }),
-        };
-        if let (Value::Object(a), Value::Object(b)) = (&mut v, extra) {
+        if let Value::Object(a) = &mut v {
+            // softrnic slept on completion events; the baselines beside it do not spin.
+            a.insert("events".into(), json!(c.events));
+        }
+        if let (Value::Object(a), Value::Object(b)) = (&mut v, self.figures(m)) {
             a.extend(b);
-            if let Some(x) = ratio {
-                a.insert("ratio_vs_tcp".into(), json!(x));
-            }
         }
         v
     }
@@ -293,63 +373,208 @@ impl<'a> Reporter<'a> {
         self.out.flush()
     }
 
-    /// The closing short table: one line per size, softrnic against the baseline.
+    /// The closing short table: one line per size, softrnic against the baselines
+    /// (latency: one line per size and system, with the tail).
     pub fn summary(&mut self, rows: &[ResultRow]) -> io::Result<()> {
         if self.cfg.json {
             return Ok(());
         }
-        let c = self.cfg;
-        let bw = c.test.is_bw();
-        let what = if bw {
-            format!("BW average, {}", self.unit())
-        } else if c.test == super::Test::ReadLat {
-            "t_typical, usec, full round trip".to_string()
+        if self.cfg.test.is_bw() {
+            self.bw_summary(rows)
         } else {
-            "t_typical, usec, half round trip".to_string()
-        };
-        let base = c.baseline.is_some();
+            self.lat_summary(rows)
+        }
+    }
+
+    fn bw_summary(&mut self, rows: &[ResultRow]) -> io::Result<()> {
+        let c = self.cfg;
+        let kinds = c.tcp_kinds();
+        let unit = self.unit();
         let o = &mut self.out;
         writeln!(o, "{RULE}")?;
         writeln!(
             o,
-            " summary: {}, {} QP(s), CRC {} ({what}{})",
+            " summary: {}, {} QP(s), CRC {} (BW average, {unit}{})",
             c.test.name(),
             c.qps,
             if c.crc { "on" } else { "off" },
-            if base && !bw {
-                "; ratio below 1: softrnic faster"
-            } else {
+            if kinds.is_empty() {
                 ""
+            } else {
+                "; softrnic/TCP: against the strongest TCP baseline, named; above 1: softrnic faster"
             }
         )?;
-        if base {
-            writeln!(
-                o,
-                " {:>10} {:>12} {:>12} {:>13}",
-                "size", "softrnic", "TCP", "softrnic/TCP"
-            )?;
-        } else {
-            writeln!(o, " {:>10} {:>12}", "size", "softrnic")?;
+        write!(o, " {:>10} {:>12}", "size", "softrnic")?;
+        for k in &kinds {
+            write!(o, " {:>14}", format!("TCP {}", k.label()))?;
         }
+        if !kinds.is_empty() {
+            write!(o, " {:>13} {:>10}", "softrnic/TCP", "against")?;
+        }
+        writeln!(o)?;
         let val = |m: &Measured| match m {
             Measured::Bw(b) => bw_unit(b.avg_bps, c.gbits),
             Measured::Lat(l) => l.stats.typical,
         };
         for r in rows {
             write!(o, " {:>10} {:>12.2}", human_size(r.size), val(&r.softrnic))?;
-            if base {
+            for k in &kinds {
                 let t = r
-                    .tcp
-                    .as_ref()
-                    .map_or_else(|| "-".into(), |t| format!("{:.2}", val(t)));
+                    .baselines
+                    .iter()
+                    .find(|(x, _)| x == k)
+                    .map_or_else(|| "-".into(), |(_, m)| format!("{:.2}", val(m)));
+                write!(o, " {t:>14}")?;
+            }
+            if !kinds.is_empty() {
                 let x = r.ratio().map_or_else(|| "-".into(), |x| format!("{x:.2}"));
-                write!(o, " {t:>12} {x:>13}")?;
+                write!(o, " {x:>13} {:>10}", r.tcp_kind.map_or("-", TcpKind::label))?;
             }
             writeln!(o)?;
+        }
+        if rows.iter().any(|r| r.softrnic.cpu().is_some()) {
+            let scope = cpu_scope(rows);
+            writeln!(
+                o,
+                " CPU seconds (user + system, {scope}) per GB moved / per million messages:"
+            )?;
+            write!(o, " {:>10} {:>20}", "size", "softrnic")?;
+            for k in &kinds {
+                write!(o, " {:>20}", format!("TCP {}", k.label()))?;
+            }
+            writeln!(o)?;
+            for r in rows {
+                write!(
+                    o,
+                    " {:>10} {:>20}",
+                    human_size(r.size),
+                    cpu_cell(r.softrnic.cpu(), true)
+                )?;
+                for k in &kinds {
+                    let m = r.baselines.iter().find(|(x, _)| x == k).map(|(_, m)| m);
+                    write!(o, " {:>20}", cpu_cell(m.and_then(Measured::cpu), true))?;
+                }
+                writeln!(o)?;
+            }
         }
         writeln!(o, "{RULE}")?;
         o.flush()
     }
+
+    fn lat_summary(&mut self, rows: &[ResultRow]) -> io::Result<()> {
+        let c = self.cfg;
+        let o = &mut self.out;
+        writeln!(o, "{RULE}")?;
+        writeln!(
+            o,
+            " summary: {}, CRC {} (usec, {}{})",
+            c.test.name(),
+            if c.crc { "on" } else { "off" },
+            if c.test == super::Test::ReadLat {
+                "full round trip"
+            } else {
+                "half round trip"
+            },
+            if c.baseline.is_some() {
+                "; softrnic/X: each figure of softrnic over the strongest TCP baseline's \
+                 (lowest t_typical); below 1: softrnic faster"
+            } else {
+                ""
+            }
+        )?;
+        let cpu = rows.iter().any(|r| r.softrnic.cpu().is_some());
+        write!(
+            o,
+            " {:>10}  {:<20} {:>10} {:>10} {:>10} {:>10}",
+            "size", "system", "t_typical", "t_avg", "99%", "99.9%"
+        )?;
+        if cpu {
+            write!(o, "  CPU s per M msgs ({})", cpu_scope(rows))?;
+        }
+        writeln!(o)?;
+        for r in rows {
+            let line = |o: &mut dyn Write, who: &str, l: &super::LatResult| {
+                let s = &l.stats;
+                write!(
+                    o,
+                    " {:>10}  {:<20} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+                    human_size(r.size),
+                    who,
+                    s.typical,
+                    s.avg,
+                    s.p99,
+                    s.p999
+                )?;
+                if cpu {
+                    write!(o, "  {:>10}", cpu_cell(l.cpu.as_ref(), false))?;
+                }
+                writeln!(o)
+            };
+            let Measured::Lat(l) = &r.softrnic else {
+                continue;
+            };
+            line(*o, "softrnic", l)?;
+            for (k, m) in &r.baselines {
+                if let Measured::Lat(t) = m {
+                    line(*o, &format!("TCP {}", k.label()), t)?;
+                }
+            }
+            if let (Some(Measured::Lat(t)), Some(k)) = (&r.tcp, r.tcp_kind) {
+                let q = |a: f64, b: f64| {
+                    if b > 0.0 {
+                        format!("{:.2}", a / b)
+                    } else {
+                        "-".into()
+                    }
+                };
+                let (s, t) = (&l.stats, &t.stats);
+                writeln!(
+                    o,
+                    " {:>10}  {:<20} {:>10} {:>10} {:>10} {:>10}",
+                    human_size(r.size),
+                    format!("softrnic/{}", k.label()),
+                    q(s.typical, t.typical),
+                    q(s.avg, t.avg),
+                    q(s.p99, t.p99),
+                    q(s.p999, t.p999)
+                )?;
+            }
+        }
+        writeln!(o, "{RULE}")?;
+        o.flush()
+    }
+}
+
+/// Whose CPU the rows counted.
+fn cpu_scope(rows: &[ResultRow]) -> &'static str {
+    match rows.iter().find_map(|r| r.softrnic.cpu()) {
+        Some(u) if u.both_sides => "both sides",
+        Some(_) => "this side only",
+        None => "-",
+    }
+}
+
+/// A CPU cell: seconds per GB / per million messages (`per_gb`), or per million
+/// messages only.
+fn cpu_cell(u: Option<&super::CpuUse>, per_gb: bool) -> String {
+    let f = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.3}"));
+    match u {
+        None => "-".into(),
+        Some(u) if per_gb => format!("{} / {}", f(u.per_gb()), f(u.per_mmsg())),
+        Some(u) => f(u.per_mmsg()),
+    }
+}
+
+/// softrnic's latency figures over a baseline's, as JSON.
+fn lat_ratios(s: &super::LatResult, t: &super::LatResult) -> Value {
+    let q = |a: f64, b: f64| if b > 0.0 { json!(a / b) } else { Value::Null };
+    let (s, t) = (&s.stats, &t.stats);
+    json!({
+        "t_typical": q(s.typical, t.typical),
+        "t_avg": q(s.avg, t.avg),
+        "p99": q(s.p99, t.p99),
+        "p99_9": q(s.p999, t.p999),
+    })
 }
 
 #[cfg(test)]

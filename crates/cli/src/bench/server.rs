@@ -21,13 +21,15 @@
 use super::cqs::CqSet;
 use super::meta::Meta;
 use super::rdma::{
-    CREDIT_CHECK, CREDIT_LEN, CREDIT_SLOTS, Watch, e2s, engines_line, next_tag, recv_wr, stats_line,
+    CREDIT_CHECK, CREDIT_LEN, CREDIT_SLOTS, WAIT, Watch, e2s, engines_line, next_tag, recv_wr,
+    stats_line,
 };
 use super::{MAX_SIZE, Test};
 use softrnic_rnic::{
     Access, Completion, ConnRequest, Device, Listener, Mr, Qp, QpId, QpInit, SendOp, SendWr,
     WcOpcode, WcStatus,
 };
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -231,7 +233,9 @@ fn serve_round(
     let (q, size, rx_depth) = (sh.qps, sh.size, sh.rx_depth);
     let (sq_depth, rq_depth) = (sh.sq_depth, sh.rq_depth);
     let pd = dev.alloc_pd();
-    let cq = CqSet::new(dev, q, sh.cq_depth)?;
+    // The tests -e allows (a client's flag on another is ignored: it polls).
+    let events = meta.events() && !matches!(test, Test::WriteLat | Test::SendBw);
+    let cq = CqSet::with_events(dev, q, sh.cq_depth, events)?;
     let setup_deadline = Instant::now() + opts.setup;
     let mut eps = Vec::with_capacity(q);
     let mut pending = Some((first, meta));
@@ -446,12 +450,14 @@ fn send_bw_server(
 ) -> Result<(), String> {
     let every = (rx_depth as u64 / 8).max(1);
     let mut wcs = vec![Completion::default(); 64];
+    // A completion per message: each finds its QP in one look-up.
+    let index: HashMap<QpId, usize> = eps.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
     let mut empty = 0u32;
     let mut error = None;
     loop {
         let n = cq.poll(&mut wcs);
         for c in &wcs[..n] {
-            let Some(ep) = eps.iter_mut().find(|e| e.id == c.qp) else {
+            let Some(ep) = index.get(&c.qp).and_then(|&i| eps.get_mut(i)) else {
                 continue;
             };
             match (c.opcode, c.status) {
@@ -529,7 +535,7 @@ fn echo_server(
         invalidate: None,
     };
     loop {
-        let n = cq.poll(&mut wcs);
+        let n = cq.next(&mut wcs, WAIT);
         let mut reply = false;
         for c in &wcs[..n] {
             match (c.opcode, c.status) {
@@ -558,7 +564,7 @@ fn echo_server(
             continue;
         }
         spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(1024) {
+        if spins.is_multiple_of(1024) || cq.sleeps() {
             if watch.check(dev) {
                 break;
             }

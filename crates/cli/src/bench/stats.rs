@@ -1,6 +1,8 @@
 //! Statistics: latency summaries (perftest's columns), bandwidth meters with a peak over
-//! short windows, and the progress line shown on stderr for runs longer than a second.
+//! short windows, the CPU a run used, and the progress line shown on stderr for runs
+//! longer than a second.
 
+use softrnic_rnic::usage::{self, CpuTime};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -168,7 +170,79 @@ impl BwMeter {
             peak_bps: peak * size as f64,
             avg_bps: msg_rate * size as f64,
             msg_rate,
+            cpu: None,
         }
+    }
+}
+
+/// The CPU a run used: `getrusage(RUSAGE_SELF)` deltas around its measuring loop, so
+/// every thread of the process counts (in loopback mode both sides, their engine
+/// threads and the TCP baseline's server thread; otherwise this side only), beside what
+/// the run moved in that time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuUse {
+    /// User and system CPU time.
+    pub time: CpuTime,
+    /// Messages moved while it was counted (latency tests: both directions, warm-up
+    /// included).
+    pub messages: u64,
+    /// Payload octets moved while it was counted.
+    pub bytes: u64,
+    /// Whether both sides ran in this process (loopback), else this side only.
+    pub both_sides: bool,
+}
+
+impl CpuUse {
+    /// CPU seconds (user + system).
+    pub fn seconds(&self) -> f64 {
+        self.time.total().as_secs_f64()
+    }
+
+    /// CPU seconds per GB (10^9 octets) moved.
+    pub fn per_gb(&self) -> Option<f64> {
+        (self.bytes > 0).then(|| self.seconds() / (self.bytes as f64 / 1e9))
+    }
+
+    /// CPU seconds per million messages moved.
+    pub fn per_mmsg(&self) -> Option<f64> {
+        (self.messages > 0).then(|| self.seconds() / (self.messages as f64 / 1e6))
+    }
+
+    /// Whose CPU: `both sides` or `this side`.
+    pub fn scope(&self) -> &'static str {
+        if self.both_sides {
+            "both_sides"
+        } else {
+            "this_side"
+        }
+    }
+}
+
+/// Counts the process's CPU time from its start to [`CpuClock::stop`].
+pub struct CpuClock {
+    start: Option<CpuTime>,
+    both_sides: bool,
+}
+
+impl CpuClock {
+    /// Starts counting now; `both_sides`: both sides run in this process.
+    pub fn start(both_sides: bool) -> CpuClock {
+        CpuClock {
+            start: usage::process().ok(),
+            both_sides,
+        }
+    }
+
+    /// The CPU used since the start, for `messages` messages and `bytes` octets; `None`
+    /// if the kernel could not say.
+    pub fn stop(&self, messages: u64, bytes: u64) -> Option<CpuUse> {
+        let now = usage::process().ok()?;
+        Some(CpuUse {
+            time: now.since(self.start.as_ref()?),
+            messages,
+            bytes,
+            both_sides: self.both_sides,
+        })
     }
 }
 
@@ -190,6 +264,8 @@ pub struct BwResult {
     pub avg_bps: f64,
     /// Messages per second.
     pub msg_rate: f64,
+    /// The CPU the run used, if counted.
+    pub cpu: Option<CpuUse>,
 }
 
 /// A latency result.
@@ -201,6 +277,8 @@ pub struct LatResult {
     pub iterations: u64,
     /// The summary, microseconds.
     pub stats: LatStats,
+    /// The CPU the run used, if counted.
+    pub cpu: Option<CpuUse>,
 }
 
 /// Prints a progress line to stderr once a run has lasted more than a second, then once a

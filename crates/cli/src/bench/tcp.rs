@@ -1,34 +1,133 @@
-//! The TCP baseline: the same pattern as each softrnic test over plain kernel TCP
-//! sockets, with the same message sizes, amounts and threads.
+//! The TCP baselines: the same pattern as each softrnic test over plain kernel TCP
+//! sockets, with the same message sizes, amounts and threads, in up to three
+//! disciplines ([`TcpKind`]), each labelled as what it is, so that softrnic is compared
+//! with the strongest of them and not only with the easiest.
 //!
 //! - Bandwidth: one stream. The client writes messages of the size (write_bw, send_bw),
-//!   or the server does and the client reads (read_bw); reads use a buffer of the
-//!   message size. The sockets are plain (Nagle on, as a streaming application has
-//!   them) unless `--tcp-nodelay` sets `TCP_NODELAY`, as softrnic does on its own. The
-//!   writer's clock stops when the reader has acknowledged every octet, as softrnic's
-//!   stops on a final Read that the server answers only after all the data.
-//! - Latency: a ping-pong on non-blocking `TCP_NODELAY` sockets that both sides
-//!   busy-poll: the message size both ways (write_lat, send_lat: half the round trip is
-//!   reported), or a 16-octet request answered by the message (read_lat: the full round
-//!   trip).
+//!   or the server does and the client reads (read_bw).
+//!   - *blocking*: one blocking `write(2)` per message, reads of the message size;
+//!   - *busy-poll*: the same calls on non-blocking sockets that both sides spin on (as
+//!     softrnic's polling consumer drives its sockets);
+//!   - *batching*: blocking calls through a 64 KiB buffered writer ([`BATCH_WRITE`]) and
+//!     reads of at least 256 KiB ([`BATCH_READ`]), as a streaming program would do.
+//!
+//!   The sockets are plain (Nagle on, as a streaming application has them) unless
+//!   `--tcp-nodelay` sets `TCP_NODELAY`, as softrnic does on its own. The writer's clock
+//!   stops when the reader has acknowledged every octet, as softrnic's stops on a final
+//!   Read that the server answers only after all the data.
+//! - Latency: a ping-pong on `TCP_NODELAY` sockets: the message size both ways
+//!   (write_lat, send_lat: half the round trip is reported), or a 16-octet request
+//!   answered by the message (read_lat: the full round trip); *busy-poll* (non-blocking
+//!   sockets both sides spin on) and *blocking* (each side sleeps in `read(2)`).
 //!
 //! A 32-octet header from the client starts each connection: magic `SRNT`, test code,
-//! flags (bit 0: `TCP_NODELAY`), 2 reserved, size (u64), messages (u64, 0: duration
-//! mode), duration in ms (u32), 4 reserved; network byte order.
+//! flags (bit 0: `TCP_NODELAY`), discipline ([`TcpKind::code`]; 0, from older clients:
+//! blocking for bandwidth, busy-poll for latency), 1 reserved, size (u64), messages (u64,
+//! 0: duration mode), duration in ms (u32), 4 reserved; network byte order.
 
-use super::stats::{BwMeter, LatStats, Progress};
-use super::{BenchConfig, LatResult, Measured, Test};
-use std::io::{self, Read, Write};
+use super::stats::{BwMeter, CpuClock, LatStats, Progress};
+use super::{BenchConfig, LatResult, Measured, Mode, Test};
+use std::io::{self, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 const MAGIC: &[u8; 4] = b"SRNT";
 const HEADER_LEN: usize = 32;
 const READ_REQ_LEN: usize = 16;
+/// The batching baseline's sender buffer.
+pub const BATCH_WRITE: usize = 64 << 10;
+/// The batching baseline's smallest read.
+pub const BATCH_READ: usize = 256 << 10;
+
+/// How a TCP baseline moves its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TcpKind {
+    /// Blocking sockets, one `write(2)` per message, reads of the message size.
+    Blocking,
+    /// Non-blocking sockets that both sides spin on, one call per message.
+    BusyPoll,
+    /// Blocking sockets, a 64 KiB buffered writer and reads of at least 256 KiB
+    /// (bandwidth tests only).
+    Batching,
+}
+
+impl TcpKind {
+    /// The code in the baseline's header.
+    pub fn code(self) -> u8 {
+        match self {
+            TcpKind::Blocking => 1,
+            TcpKind::BusyPoll => 2,
+            TcpKind::Batching => 3,
+        }
+    }
+
+    fn from_code(c: u8, test: Test) -> Option<TcpKind> {
+        match c {
+            0 if test.is_bw() => Some(TcpKind::Blocking),
+            0 => Some(TcpKind::BusyPoll),
+            1 => Some(TcpKind::Blocking),
+            2 => Some(TcpKind::BusyPoll),
+            3 if test.is_bw() => Some(TcpKind::Batching),
+            _ => None,
+        }
+    }
+
+    /// The name in JSON (`baseline`, and the keys of `baselines`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TcpKind::Blocking => "blocking",
+            TcpKind::BusyPoll => "busy_poll",
+            TcpKind::Batching => "batching",
+        }
+    }
+
+    /// The short label in tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            TcpKind::Blocking => "blocking",
+            TcpKind::BusyPoll => "busy-poll",
+            TcpKind::Batching => "batching",
+        }
+    }
+
+    /// What it is, for the header of a run.
+    pub fn describe(self, test: Test) -> String {
+        let bw = test.is_bw();
+        match self {
+            TcpKind::Blocking if bw => {
+                "one blocking write(2) per message, reads of the message size".into()
+            }
+            TcpKind::Blocking => "ping-pong on blocking sockets (each side sleeps in read)".into(),
+            TcpKind::BusyPoll if bw => "non-blocking sockets both sides spin on, one call per \
+                                        message, reads of the message size"
+                .into(),
+            TcpKind::BusyPoll => "ping-pong on non-blocking sockets both sides spin on".into(),
+            TcpKind::Batching => format!(
+                "blocking, a {} KiB buffered writer, reads of at least {} KiB",
+                BATCH_WRITE >> 10,
+                BATCH_READ >> 10
+            ),
+        }
+    }
+
+    /// The baselines run with `test`: all of them; with `events` (softrnic sleeps on
+    /// completion events), only those that do not spin either.
+    pub fn for_test(test: Test, events: bool) -> Vec<TcpKind> {
+        let mut v = vec![TcpKind::Blocking];
+        if !events {
+            v.push(TcpKind::BusyPoll);
+        }
+        if test.is_bw() {
+            v.push(TcpKind::Batching);
+        }
+        v
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Header {
     test: Test,
+    kind: TcpKind,
     size: u64,
     msgs: u64,
     duration_ms: u32,
@@ -41,6 +140,7 @@ impl Header {
         b[0..4].copy_from_slice(MAGIC);
         b[4] = self.test.code();
         b[5] = u8::from(self.nodelay);
+        b[6] = self.kind.code();
         b[8..16].copy_from_slice(&self.size.to_be_bytes());
         b[16..24].copy_from_slice(&self.msgs.to_be_bytes());
         b[24..28].copy_from_slice(&self.duration_ms.to_be_bytes());
@@ -53,6 +153,7 @@ impl Header {
             return Err(bad("not a softrnic TCP baseline client"));
         }
         let test = Test::from_code(b[4]).ok_or_else(|| bad("unknown test"))?;
+        let kind = TcpKind::from_code(b[6], test).ok_or_else(|| bad("unknown discipline"))?;
         let u64_at = |o: usize| {
             let mut a = [0u8; 8];
             a.copy_from_slice(&b[o..o + 8]);
@@ -64,6 +165,7 @@ impl Header {
         }
         Ok(Header {
             test,
+            kind,
             size,
             msgs: u64_at(16),
             duration_ms: u32::from_be_bytes([b[24], b[25], b[26], b[27]]),
@@ -89,24 +191,20 @@ fn serve_one(mut s: TcpStream) -> io::Result<()> {
     let h = Header::decode(&hb)?;
     s.set_nodelay(h.nodelay)?;
     let size = h.size as usize;
+    let spin = h.kind == TcpKind::BusyPoll;
     match h.test {
         Test::WriteBw | Test::SendBw => {
-            let mut buf = vec![0u8; size];
-            let mut total: u64 = 0;
-            loop {
-                match s.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => total += n as u64,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
+            let mut buf = vec![0u8; read_len(h.kind, size)];
+            s.set_nonblocking(spin)?;
+            let total = read_to_end_counting(&s, &mut buf, |_| {})?;
+            s.set_nonblocking(false)?;
             s.write_all(&total.to_be_bytes())?;
         }
         Test::ReadBw => {
             let buf = vec![0x5au8; size];
             let deadline = (h.msgs == 0)
                 .then(|| Instant::now() + Duration::from_millis(u64::from(h.duration_ms)));
+            let mut w = Writer::new(&s, h.kind)?;
             let mut sent = 0u64;
             loop {
                 if let Some(d) = deadline {
@@ -116,15 +214,16 @@ fn serve_one(mut s: TcpStream) -> io::Result<()> {
                 } else if sent >= h.msgs {
                     break;
                 }
-                s.write_all(&buf)?;
+                w.write_msg(&buf)?;
                 sent += 1;
             }
+            w.finish()?;
             s.shutdown(std::net::Shutdown::Write)?;
             let mut rest = Vec::new();
             let _ = s.read_to_end(&mut rest);
         }
         Test::WriteLat | Test::SendLat | Test::ReadLat => {
-            s.set_nonblocking(true)?;
+            s.set_nonblocking(spin)?;
             let req = if h.test == Test::ReadLat {
                 READ_REQ_LEN
             } else {
@@ -132,16 +231,79 @@ fn serve_one(mut s: TcpStream) -> io::Result<()> {
             };
             let mut inbuf = vec![0u8; req];
             let outbuf = vec![0x5au8; size];
-            while read_exact_spin(&mut s, &mut inbuf)? {
-                write_all_spin(&mut s, &outbuf)?;
+            while read_exact_spin(&s, &mut inbuf)? {
+                write_all_spin(&s, &outbuf)?;
             }
         }
     }
     Ok(())
 }
 
-/// Writes everything, spinning while the socket would block.
-fn write_all_spin(s: &mut TcpStream, mut b: &[u8]) -> io::Result<()> {
+/// The reader's buffer: the message size, or at least [`BATCH_READ`] when batching.
+fn read_len(kind: TcpKind, size: usize) -> usize {
+    match kind {
+        TcpKind::Batching => size.max(BATCH_READ),
+        _ => size,
+    }
+}
+
+/// The sending side of a bandwidth baseline: a message per call, blocking or spinning,
+/// or through a buffered writer.
+enum Writer<'a> {
+    Direct(&'a TcpStream),
+    Buffered(BufWriter<&'a TcpStream>),
+}
+
+impl<'a> Writer<'a> {
+    fn new(s: &'a TcpStream, kind: TcpKind) -> io::Result<Writer<'a>> {
+        s.set_nonblocking(kind == TcpKind::BusyPoll)?;
+        Ok(match kind {
+            TcpKind::Batching => Writer::Buffered(BufWriter::with_capacity(BATCH_WRITE, s)),
+            _ => Writer::Direct(s),
+        })
+    }
+
+    fn write_msg(&mut self, m: &[u8]) -> io::Result<()> {
+        match self {
+            Writer::Direct(s) => write_all_spin(s, m),
+            Writer::Buffered(w) => w.write_all(m),
+        }
+    }
+
+    /// Flushes what is buffered and leaves the socket blocking.
+    fn finish(self) -> io::Result<()> {
+        let s = match self {
+            Writer::Direct(s) => s,
+            Writer::Buffered(w) => w.into_inner().map_err(|e| e.into_error())?,
+        };
+        s.set_nonblocking(false)
+    }
+}
+
+/// Reads until the end of the stream (spinning if the socket is non-blocking), calling
+/// `tick` with the total so far after each read; returns the total.
+fn read_to_end_counting(
+    mut s: &TcpStream,
+    buf: &mut [u8],
+    mut tick: impl FnMut(u64),
+) -> io::Result<u64> {
+    let mut total: u64 = 0;
+    loop {
+        match s.read(buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => {
+                total += n as u64;
+                tick(total);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes everything, spinning while a non-blocking socket would block.
+fn write_all_spin(mut s: &TcpStream, mut b: &[u8]) -> io::Result<()> {
     while !b.is_empty() {
         match s.write(b) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -154,9 +316,9 @@ fn write_all_spin(s: &mut TcpStream, mut b: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Fills `buf`, spinning while the socket would block; false on a clean end of stream
-/// before the first octet.
-fn read_exact_spin(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<bool> {
+/// Fills `buf`, spinning while a non-blocking socket would block; false on a clean end
+/// of stream before the first octet.
+fn read_exact_spin(mut s: &TcpStream, buf: &mut [u8]) -> io::Result<bool> {
     let mut got = 0;
     while got < buf.len() {
         match s.read(&mut buf[got..]) {
@@ -171,9 +333,14 @@ fn read_exact_spin(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<bool> {
     Ok(true)
 }
 
-/// Runs one size of the baseline as the client.
-pub fn client_round(cfg: &BenchConfig, addr: SocketAddr, size: usize) -> io::Result<Measured> {
-    let mut s = TcpStream::connect(addr)?;
+/// Runs one size of the baseline `kind` as the client.
+pub fn client_round(
+    cfg: &BenchConfig,
+    addr: SocketAddr,
+    size: usize,
+    kind: TcpKind,
+) -> io::Result<Measured> {
+    let s = TcpStream::connect(addr)?;
     let test = cfg.test;
     // Latency: every message goes out at once. Bandwidth: a plain socket (Nagle on)
     // unless asked, as an application streaming over TCP would have it.
@@ -182,6 +349,7 @@ pub fn client_round(cfg: &BenchConfig, addr: SocketAddr, size: usize) -> io::Res
     let bw_msgs = cfg.iters * u64::from(cfg.qps);
     let h = Header {
         test,
+        kind,
         size: size as u64,
         msgs: if cfg.duration.is_some() {
             0
@@ -193,18 +361,20 @@ pub fn client_round(cfg: &BenchConfig, addr: SocketAddr, size: usize) -> io::Res
         duration_ms: cfg.duration.map_or(0, |d| d.as_millis() as u32),
         nodelay,
     };
-    s.write_all(&h.encode())?;
-    let label = format!("{} {} B tcp", test.name(), size);
+    (&s).write_all(&h.encode())?;
+    let label = format!("{} {} B tcp {}", test.name(), size, kind.label());
     let mut progress = Progress::new(label, size, test.is_bw(), cfg.show_progress);
+    let cpu = CpuClock::start(cfg.mode == Mode::Loopback);
     let r = match test {
         Test::WriteBw | Test::SendBw => {
             let buf = vec![0x5au8; size];
+            let mut w = Writer::new(&s, kind)?;
             let start = Instant::now();
             let deadline = cfg.duration.map(|d| start + d);
             let mut meter = BwMeter::start(start);
             let mut ops = 0u64;
             loop {
-                s.write_all(&buf)?;
+                w.write_msg(&buf)?;
                 ops += 1;
                 let now = Instant::now();
                 meter.record(now, ops);
@@ -215,9 +385,10 @@ pub fn client_round(cfg: &BenchConfig, addr: SocketAddr, size: usize) -> io::Res
                     _ => {}
                 }
             }
+            w.finish()?;
             s.shutdown(std::net::Shutdown::Write)?;
             let mut ack = [0u8; 8];
-            s.read_exact(&mut ack)?;
+            (&s).read_exact(&mut ack)?;
             let end = Instant::now();
             let got = u64::from_be_bytes(ack);
             if got != ops * size as u64 {
@@ -229,29 +400,21 @@ pub fn client_round(cfg: &BenchConfig, addr: SocketAddr, size: usize) -> io::Res
             Measured::Bw(meter.finish(end, ops, size))
         }
         Test::ReadBw => {
-            let mut buf = vec![0u8; size];
+            let mut buf = vec![0u8; read_len(kind, size)];
+            s.set_nonblocking(kind == TcpKind::BusyPoll)?;
             let start = Instant::now();
             let mut meter = BwMeter::start(start);
-            let mut bytes = 0u64;
-            loop {
-                match s.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        bytes += n as u64;
-                        let now = Instant::now();
-                        let ops = bytes / size as u64;
-                        meter.record(now, ops);
-                        progress.tick(now, ops);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
+            let bytes = read_to_end_counting(&s, &mut buf, |total| {
+                let now = Instant::now();
+                let ops = total / size as u64;
+                meter.record(now, ops);
+                progress.tick(now, ops);
+            })?;
             let end = Instant::now();
             Measured::Bw(meter.finish(end, bytes / size as u64, size))
         }
         Test::WriteLat | Test::SendLat | Test::ReadLat => {
-            s.set_nonblocking(true)?;
+            s.set_nonblocking(kind == TcpKind::BusyPoll)?;
             let (req, resp) = if test == Test::ReadLat {
                 (READ_REQ_LEN, size)
             } else {
@@ -268,8 +431,8 @@ pub fn client_round(cfg: &BenchConfig, addr: SocketAddr, size: usize) -> io::Res
                     deadline = cfg.duration.map(|d| Instant::now() + d);
                 }
                 let t0 = Instant::now();
-                write_all_spin(&mut s, &out)?;
-                if !read_exact_spin(&mut s, &mut inbuf)? {
+                write_all_spin(&s, &out)?;
+                if !read_exact_spin(&s, &mut inbuf)? {
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
                 let t1 = Instant::now();
@@ -291,11 +454,12 @@ pub fn client_round(cfg: &BenchConfig, addr: SocketAddr, size: usize) -> io::Res
                 bytes: size,
                 iterations: samples.len() as u64,
                 stats,
+                cpu: None,
             })
         }
     };
     progress.finish();
-    Ok(r)
+    Ok(r.with_cpu(&cpu, if test.is_bw() { 0 } else { cfg.warmup }))
 }
 
 #[cfg(test)]
@@ -304,16 +468,71 @@ mod tests {
 
     #[test]
     fn header_round_trip() {
+        for (test, kind) in [
+            (Test::ReadLat, TcpKind::BusyPoll),
+            (Test::SendLat, TcpKind::Blocking),
+            (Test::WriteBw, TcpKind::Batching),
+            (Test::ReadBw, TcpKind::BusyPoll),
+        ] {
+            let h = Header {
+                test,
+                kind,
+                size: 4096,
+                msgs: 1100,
+                duration_ms: 0,
+                nodelay: true,
+            };
+            assert_eq!(Header::decode(&h.encode()).unwrap(), h);
+        }
         let h = Header {
             test: Test::ReadLat,
+            kind: TcpKind::BusyPoll,
             size: 4096,
             msgs: 1100,
             duration_ms: 0,
             nodelay: true,
         };
-        assert_eq!(Header::decode(&h.encode()).unwrap(), h);
         let mut b = h.encode();
         b[0] = 0;
         assert!(Header::decode(&b).is_err());
+        // Batching is for streams only; unknown codes are refused.
+        let mut b = h.encode();
+        b[6] = 3;
+        assert!(Header::decode(&b).is_err());
+        b[6] = 9;
+        assert!(Header::decode(&b).is_err());
+    }
+
+    /// An older client's header (discipline 0) gets what it used to.
+    #[test]
+    fn legacy_headers_keep_their_discipline() {
+        let mut b = Header {
+            test: Test::WriteBw,
+            kind: TcpKind::Blocking,
+            size: 64,
+            msgs: 10,
+            duration_ms: 0,
+            nodelay: false,
+        }
+        .encode();
+        b[6] = 0;
+        assert_eq!(Header::decode(&b).unwrap().kind, TcpKind::Blocking);
+        b[4] = Test::SendLat.code();
+        assert_eq!(Header::decode(&b).unwrap().kind, TcpKind::BusyPoll);
+    }
+
+    #[test]
+    fn baselines_per_test() {
+        use TcpKind::*;
+        assert_eq!(
+            TcpKind::for_test(Test::WriteBw, false),
+            [Blocking, BusyPoll, Batching]
+        );
+        assert_eq!(
+            TcpKind::for_test(Test::SendLat, false),
+            [Blocking, BusyPoll]
+        );
+        assert_eq!(TcpKind::for_test(Test::ReadBw, true), [Blocking, Batching]);
+        assert_eq!(TcpKind::for_test(Test::ReadLat, true), [Blocking]);
     }
 }

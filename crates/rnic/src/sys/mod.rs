@@ -4,5 +4,7 @@
 
 pub mod affinity;
 pub(crate) mod eventfd;
+pub mod nofile;
 pub(crate) mod random;
 pub(crate) mod socket;
+pub mod usage;

@@ -10,6 +10,7 @@
 
 pub(crate) mod fault;
 pub(crate) mod pcap;
+pub(crate) mod polled;
 pub(crate) mod socket;
 pub(crate) mod stream;
 pub(crate) mod user;

@@ -84,7 +84,9 @@ impl Tx {
         self.acked_accum = 0;
         self.recover = self.nxt;
         self.in_recovery = true;
-        self.high_rxt = self.una;
+        // What an earlier recovery already sent again is not sent a third time (if
+        // that copy is lost too, the timer repairs it).
+        self.high_rxt = self.high_rxt.max(self.una);
         self.lost_end = self.una + self.mss;
         self.extend_loss();
         self.rtx_now = true;

@@ -131,7 +131,11 @@ impl Connection {
             Some(a) => {
                 self.tx.advance(a as u64, now);
                 self.syn_acked();
-                self.state = State::Established;
+                self.state = if self.tx.fin.is_some() {
+                    State::FinWait1
+                } else {
+                    State::Established
+                };
                 self.event(Event::Established);
                 self.rx.ack_now = true;
             }
@@ -145,6 +149,9 @@ impl Connection {
     }
 
     fn syn_acked(&mut self) {
+        if self.retries > 0 {
+            self.tx.rtt.after_syn_timeout();
+        }
         self.syn_pending = false;
         self.retries = 0;
         self.timers.rto = None;

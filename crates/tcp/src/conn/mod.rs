@@ -304,9 +304,11 @@ impl Connection {
     }
 
     /// Closes our direction gracefully: queued data goes out, then FIN. Receiving goes
-    /// on until the peer's FIN.
+    /// on until the peer's FIN. Before the handshake completes, the FIN waits for it
+    /// (a connection with nothing queued in SYN-SENT is simply dropped).
     pub fn close(&mut self) {
         match self.state {
+            State::SynSent if self.tx.buf.end() > 0 => self.queue_fin(),
             State::Closed | State::Listen | State::SynSent => self.enter_closed(),
             State::SynReceived | State::Established => {
                 self.queue_fin();

@@ -70,6 +70,11 @@ impl Connection {
         remote: SocketAddrV4,
         out: &mut [u8],
     ) -> Option<usize> {
+        if self.rx.dup_ack_due {
+            // A bare ACK first: it is what tells the peer of a loss (a duplicate ACK,
+            // with SACK blocks), where a data segment's ACK would not.
+            return self.send_ack(remote, out);
+        }
         let room = out.len().saturating_sub(IPV4_HEADER_LEN + TCP_HEADER_LEN) as u64;
         match self.tx.pick(room, self.force_send) {
             Ok(p) => return self.send_data(now, remote, p, out),
@@ -124,6 +129,11 @@ impl Connection {
         let seg = self.header(remote, self.tx.seq(p.start), flags, len as usize, out.len());
         let parts = self.tx.buf.slices(pay_start - 1, pay_end - 1);
         let n = seg.emit_parts(parts, out).ok()?;
+        if p.rtx && p.start == self.tx.una {
+            // The oldest segment went again: give it a whole timeout to be
+            // acknowledged (as Linux does), lest the timer fire during recovery.
+            self.timers.rto = None;
+        }
         self.tx.sent(p, now);
         self.force_send = false;
         self.rx.acked();

@@ -64,6 +64,17 @@ impl RttEstimator {
         self.backoff = 0;
     }
 
+    /// The handshake completed after a SYN (or SYN-ACK) timed out, so with no sample:
+    /// data starts with a conservative 3 s timeout (RFC 6298 5.7), within the bounds.
+    pub fn after_syn_timeout(&mut self) {
+        if self.srtt.is_none() {
+            self.rto = self
+                .rto
+                .max(Duration::from_secs(3))
+                .clamp(self.min, self.max);
+        }
+    }
+
     pub fn srtt(&self) -> Option<Duration> {
         self.srtt
     }
@@ -94,6 +105,20 @@ mod tests {
             r.sample(10 * MS);
         }
         assert_eq!(r.timeout(), 200 * MS, "clamped to the minimum");
+    }
+
+    #[test]
+    fn a_syn_timeout_without_sample_starts_data_at_three_seconds() {
+        let mut r = RttEstimator::new(1000 * MS, 200 * MS, 60_000 * MS);
+        r.after_syn_timeout();
+        assert_eq!(r.timeout(), 3000 * MS);
+        let mut r = RttEstimator::new(1000 * MS, 200 * MS, 2000 * MS);
+        r.after_syn_timeout();
+        assert_eq!(r.timeout(), 2000 * MS, "within the maximum");
+        let mut r = RttEstimator::new(1000 * MS, 200 * MS, 60_000 * MS);
+        r.sample(10 * MS);
+        r.after_syn_timeout();
+        assert_eq!(r.timeout(), 200 * MS, "a sample wins");
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub(crate) struct Rx {
     unacked: u64,
     /// An ACK must go out now.
     pub ack_now: bool,
+    /// Data arrived out of order or twice: the ACK must go out bare (no payload), so
+    /// that the peer counts it as a duplicate ACK even while we send data too.
+    pub dup_ack_due: bool,
     /// A delayed ACK is due then.
     pub delack_at: Option<Duration>,
     /// How long an ACK may wait (`None`: never).
@@ -71,6 +74,7 @@ impl Rx {
             fin_received: false,
             unacked: 0,
             ack_now: false,
+            dup_ack_due: false,
             delack_at: None,
             delack,
             mss,
@@ -204,6 +208,7 @@ impl Rx {
                 }
             } else {
                 self.ack_now = true;
+                self.dup_ack_due |= out.out_of_order || out.kept == 0 || !self.ooo.is_empty();
             }
         }
         out
@@ -212,6 +217,7 @@ impl Rx {
     /// An ACK carrying the current state went out.
     pub fn acked(&mut self) {
         self.ack_now = false;
+        self.dup_ack_due = false;
         self.delack_at = None;
         self.unacked = 0;
     }

@@ -210,7 +210,9 @@ impl Wire {
     }
 
     fn push(&mut self, at: Duration, to: End, packet: &[u8]) {
-        let mut buf = self.spare.pop().unwrap_or_default();
+        // Every buffer holds an MTU, so a recycled one never grows.
+        let mtu = self.imp.mtu.max(packet.len());
+        let mut buf = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(mtu));
         buf.clear();
         buf.extend_from_slice(packet);
         if self.rng.chance(self.imp.corrupt) && !buf.is_empty() {

@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+use softrnic_tcp::sim::{End, Impairments, Wire};
 use softrnic_tcp::{
     Config, Connection, Event, Flags, Reassembly, SackBlock, Segment, SeqNum, State,
 };
@@ -98,7 +99,8 @@ impl Peer {
                 _ => break,
             }
         }
-        if self.close_when_sent && self.outbox.is_empty() {
+        // (A listening connection closed would stop listening: wait for the peer.)
+        if self.close_when_sent && self.outbox.is_empty() && self.conn.state() != State::Listen {
             self.close_when_sent = false;
             self.conn.close();
         }
@@ -137,10 +139,16 @@ pub struct Net {
     pub now: Duration,
     pub delay: Duration,
     pub mtu: usize,
-    /// Packets on the way: (arrival, to, octets), in arrival order.
-    wire: Vec<(Duration, Side, Vec<u8>)>,
+    /// Packets on the fixed-delay link: (arrival, to, octets), in arrival order.
+    queue: Vec<(Duration, Side, Vec<u8>)>,
     pub filter: Option<Filter>,
     pub log: Vec<Logged>,
+    /// Keep [`Net::log`] (off for the many-seed runs).
+    pub logging: bool,
+    /// When set, what passes the filter crosses this simulated wire instead of the
+    /// fixed-delay link (A is a, B is b).
+    pub wire: Option<Wire>,
+    buf: Vec<u8>,
 }
 
 /// A test configuration: small buffers, fast timers, so transfers take few steps.
@@ -173,10 +181,23 @@ impl Net {
             now: Duration::ZERO,
             delay: MS,
             mtu: 1500,
-            wire: Vec::new(),
+            queue: Vec::new(),
             filter: None,
             log: Vec::new(),
+            logging: true,
+            wire: None,
+            buf: vec![0; 1500],
         }
+    }
+
+    /// a connects to b over a simulated wire with these impairments and seed.
+    pub fn sim(ca: Config, cb: Config, imp: Impairments, seed: u64) -> Net {
+        let mut n = Net::new(ca, cb);
+        n.mtu = imp.mtu;
+        n.buf = vec![0; imp.mtu];
+        n.wire = Some(Wire::new(imp, seed));
+        n.logging = false;
+        n
     }
 
     pub fn peer(&mut self, s: Side) -> &mut Peer {
@@ -193,35 +214,45 @@ impl Net {
     }
 
     fn push(&mut self, at: Duration, to: Side, packet: Vec<u8>) {
-        let i = self.wire.partition_point(|(t, _, _)| *t <= at);
-        self.wire.insert(i, (at, to, packet));
+        let i = self.queue.partition_point(|(t, _, _)| *t <= at);
+        self.queue.insert(i, (at, to, packet));
     }
 
     /// Lets both applications act and both connections send what they have.
     fn transmit(&mut self) {
         for side in [Side::A, Side::B] {
             self.peer(side).app();
-            let mut buf = vec![0u8; self.mtu];
+            let mut buf = std::mem::take(&mut self.buf);
             while let Some(n) = {
                 let now = self.now;
                 self.peer(side).conn.poll_transmit(now, &mut buf)
             } {
-                let pkt = buf[..n].to_vec();
-                let seg = Segment::parse(&pkt).expect("we emit valid packets");
-                self.log.push(Logged {
-                    at: self.now,
-                    from: side,
-                    seq: seg.seq,
-                    ack: seg.ack,
-                    flags: seg.flags,
-                    len: seg.payload.len(),
-                    window: seg.window,
-                    sack: seg.options.sack.to_vec(),
-                    mss: seg.options.mss,
-                    wscale: seg.options.window_scale,
-                    sack_permitted: seg.options.sack_permitted,
-                    payload: seg.payload.to_vec(),
-                });
+                let pkt = &buf[..n];
+                if self.filter.is_none()
+                    && !self.logging
+                    && let Some(w) = &mut self.wire
+                {
+                    let end = if side == Side::A { End::A } else { End::B };
+                    w.send(end, self.now, pkt);
+                    continue;
+                }
+                let seg = Segment::parse(pkt).expect("we emit valid packets");
+                if self.logging {
+                    self.log.push(Logged {
+                        at: self.now,
+                        from: side,
+                        seq: seg.seq,
+                        ack: seg.ack,
+                        flags: seg.flags,
+                        len: seg.payload.len(),
+                        window: seg.window,
+                        sack: seg.options.sack.to_vec(),
+                        mss: seg.options.mss,
+                        wscale: seg.options.window_scale,
+                        sack_permitted: seg.options.sack_permitted,
+                        payload: seg.payload.to_vec(),
+                    });
+                }
                 let to = match side {
                     Side::A => Side::B,
                     Side::B => Side::A,
@@ -232,12 +263,19 @@ impl Net {
                 };
                 let at = self.now + self.delay;
                 match verdict {
-                    Verdict::Pass => self.push(at, to, pkt),
+                    Verdict::Pass => match &mut self.wire {
+                        Some(w) => {
+                            let end = if side == Side::A { End::A } else { End::B };
+                            w.send(end, self.now, pkt)
+                        }
+                        None => self.push(at, to, pkt.to_vec()),
+                    },
                     Verdict::Drop => {}
-                    Verdict::Delay(d) => self.push(at + d, to, pkt),
+                    Verdict::Delay(d) => self.push(at + d, to, pkt.to_vec()),
                     Verdict::Replace(p) => self.push(at, to, p),
                 }
             }
+            self.buf = buf;
             self.peer(side).app();
         }
     }
@@ -247,7 +285,8 @@ impl Net {
     pub fn step(&mut self) -> bool {
         self.transmit();
         let next = [
-            self.wire.first().map(|w| w.0),
+            self.queue.first().map(|w| w.0),
+            self.wire.as_ref().and_then(Wire::next_arrival),
             self.a.conn.poll_timeout(),
             self.b.conn.poll_timeout(),
         ]
@@ -258,15 +297,22 @@ impl Net {
             return false;
         };
         self.now = self.now.max(t);
-        while self.wire.first().is_some_and(|w| w.0 <= self.now) {
-            let (_, to, pkt) = self.wire.remove(0);
-            let now = self.now;
-            let p = self.peer(to);
-            let _ = p.conn.handle_packet(now, &pkt, &mut p.rx);
-            p.note_state();
-            // Each packet is handled on its own: what it makes due goes out before
-            // the next arrives (an ACK for every second segment, not one per batch).
-            self.transmit();
+        while self.queue.first().is_some_and(|w| w.0 <= self.now) {
+            let (_, to, pkt) = self.queue.remove(0);
+            self.arrive(to, &pkt);
+        }
+        if let Some(mut w) = self.wire.take() {
+            while let Some((end, pkt)) = w.poll_arrival(self.now) {
+                let to = if end == End::A { Side::A } else { Side::B };
+                let now = self.now;
+                let p = self.peer(to);
+                let _ = p.conn.handle_packet(now, pkt, &mut p.rx);
+                p.note_state();
+                self.wire = Some(w);
+                self.transmit();
+                w = self.wire.take().expect("the wire is back");
+            }
+            self.wire = Some(w);
         }
         for side in [Side::A, Side::B] {
             let now = self.now;
@@ -277,6 +323,16 @@ impl Net {
             }
         }
         true
+    }
+
+    fn arrive(&mut self, to: Side, pkt: &[u8]) {
+        let now = self.now;
+        let p = self.peer(to);
+        let _ = p.conn.handle_packet(now, pkt, &mut p.rx);
+        p.note_state();
+        // Each packet is handled on its own: what it makes due goes out before the
+        // next arrives (an ACK for every second segment, not one per batch).
+        self.transmit();
     }
 
     /// Steps until `done` holds; panics after `limit` of virtual time.
@@ -299,7 +355,7 @@ impl Net {
                             l.at, l.from, l.seq, l.ack, l.flags, l.len, l.window, l.sack
                         );
                     }
-                    eprintln!("a: {:#?}", self.a.conn);
+                    eprintln!("a: {:#?}\nb: {:#?}", self.a.conn, self.b.conn);
                     panic!("nothing left to happen and not done");
                 }
                 return;
@@ -328,15 +384,18 @@ impl Net {
     }
 }
 
-/// A payload whose every octet depends on its offset (and the seed), so a lost,
-/// duplicated or misplaced octet shows.
+/// A payload whose every 8-octet block depends on its offset (and the seed), so a lost,
+/// duplicated or misplaced octet shows. (Made a block at a time: it is made often.)
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| {
-            let x = (i ^ seed.rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            (x >> 56) as u8
-        })
-        .collect()
+    let mut v = Vec::with_capacity(len + 8);
+    let mut k = seed.rotate_left(17);
+    while v.len() < len {
+        k = k.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let x = (k ^ (k >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        v.extend_from_slice(&(x ^ (x >> 32)).to_le_bytes());
+    }
+    v.truncate(len);
+    v
 }
 
 /// Asserts two byte strings are equal, reporting lengths and the first difference
@@ -352,4 +411,77 @@ pub fn assert_bytes(got: &[u8], want: &[u8]) {
             at
         );
     }
+}
+
+/// Runs `check` for seeds 0..`count` and reports every seed that failed, so that it
+/// replays: `SOFTRNIC_TCP_SEED=n` runs that one seed alone, `SOFTRNIC_TCP_SEEDS=n`
+/// changes how many run.
+pub fn for_seeds(name: &str, count: u64, check: impl Fn(u64)) {
+    if let Ok(s) = std::env::var("SOFTRNIC_TCP_SEED") {
+        let seed = s.parse().expect("SOFTRNIC_TCP_SEED is a number");
+        eprintln!("{name}: seed {seed} only");
+        check(seed);
+        return;
+    }
+    let count = std::env::var("SOFTRNIC_TCP_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(count);
+    let mut failed = Vec::new();
+    for seed in 0..count {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(seed)));
+        if run.is_err() {
+            eprintln!("{name}: seed {seed} FAILED");
+            failed.push(seed);
+            if failed.len() >= 10 {
+                break;
+            }
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{name}: seeds {failed:?} failed; replay one with \
+         SOFTRNIC_TCP_SEED={} cargo test -p softrnic-tcp --test sim {name}",
+        failed[0]
+    );
+}
+
+/// Records that the calling test ran (`ran`) or skipped (`skipped(why)`) in the file
+/// `SOFTRNIC_INTEROP_LOG` names (as the CLI's rig tests do), so a run counts its skips.
+pub fn record(outcome: &str) {
+    let Ok(path) = std::env::var("SOFTRNIC_INTEROP_LOG") else {
+        return;
+    };
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("(unnamed test)")
+        .to_string();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("SOFTRNIC_INTEROP_LOG={path}: {e}"));
+    std::io::Write::write_all(&mut f, format!("{outcome} {test}\n").as_bytes())
+        .expect("interop log written");
+}
+
+/// A loud skip: a failure under `SOFTRNIC_RIG=require`, else a banner on stderr and a
+/// `skipped` line in the interop log.
+pub fn skip_test(what: &str, why: &str) {
+    let mode = std::env::var("SOFTRNIC_RIG").unwrap_or_default();
+    assert!(
+        mode != "require",
+        "SOFTRNIC_RIG=require, but the {what} cannot run: {why}"
+    );
+    skip(what, why);
+}
+
+/// A loud skip for what the machine lacks (a namespace, a TAP device): a banner on
+/// stderr and a `skipped` line in the interop log.
+pub fn skip(what: &str, why: &str) {
+    eprintln!();
+    eprintln!("======================================================================");
+    eprintln!("SKIPPED {what}: {why}");
+    eprintln!("======================================================================");
+    record(&format!("skipped({why})"));
 }
