@@ -46,11 +46,6 @@ impl RangeSet {
         &self.spans
     }
 
-    /// The end of the highest range.
-    pub fn highest_end(&self) -> Option<u64> {
-        self.spans.last().map(|s| s.end)
-    }
-
     /// Octets covered in all.
     pub fn bytes(&self) -> u64 {
         self.spans.iter().map(|s| s.end - s.start).sum()
@@ -120,17 +115,28 @@ impl RangeSet {
         }
     }
 
-    /// The start of the first range that begins after `pos`.
-    pub fn next_start_after(&self, pos: u64) -> Option<u64> {
-        self.spans.iter().find(|s| s.start > pos).map(|s| s.start)
-    }
-
     /// Octets of `[start, end)` covered by ranges.
     pub fn covered(&self, start: u64, end: u64) -> u64 {
         self.spans
             .iter()
             .map(|s| s.end.min(end).saturating_sub(s.start.max(start)))
             .sum()
+    }
+
+    /// The first piece of `[start, end)` that a range covers.
+    pub fn first_overlap(&self, start: u64, end: u64) -> Option<(u64, u64)> {
+        self.spans
+            .iter()
+            .find(|s| s.end > start && s.start < end)
+            .map(|s| (s.start.max(start), s.end.min(end)))
+    }
+
+    /// The range that holds all of `[start, end)`, if one does.
+    pub fn containing(&self, start: u64, end: u64) -> Option<(u64, u64)> {
+        self.spans
+            .iter()
+            .find(|s| s.start <= start && end <= s.end)
+            .map(|s| (s.start, s.end))
     }
 
     /// The pieces of `[start, end)` that no range covers, in order.
@@ -185,8 +191,11 @@ mod tests {
         assert_eq!(s.gaps(0, 50).as_slice(), [(0, 10), (40, 50)]);
         assert_eq!(s.next_uncovered(15), 40);
         assert_eq!(s.next_uncovered(5), 5);
-        assert_eq!(s.next_start_after(5), Some(10));
         assert_eq!(s.covered(0, 15), 5);
+        assert_eq!(s.first_overlap(0, 12), Some((10, 12)));
+        assert_eq!(s.first_overlap(40, 50), None);
+        assert_eq!(s.containing(12, 20), Some((10, 40)));
+        assert_eq!(s.containing(5, 20), None);
     }
 
     #[test]

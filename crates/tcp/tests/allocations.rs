@@ -127,7 +127,13 @@ fn moving_data_allocates_nothing_once_warm() {
         rb: Reassembly::for_connection(&b),
         a,
         b,
-        wire: Wire::new(imp, 5),
+        wire: {
+            // Room for two windows of small segments and their ACKs, whatever the
+            // warm-up reached.
+            let mut w = Wire::new(imp, 5);
+            w.reserve(1024);
+            w
+        },
         now: Duration::ZERO,
         packet: vec![0; 1500],
         read: vec![0; 4096],

@@ -275,7 +275,85 @@ fn out_of_order_segments_go_up_with_their_offsets_and_are_sacked() {
     assert_eq!(p.in_order_end, 3000, "the hole closed");
     let acks = drain(&mut b);
     assert_eq!(acks.last().unwrap().ack, seq + 3000);
-    assert!(acks.last().unwrap().options.sack.is_empty());
+    assert_eq!(
+        acks.last().unwrap().options.sack.as_slice(),
+        [softrnic_tcp::SackBlock {
+            left: seq + 500,
+            right: seq + 1000
+        }],
+        "the octets that came twice, as a D-SACK block (below the ACK), and no other"
+    );
+    assert_eq!(b.stats().dsacks_out, 1);
+}
+
+/// Data that arrives a second time is reported in the next ACK as a D-SACK block
+/// (RFC 2883): the duplicate octets first, then the out-of-order range holding them if
+/// there is one, then the other ranges; once only.
+#[test]
+fn duplicates_are_reported_as_dsack_blocks() {
+    let (mut b, seq, ack) = hand_established();
+    let mut p = Pieces::default();
+    let body = pattern(6000, 9);
+    let block = |l: u32, r: u32| softrnic_tcp::SackBlock {
+        left: seq + l,
+        right: seq + r,
+    };
+    b.handle_segment(2 * MS, &data_segment(seq, ack, &body[..1000]), &mut p);
+    b.handle_segment(
+        2 * MS,
+        &data_segment(seq + 1000, ack, &body[1000..2000]),
+        &mut p,
+    );
+    drain(&mut b);
+    // Wholly below RCV.NXT: not acceptable, but reported.
+    b.handle_segment(
+        3 * MS,
+        &data_segment(seq + 1000, ack, &body[1000..2000]),
+        &mut p,
+    );
+    let acks = drain(&mut b);
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].ack, seq + 2000);
+    assert_eq!(acks[0].options.sack.as_slice(), [block(1000, 2000)]);
+    // Two out-of-order ranges, then a duplicate inside the older one.
+    b.handle_segment(
+        4 * MS,
+        &data_segment(seq + 3000, ack, &body[3000..4000]),
+        &mut p,
+    );
+    b.handle_segment(
+        4 * MS,
+        &data_segment(seq + 5000, ack, &body[5000..]),
+        &mut p,
+    );
+    drain(&mut b);
+    b.handle_segment(
+        5 * MS,
+        &data_segment(seq + 3000, ack, &body[3000..4000]),
+        &mut p,
+    );
+    let acks = drain(&mut b);
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].ack, seq + 2000);
+    assert_eq!(
+        acks[0].options.sack.as_slice(),
+        [block(3000, 4000), block(3000, 4000), block(5000, 6000)],
+        "the duplicate, the range holding it, the other range"
+    );
+    // The next ACK (the hole filled) carries no D-SACK block any more.
+    b.handle_segment(
+        6 * MS,
+        &data_segment(seq + 2000, ack, &body[2000..3000]),
+        &mut p,
+    );
+    let acks = drain(&mut b);
+    assert_eq!(acks.last().unwrap().ack, seq + 4000);
+    assert_eq!(
+        acks.last().unwrap().options.sack.as_slice(),
+        [block(5000, 6000)]
+    );
+    assert_eq!(b.stats().dsacks_out, 2);
+    assert_eq!(p.in_order_end, 4000);
 }
 
 /// Out-of-order data is answered by a bare ACK (a duplicate ACK, with SACK blocks)
@@ -317,12 +395,12 @@ fn a_hostile_peer_cannot_make_the_receiver_hold_more() {
     b.handle_segment(2 * MS, &data_segment(seq + 16 * 1024, ack, b"x"), &mut p);
     assert!(p.seen.is_empty());
     assert_eq!(b.stats().dropped_unacceptable, 1);
-    // Many one-octet holes: only max_ooo_ranges (16) ranges are kept.
+    // Many one-octet holes: only max_ooo_ranges (32) ranges are kept.
     for i in 0..100u32 {
         b.handle_segment(2 * MS, &data_segment(seq + 2 + 2 * i, ack, b"y"), &mut p);
     }
-    assert_eq!(p.seen.len(), 16);
-    assert_eq!(b.stats().bytes_refused, 84);
+    assert_eq!(p.seen.len(), 32);
+    assert_eq!(b.stats().bytes_refused, 68);
     // A segment reaching back over the SYN is trimmed to what is new.
     b.handle_segment(2 * MS, &data_segment(seq - 10, ack, &[1u8; 11]), &mut p);
     assert_eq!(p.seen.last().unwrap(), &(0, vec![1u8], true));

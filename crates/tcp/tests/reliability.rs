@@ -164,10 +164,18 @@ fn retransmission_timeouts_back_off_then_give_up() {
         .iter()
         .map(|l| l.at)
         .collect();
-    assert_eq!(sends.len(), 7, "the first send and six retransmissions");
+    assert_eq!(
+        sends.len(),
+        8,
+        "the first send, a loss probe and six retransmissions"
+    );
     let gaps: Vec<Duration> = sends.windows(2).map(|w| w[1] - w[0]).collect();
-    // The RTO from a 2 ms round trip is clamped to rto_min (50 ms), then doubles.
-    assert_eq!(gaps, [50, 100, 200, 400, 800, 1600].map(|m| m * MS));
+    // The RTO from a 2 ms round trip is clamped to rto_min (50 ms). The loss probe
+    // would wait longer (one segment out: 200 ms for a delayed ACK), so it goes when
+    // the timer would have fired and the timer starts again (RFC 8985 7.2); from then
+    // on the timeout doubles.
+    assert_eq!(gaps, [50, 50, 100, 200, 400, 800, 1600].map(|m| m * MS));
+    assert_eq!(n.a.conn.stats().loss_probes, 1);
     assert_eq!(n.a.conn.stats().timeouts, 7);
     assert_eq!(n.a.events, [Event::Established, Event::TimedOut]);
     assert_eq!(n.a.conn.state(), State::Closed);
@@ -198,7 +206,8 @@ fn the_backed_off_timeout_is_capped() {
         .map(|l| l.at)
         .collect();
     let gaps: Vec<Duration> = sends.windows(2).map(|w| w[1] - w[0]).collect();
-    assert_eq!(gaps, [50, 100, 100, 100, 100].map(|m| m * MS));
+    // A loss probe first, then timeouts, doubling up to the cap.
+    assert_eq!(gaps, [50, 50, 100, 100, 100, 100].map(|m| m * MS));
 }
 
 #[test]
@@ -417,7 +426,8 @@ fn a_timeout_shrinks_the_congestion_window_to_one_segment() {
     n.established();
     transfer(&mut n, 50_000, 11);
     n.b.got.clear();
-    // Lose the whole next flight: only the timer can recover.
+    // Lose the whole next flight and the loss probe after it: only the timer can
+    // recover.
     let lost = Rc::new(Cell::new(true));
     let l = lost.clone();
     n.filter = Some(Box::new(move |from, seg| {
@@ -428,9 +438,10 @@ fn a_timeout_shrinks_the_congestion_window_to_one_segment() {
     }));
     n.a.outbox.extend(pattern(20_000, 12));
     let before = n.a.conn.stats().timeouts;
-    n.step();
-    lost.set(false);
+    let probes = n.a.conn.stats().loss_probes;
     n.run_until(10_000 * MS, |n| n.a.conn.stats().timeouts > before);
+    lost.set(false);
+    assert_eq!(n.a.conn.stats().loss_probes, probes + 1);
     assert_eq!(n.a.conn.congestion_window(), 1000);
     n.run_until(60_000 * MS, |n| n.b.got.len() == 20_000);
     assert_bytes(&n.b.got, &pattern(20_000, 12));

@@ -1,21 +1,21 @@
 //! Congestion control and loss recovery on the send side: slow start and congestion
-//! avoidance (RFC 5681, with byte counting, RFC 3465), fast retransmit and NewReno
-//! recovery (RFC 6582), SACK-based loss recovery in the simple form of RFC 6675 (the
-//! pipe estimate, holes below the highest SACKed octet sent first), and the response
-//! to a retransmission timeout.
+//! avoidance (RFC 5681, with byte counting, RFC 3465), fast recovery entered when RACK
+//! (or, without SACK, the third duplicate ACK: RFC 6582's NewReno) finds a loss, the
+//! pipe estimate of RFC 6675, the response to a retransmission timeout, and the undo
+//! of a reduction that proves spurious: when the peer reports every retransmission
+//! since as a duplicate (D-SACK, RFC 2883), nothing was lost, and the window goes back
+//! to what it was (in the manner of RFC 3708's detection and RFC 4015's response).
 
-use super::tx::Tx;
-
-/// Duplicate ACKs (or that many segments SACKed) that signal a loss.
-const DUP_THRESH: u64 = 3;
+use super::rack::DUP_THRESH;
+use super::tx::{Tx, Undo};
 
 /// Bound on the congestion window (far above any window a peer can offer).
 const MAX_CWND: u64 = 1 << 32;
 
 impl Tx {
-    /// Octets taken to be in the network (RFC 6675 section 4, simplified): sent and not
-    /// acknowledged, less what the peer holds (SACKed, or one segment per duplicate ACK
-    /// without SACK), less what is taken as lost and not yet sent again.
+    /// Octets taken to be in the network (RFC 6675 section 4): sent and not
+    /// acknowledged, less what the peer holds (SACKed, or one segment per duplicate
+    /// ACK without SACK), less what is taken as lost and not yet sent again.
     pub fn pipe(&self) -> u64 {
         let flight = self.flight();
         let held = if self.sack_ok {
@@ -23,31 +23,66 @@ impl Tx {
         } else {
             (u64::from(self.dupacks) * self.mss).min(flight)
         };
-        let from = self.high_rxt.max(self.una);
-        let to = self.lost_end.min(self.nxt);
-        let lost = if to > from {
-            (to - from) - self.scoreboard.covered(from, to)
-        } else {
-            0
-        };
-        flight.saturating_sub(held).saturating_sub(lost)
+        flight
+            .saturating_sub(held)
+            .saturating_sub(self.sent.lost_bytes())
+    }
+
+    /// A fast recovery or a timeout's recovery is under way.
+    pub fn recovering(&self) -> bool {
+        self.in_recovery || self.rto_recovery
+    }
+
+    /// Halves the window's threshold (RFC 5681 (4)), remembering what it was.
+    fn reduce(&mut self) {
+        self.undo = Some(Undo {
+            cwnd: self.cwnd,
+            ssthresh: self.ssthresh,
+            from: self.una,
+            to: self.nxt,
+            retransmissions: 0,
+        });
+        self.ssthresh = (self.flight() / 2).max(2 * self.mss);
+        self.acked_accum = 0;
+    }
+
+    /// A loss was found: fast recovery begins (RFC 6582 / 6675), unless one under way
+    /// or the last one's window covers it (only data sent after a recovery began may
+    /// start another). True when it began.
+    pub fn enter_recovery(&mut self) -> bool {
+        if self.in_recovery || self.una < self.recover {
+            return false;
+        }
+        self.reduce();
+        self.cwnd = self.ssthresh;
+        self.recover = self.nxt;
+        self.in_recovery = true;
+        self.rtx_now = true;
+        self.timed = None;
+        self.tlp = None;
+        true
     }
 
     /// New data was acknowledged (`acked` octets): grow the window, or go on with (or
     /// end) a recovery.
     pub fn grow(&mut self, acked: u64) {
+        if self.rto_recovery && self.una >= self.recover {
+            self.rto_recovery = false;
+            self.rack.recovery_ended();
+        }
         if self.in_recovery {
             if self.una >= self.recover {
                 // Full acknowledgment: recovery is over (RFC 6582 3.2 step 3).
                 self.in_recovery = false;
                 self.cwnd = self.ssthresh.max(self.mss);
                 self.dupacks = 0;
-            } else {
-                // Partial acknowledgment: the next hole goes out at once; without SACK
-                // the segment at `una` is the next one taken as lost.
-                if !self.sack_ok {
-                    self.lost_end = self.lost_end.max(self.una + self.mss);
-                    self.dupacks = 0;
+                self.rack.recovery_ended();
+            } else if !self.sack_ok {
+                // Partial acknowledgment without SACK: the segment at `una` is the next
+                // one lost, and goes at once.
+                self.dupacks = 0;
+                if self.sent.len() > 0 {
+                    self.sent.mark_lost(0);
                 }
                 self.rtx_now = true;
             }
@@ -66,60 +101,79 @@ impl Tx {
         self.cwnd = self.cwnd.min(MAX_CWND);
     }
 
-    /// A duplicate acknowledgment (or one with new SACK information) arrived. Returns
-    /// true when it starts a fast retransmit.
+    /// A duplicate acknowledgment from a peer without SACK. Returns true when it starts
+    /// a fast retransmit (the third, RFC 5681 3.2).
     pub fn on_dupack(&mut self) -> bool {
         self.dupacks = self.dupacks.saturating_add(1);
-        if self.in_recovery {
-            self.extend_loss();
+        if self.in_recovery || u64::from(self.dupacks) < DUP_THRESH || self.una < self.recover {
             return false;
         }
-        let sacked_enough = self.sack_ok && self.scoreboard.bytes() >= DUP_THRESH * self.mss;
-        // Only data sent after the last recovery began may start another (RFC 6582).
-        if (u64::from(self.dupacks) < DUP_THRESH && !sacked_enough) || self.una < self.recover {
-            return false;
+        if self.sent.len() > 0 {
+            self.sent.mark_lost(0);
         }
-        self.ssthresh = (self.flight() / 2).max(2 * self.mss);
-        self.cwnd = self.ssthresh;
-        self.acked_accum = 0;
-        self.recover = self.nxt;
-        self.in_recovery = true;
-        // What an earlier recovery already sent again is not sent a third time (if
-        // that copy is lost too, the timer repairs it).
-        self.high_rxt = self.high_rxt.max(self.una);
-        self.lost_end = self.una + self.mss;
-        self.extend_loss();
-        self.rtx_now = true;
-        self.timed = None;
-        true
+        self.enter_recovery()
     }
 
-    /// With SACK, every hole below the highest SACKed octet is taken as lost.
-    pub fn extend_loss(&mut self) {
-        if self.in_recovery
-            && self.sack_ok
-            && let Some(high) = self.scoreboard.highest_end()
-        {
-            self.lost_end = self.lost_end.max(high);
+    /// A loss probe repaired a loss (RFC 8985 7.4.2): the window is reduced as for a
+    /// recovery, without one.
+    pub fn probe_repaired_loss(&mut self) {
+        if self.recovering() {
+            return;
         }
+        self.reduce();
+        self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
+        self.cwnd = self.ssthresh;
+    }
+
+    /// The peer reported `[left, right)` as received twice (D-SACK). Returns true when
+    /// that proves the last reduction spurious and undoes it: every retransmission
+    /// since has been reported, and nothing is waiting to be sent again.
+    pub fn on_dsack(&mut self, left: i64, right: i64) -> bool {
+        self.rack.on_dsack(self.una, self.nxt);
+        let Some(u) = &mut self.undo else {
+            return false;
+        };
+        if left < u.from as i64 || right > u.to as i64 || u.retransmissions == 0 {
+            return false;
+        }
+        u.retransmissions -= 1;
+        if u.retransmissions > 0 || self.sent.lost_bytes() > 0 {
+            return false;
+        }
+        let u = *u;
+        self.undo = None;
+        self.cwnd = self.cwnd.max(u.cwnd);
+        self.ssthresh = self.ssthresh.max(u.ssthresh);
+        self.in_recovery = false;
+        self.rto_recovery = false;
+        self.dupacks = 0;
+        true
     }
 
     /// The retransmission timer expired (RFC 5681 3.1, RFC 6298 5.5): one segment of
     /// window, everything unacknowledged taken as lost and sent again (except what the
     /// peer SACKed, unless it keeps timing out: it may have dropped what it SACKed).
     pub fn on_rto(&mut self, consecutive: u32) {
-        self.ssthresh = (self.flight() / 2).max(2 * self.mss);
+        if consecutive <= 1 {
+            self.reduce();
+        } else {
+            self.ssthresh = (self.flight() / 2).max(2 * self.mss);
+            self.acked_accum = 0;
+        }
         self.cwnd = self.mss;
-        self.acked_accum = 0;
         self.in_recovery = false;
+        self.rto_recovery = true;
         self.dupacks = 0;
         self.recover = self.nxt;
-        self.lost_end = self.nxt;
-        self.high_rxt = self.una;
         self.rtx_now = true;
         self.timed = None;
+        self.tlp = None;
         if consecutive >= 3 {
             self.scoreboard.clear();
+            self.sent.clear_sacks();
+        }
+        for i in 0..self.sent.len() {
+            self.sent.mark_lost(i);
         }
         self.rtt.back_off();
     }

@@ -192,6 +192,11 @@ impl Connection {
         };
         if !acceptable {
             self.stats.dropped_unacceptable += 1;
+            let end = start + seg.payload.len() as i64;
+            if !seg.payload.is_empty() && end <= nxt && end > 1 {
+                // Data that arrived before: reported as a duplicate (D-SACK).
+                self.rx.dsack = Some((start.max(1) as u64, end as u64));
+            }
             if self.state == State::TimeWait && f.contains(Flags::FIN) {
                 // The peer did not get our ACK of its FIN: ACK again, wait again.
                 self.timers.time_wait = Some(now + 2 * self.cfg.msl);
@@ -255,26 +260,44 @@ impl Connection {
     }
 
     /// The acknowledgment and window of an acceptable segment (`ack` is within
-    /// `[una - max window, nxt]`).
+    /// `[una - max window, nxt]`): SACK and D-SACK blocks, new data acknowledged, loss
+    /// detection (RACK with SACK, duplicate ACKs without), the loss probe's fate.
     fn on_ack(&mut self, now: Duration, seg: &Segment<'_>, ack: u64, start: i64) {
         let window = u64::from(seg.window) << self.tx.wscale;
-        let new_sack = self.tx.take_sack(&seg.options.sack);
-        if ack > self.tx.una {
-            let acked = self.tx.advance(ack, now);
+        let advanced = ack > self.tx.una;
+        // The cumulative acknowledgment first, then the SACK blocks: segments it
+        // covers were delivered in order, not reordered below what the blocks report.
+        let acked = if advanced {
+            self.tx.advance(ack, now)
+        } else {
+            0
+        };
+        let sack = self.tx.take_sack(&seg.options.sack, ack as i64, now);
+        if advanced {
             self.tx.grow(acked);
-            self.tx.extend_loss();
             self.retries = 0;
             self.timers.rto = (self.tx.flight() > 0).then(|| now + self.tx.rtt.timeout());
         } else if ack == self.tx.una
             && self.tx.flight() > 0
             && seg.payload.is_empty()
             && !seg.flags.intersects(Flags::SYN | Flags::FIN)
-            && (window == self.tx.wnd || new_sack)
+            && (window == self.tx.wnd || sack.new)
         {
             self.stats.dup_acks_in += 1;
-            if self.tx.on_dupack() {
+            if !self.tx.sack_ok && self.tx.on_dupack() {
                 self.stats.fast_retransmits += 1;
             }
+        }
+        if let Some((l, r)) = sack.dsack {
+            self.stats.spurious_retransmits += 1;
+            if self.tx.on_dsack(l, r) {
+                self.stats.undone_reductions += 1;
+            }
+        }
+        self.probe_answered(ack, sack.dsack);
+        self.stats.reordered_segments = self.tx.rack.reordered;
+        if self.tx.sack_ok && (advanced || sack.new) {
+            self.detect_loss(now);
         }
         let (wl1, wl2) = (self.tx.wl1 as i64, self.tx.wl2);
         if start > wl1 || (start == wl1 && ack >= wl2) {
@@ -286,6 +309,9 @@ impl Connection {
         if self.tx.wnd > 0 {
             self.timers.persist = None;
             self.persist_backoff = 0;
+        }
+        if advanced || sack.new {
+            self.arm_probe(now);
         }
     }
 

@@ -14,10 +14,13 @@
 mod cc;
 mod input;
 mod output;
+mod rack;
 mod rtt;
 mod rx;
 mod send_buffer;
+mod sent;
 mod timers;
+mod tlp;
 mod tx;
 
 use crate::config::Config;
@@ -88,10 +91,25 @@ pub struct Stats {
     pub bytes_out: u64,
     pub retransmitted_segments: u64,
     pub retransmitted_bytes: u64,
-    /// Recoveries entered by duplicate ACKs or SACK (fast retransmit).
+    /// Recoveries entered because a loss was found (by RACK, or by the third
+    /// duplicate ACK without SACK): fast retransmits.
     pub fast_retransmits: u64,
     /// Retransmission timer expiries (SYN or data).
     pub timeouts: u64,
+    /// Tail loss probes sent (RFC 8985 7).
+    pub loss_probes: u64,
+    /// Loss probes that proved a loss (the window was reduced for it).
+    pub probe_recoveries: u64,
+    /// Duplicates the peer reported (D-SACK, RFC 2883): retransmissions that were not
+    /// needed (or packets the network duplicated).
+    pub spurious_retransmits: u64,
+    /// Segments the peer received after one we sent later, none of them sent again
+    /// (reordering, as RACK sees it).
+    pub reordered_segments: u64,
+    /// Window reductions undone because every retransmission since proved spurious.
+    pub undone_reductions: u64,
+    /// Duplicates we reported (D-SACK blocks sent).
+    pub dsacks_out: u64,
     pub dup_acks_in: u64,
     /// Segments whose payload arrived out of order.
     pub out_of_order_in: u64,
@@ -117,6 +135,10 @@ enum Probe {
 #[derive(Debug, Default)]
 struct Timers {
     rto: Option<Duration>,
+    /// RACK's reordering timer: segments still inside the reordering window.
+    reo: Option<Duration>,
+    /// The tail loss probe's timer.
+    pto: Option<Duration>,
     persist: Option<Duration>,
     keepalive: Option<Duration>,
     time_wait: Option<Duration>,
@@ -144,6 +166,8 @@ pub struct Connection {
     probe_pending: Option<Probe>,
     /// The persist timer fired with a small window open: send what fits.
     force_send: bool,
+    /// A tail loss probe must go out.
+    tlp_due: bool,
     persist_backoff: u32,
     keepalive_sent: u32,
     /// Challenge ACKs in the current one-second slot: (slot start, count).
@@ -198,6 +222,7 @@ impl Connection {
             retries: 0,
             probe_pending: None,
             force_send: false,
+            tlp_due: false,
             persist_backoff: 0,
             keepalive_sent: 0,
             challenges: (Duration::ZERO, 0),
@@ -357,6 +382,7 @@ impl Connection {
         self.rx.ack_now = false;
         self.syn_pending = false;
         self.probe_pending = None;
+        self.tlp_due = false;
     }
 
     fn enter_time_wait(&mut self, now: Duration) {

@@ -1,8 +1,9 @@
-//! What to send next: a pending reset, our SYN (or SYN-ACK), lost then new data (with
-//! FIN at the end), a window or keep-alive probe, or a bare ACK. Every segment is
+//! What to send next: a pending reset, our SYN (or SYN-ACK), a tail loss probe, lost
+//! then new data (with FIN at the end), a window or keep-alive probe, or a bare ACK
+//! (with a D-SACK block first when a duplicate arrived). Every segment is
 //! written straight into the caller's buffer.
 
-use super::tx::{Blocked, Pick};
+use super::tx::{Blocked, Pick, Tlp};
 use super::{Connection, Probe, State};
 use crate::segment::{Flags, IPV4_HEADER_LEN, MAX_SACK_BLOCKS, Options, Segment, TCP_HEADER_LEN};
 use std::net::SocketAddrV4;
@@ -76,6 +77,12 @@ impl Connection {
             return self.send_ack(remote, out);
         }
         let room = out.len().saturating_sub(IPV4_HEADER_LEN + TCP_HEADER_LEN) as u64;
+        if self.tlp_due {
+            self.tlp_due = false;
+            if let Some(p) = self.tx.pick_probe(room) {
+                return self.send_probe(now, remote, p, out);
+            }
+        }
         match self.tx.pick(room, self.force_send) {
             Ok(p) => return self.send_data(now, remote, p, out),
             Err(Blocked::Window) if self.tx.flight() == 0 && self.timers.persist.is_none() => {
@@ -138,6 +145,9 @@ impl Connection {
         self.force_send = false;
         self.rx.acked();
         self.arm_rto(now);
+        if !p.rtx || self.tx.sent.lost_bytes() == 0 {
+            self.arm_probe(now);
+        }
         self.stats.segments_out += 1;
         if p.rtx {
             self.stats.retransmitted_segments += 1;
@@ -145,6 +155,26 @@ impl Connection {
         } else {
             self.stats.bytes_out += len;
         }
+        Some(n)
+    }
+
+    /// The tail loss probe `p` goes out; the retransmission timer restarts behind it.
+    fn send_probe(
+        &mut self,
+        now: Duration,
+        remote: SocketAddrV4,
+        p: Pick,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        let n = self.send_data(now, remote, p, out)?;
+        self.stats.loss_probes += 1;
+        self.tx.tlp = Some(Tlp {
+            end: self.tx.nxt,
+            resent: p.rtx.then_some((p.start, p.end)),
+            in_recovery: self.tx.recovering(),
+        });
+        self.timers.pto = None;
+        self.timers.rto = Some(now + self.tx.rtt.timeout());
         Some(n)
     }
 
@@ -172,11 +202,14 @@ impl Connection {
         self.rx.open_window(self.tx.mss);
         let mut seg = self.bare(remote, seq, flags);
         seg.window = self.rx.window_field();
-        if self.tx.sack_ok && !self.rx.ooo.is_empty() {
+        if self.tx.sack_ok && (!self.rx.ooo.is_empty() || self.rx.dsack.is_some()) {
             let mss_left = (self.tx.mss as usize).saturating_sub(payload);
             let room_left = room.saturating_sub(IPV4_HEADER_LEN + TCP_HEADER_LEN + payload);
             let n = (mss_left.min(room_left).saturating_sub(4) / 8).min(MAX_SACK_BLOCKS);
             seg.options.sack = self.rx.sack_blocks(n);
+            if n > 0 && self.rx.dsack.is_some() {
+                self.stats.dsacks_out += 1;
+            }
         }
         seg
     }

@@ -1,6 +1,6 @@
 //! The receive side of a connection: the next expected position, the window we offer,
 //! the out-of-order ranges the layer above kept (our SACK blocks), the peer's FIN, and
-//! when to acknowledge (at once, or delayed: every second full segment or on a timer).
+//! when to acknowledge (at once, or delayed: every second segment or on a timer).
 //!
 //! Positions count the peer's sequence space from its SYN (position 0) and never wrap;
 //! stream offset `o` is position `o + 1`.
@@ -41,6 +41,9 @@ pub(crate) struct Rx {
     pub dup_ack_due: bool,
     /// A delayed ACK is due then.
     pub delack_at: Option<Duration>,
+    /// Octets that arrived a second time (positions), to report in the next ACK as a
+    /// D-SACK block (RFC 2883), so the peer learns its retransmission was not needed.
+    pub dsack: Option<(u64, u64)>,
     /// How long an ACK may wait (`None`: never).
     delack: Option<Duration>,
     /// The peer's segment size: two of them earn an ACK at once.
@@ -76,6 +79,7 @@ impl Rx {
             ack_now: false,
             dup_ack_due: false,
             delack_at: None,
+            dsack: None,
             delack,
             mss,
         }
@@ -145,6 +149,16 @@ impl Rx {
     ) -> DataOutcome {
         let mut out = DataOutcome::default();
         let mut end = start + payload.len() as u64;
+        if !payload.is_empty() {
+            let dup = if start < self.nxt {
+                Some((start, end.min(self.nxt)))
+            } else {
+                self.ooo.first_overlap(start, end)
+            };
+            if dup.is_some() {
+                self.dsack = dup;
+            }
+        }
         if fin && self.fin.is_none() && end >= self.nxt && end <= self.right {
             self.fin = Some(end);
         }
@@ -201,7 +215,10 @@ impl Rx {
         if !payload.is_empty() || fin {
             if let Some(delay) = self.delack.filter(|_| plain) {
                 self.unacked += out.kept;
-                if self.unacked >= 2 * self.mss {
+                // More than a full segment's worth: a second segment arrived (full or
+                // not), which is acknowledged at once (as Linux does), so that the
+                // sender's loss probe can count on an ACK for two segments.
+                if self.unacked > self.mss {
                     self.ack_now = true;
                 } else if self.delack_at.is_none() {
                     self.delack_at = Some(now + delay);
@@ -216,21 +233,39 @@ impl Rx {
 
     /// An ACK carrying the current state went out.
     pub fn acked(&mut self) {
+        self.dsack = None;
         self.ack_now = false;
         self.dup_ack_due = false;
         self.delack_at = None;
         self.unacked = 0;
     }
 
-    /// Our SACK blocks, the most recently changed first (RFC 2018 section 4).
+    /// Our SACK blocks, at most `n`: a D-SACK block first when a duplicate arrived,
+    /// then the out-of-order range holding it if one does (RFC 2883), then the others,
+    /// the most recently changed first (RFC 2018 section 4).
     pub fn sack_blocks(&self, n: usize) -> ArrayVec<SackBlock, MAX_SACK_BLOCKS> {
-        self.ooo
-            .most_recent(n.min(MAX_SACK_BLOCKS))
-            .iter()
-            .map(|s| SackBlock {
-                left: self.seq(s.start),
-                right: self.seq(s.end),
-            })
-            .collect()
+        let n = n.min(MAX_SACK_BLOCKS);
+        let block = |(start, end): (u64, u64)| SackBlock {
+            left: self.seq(start),
+            right: self.seq(end),
+        };
+        let mut out = ArrayVec::new();
+        let mut holding = None;
+        if let Some(d) = self.dsack.filter(|_| n > 0) {
+            out.push(block(d));
+            holding = self.ooo.containing(d.0, d.1);
+            if let Some(h) = holding.filter(|_| out.len() < n) {
+                out.push(block(h));
+            }
+        }
+        for s in self.ooo.most_recent(n) {
+            if out.len() == n {
+                break;
+            }
+            if holding != Some((s.start, s.end)) {
+                out.push(block((s.start, s.end)));
+            }
+        }
+        out
     }
 }

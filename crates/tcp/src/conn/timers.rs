@@ -1,5 +1,6 @@
-//! The connection's timers: retransmission (SYN and data, backed off), delayed ACK,
-//! persist (zero-window probes, backed off), keep-alive and TIME-WAIT. Each is a
+//! The connection's timers: retransmission (SYN and data, backed off), the loss probe
+//! and RACK's reordering timer (`tlp.rs`), delayed ACK, persist (zero-window probes,
+//! backed off), keep-alive and TIME-WAIT. Each is a
 //! deadline; the caller asks for the earliest and reports when time has reached it.
 
 use super::{Connection, Event, Probe, State};
@@ -12,6 +13,8 @@ impl Connection {
         let t = &self.timers;
         [
             t.rto,
+            t.reo,
+            t.pto,
             t.persist,
             t.keepalive,
             t.time_wait,
@@ -34,8 +37,19 @@ impl Connection {
             self.enter_closed();
             return;
         }
+        if due(self.timers.pto) {
+            self.timers.pto = None;
+            self.on_probe_timeout(now);
+        }
+        if due(self.timers.reo) {
+            self.timers.reo = None;
+            self.detect_loss(now);
+        }
         if due(self.timers.rto) {
             self.timers.rto = None;
+            self.timers.pto = None;
+            self.timers.reo = None;
+            self.tlp_due = false;
             self.on_rto();
         }
         if due(self.timers.persist) {

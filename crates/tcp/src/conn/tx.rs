@@ -1,14 +1,18 @@
 //! The send side of a connection: sequence state, the peer's window, the SACK
-//! scoreboard, and the choice of the next segment (lost octets first, then new ones;
-//! whole records when the layer above queued records). Congestion control lives in
-//! `cc.rs`, the RTT estimator in `rtt.rs`.
+//! scoreboard, the record of every segment in flight (`sent.rs`), and the choice of
+//! the next segment (segments taken as lost first, sent again as they were, then new
+//! ones; whole records when the layer above queued records). Congestion control and
+//! its undo live in `cc.rs`, loss detection in `rack.rs`, the RTT estimator in
+//! `rtt.rs`.
 //!
 //! Positions count our sequence space from our SYN (position 0) and never wrap; stream
 //! offset `o` is position `o + 1`, and our FIN, once queued, takes the position after
 //! the last octet.
 
+use super::rack::Rack;
 use super::rtt::RttEstimator;
 use super::send_buffer::SendBuffer;
+use super::sent::Sent;
 use crate::config::Config;
 use crate::range_set::RangeSet;
 use crate::segment::SackBlock;
@@ -51,15 +55,57 @@ pub(crate) struct Tx {
     pub acked_accum: u64,
     pub dupacks: u32,
     pub in_recovery: bool,
+    /// A retransmission timeout's recovery is under way (until `una` reaches
+    /// `recover`).
+    pub rto_recovery: bool,
     /// `nxt` when the last recovery (or timeout) began (RFC 6582 "recover").
     pub recover: u64,
-    /// Unsacked octets below this are taken as lost.
-    pub lost_end: u64,
-    /// Lost octets below this have been sent again (RFC 6675 HighRxt).
-    pub high_rxt: u64,
     /// Send the first lost segment now, whatever the pipe says.
     pub rtx_now: bool,
+    /// Every segment in flight: send times, SACKed, lost.
+    pub sent: Sent,
+    pub rack: Rack,
+    /// What the last reduction of the congestion window changed, to put back if the
+    /// peer reports every retransmission since as a duplicate.
+    pub undo: Option<Undo>,
+    /// The loss probe in flight (RFC 8985 7).
+    pub tlp: Option<Tlp>,
 }
+
+/// The state before a reduction of the congestion window (RFC 3708-style undo).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Undo {
+    pub cwnd: u64,
+    pub ssthresh: u64,
+    /// `una` and `nxt` when the reduction began: its retransmissions lie between.
+    pub from: u64,
+    pub to: u64,
+    /// Retransmissions since, not yet reported as duplicates.
+    pub retransmissions: u32,
+}
+
+/// A loss probe that went out: `nxt` after it (TLP.end_seq), the range it sent
+/// again, if it was a retransmission, and whether a recovery was under way (whose
+/// reduction of the window covers what the probe repairs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tlp {
+    pub end: u64,
+    pub resent: Option<(u64, u64)>,
+    pub in_recovery: bool,
+}
+
+/// What the SACK blocks of an acknowledgment said.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SackNews {
+    /// The scoreboard grew.
+    pub new: bool,
+    /// The first block reported a duplicate (RFC 2883): its positions.
+    pub dsack: Option<(i64, i64)>,
+}
+
+/// Segment records per octet of send buffer at most (one per this many octets), so
+/// that a stream of tiny segments is bounded too.
+const MIN_RECORD_OCTETS: usize = 64;
 
 /// A segment to send: positions `[start, end)`; it carries FIN when `end` passes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +129,10 @@ pub(crate) enum Blocked {
 impl Tx {
     pub fn new(cfg: &Config, iss: SeqNum) -> Tx {
         let mss = u64::from(cfg.mss);
+        let max_records = (cfg.send_buffer / MIN_RECORD_OCTETS).clamp(64, 1 << 16);
+        // Records for a send buffer of segments half the MSS or larger are allocated
+        // now; smaller segments grow the records (to `max_records` at most).
+        let half_segments = 2 * cfg.send_buffer / usize::from(cfg.mss) + 16;
         Tx {
             iss,
             una: 0,
@@ -105,10 +155,13 @@ impl Tx {
             acked_accum: 0,
             dupacks: 0,
             in_recovery: false,
+            rto_recovery: false,
             recover: 0,
-            lost_end: 0,
-            high_rxt: 0,
             rtx_now: false,
+            sent: Sent::new(max_records, half_segments),
+            rack: Rack::default(),
+            undo: None,
+            tlp: None,
         }
     }
 
@@ -158,32 +211,27 @@ impl Tx {
         }
     }
 
-    /// The next segment: lost octets first (RFC 6675 NextSeg), then new octets within
-    /// the peer's window and the congestion window. `room` bounds the payload; `force`
-    /// (the persist timer) sends a small segment the silly-window rule would hold.
+    /// The next segment: a segment taken as lost first (RFC 6675 NextSeg; sent again
+    /// with its own boundaries), then new octets within the peer's window and the
+    /// congestion window. `room` bounds the payload; `force` (the persist timer) sends
+    /// a small segment the silly-window rule would hold.
     pub fn pick(&mut self, room: u64, force: bool) -> Result<Pick, Blocked> {
         let room = room.min(self.mss).max(1);
         let pipe = self.pipe();
-        let lost_to = self.lost_end.min(self.nxt);
-        let from = self.scoreboard.next_uncovered(self.high_rxt.max(self.una));
-        if from < lost_to {
-            let limit = self.scoreboard.next_start_after(from).unwrap_or(lost_to);
-            let end = self.seg_end(from, limit.min(self.nxt), room);
-            if end > from {
-                if self.rtx_now || pipe == 0 || pipe + (end - from) <= self.cwnd {
-                    return Ok(Pick {
-                        start: from,
-                        end,
-                        rtx: true,
-                    });
-                }
-                return Err(Blocked::Cwnd);
+        if let Some(i) = self.sent.first_lost() {
+            let p = self.resend(i, room);
+            if self.rtx_now || pipe == 0 || pipe + (p.end - p.start) <= self.cwnd {
+                return Ok(p);
             }
+            return Err(Blocked::Cwnd);
         }
         let start = self.nxt;
         let all = self.stream_end();
         if start >= all {
             return Err(Blocked::Idle);
+        }
+        if self.sent.is_full() {
+            return Err(Blocked::Cwnd);
         }
         let limit = all.min(self.una + self.wnd);
         let end = self.seg_end(start, limit, room);
@@ -208,45 +256,119 @@ impl Tx {
         })
     }
 
+    /// Record `i` sent again (from `una` if part of it is acknowledged), cut first if
+    /// its payload exceeds `room` (the caller's buffer became smaller).
+    fn resend(&mut self, i: usize, room: u64) -> Pick {
+        let s = self.sent.get(i);
+        let start = s.start.max(self.una);
+        if s.end.min(self.data_end()) > start + room {
+            self.sent.split(i, start + room);
+        }
+        Pick {
+            start,
+            end: self.sent.get(i).end,
+            rtx: true,
+        }
+    }
+
+    /// The loss probe (RFC 8985 7.3): a new segment if the peer's window takes one,
+    /// whatever the congestion window says; else the last segment the peer has not
+    /// SACKed, again (the last one sent, unless a recovery is under way).
+    pub fn pick_probe(&mut self, room: u64) -> Option<Pick> {
+        let room = room.min(self.mss).max(1);
+        let all = self.stream_end();
+        if self.nxt < all && !self.sent.is_full() {
+            let end = self.seg_end(self.nxt, all.min(self.una + self.wnd), room);
+            if end > self.nxt {
+                return Some(Pick {
+                    start: self.nxt,
+                    end,
+                    rtx: false,
+                });
+            }
+        }
+        let last = (0..self.sent.len())
+            .rev()
+            .find(|&i| !self.sent.get(i).sacked)?;
+        Some(self.resend(last, room))
+    }
+
     /// `pick` went out at `now`.
     pub fn sent(&mut self, pick: Pick, now: Duration) {
         if pick.rtx {
-            self.high_rxt = self.high_rxt.max(pick.end);
+            let i = self.sent.index_of(pick.start);
+            if i < self.sent.len() {
+                self.sent.resent(i, now);
+            }
             self.rtx_now = false;
             self.timed = None;
+            if let Some(u) = &mut self.undo {
+                u.retransmissions = u.retransmissions.saturating_add(1);
+            }
         } else {
             self.nxt = pick.end;
+            self.sent.push(pick.start, pick.end, now);
             if self.timed.is_none() {
                 self.timed = Some((pick.end, now));
             }
         }
     }
 
-    /// Records the SACK blocks of an incoming ACK; blocks outside `(una, nxt]` are
-    /// ignored (a D-SACK or a lie).
-    pub fn take_sack(&mut self, blocks: &[SackBlock]) -> bool {
-        if !self.sack_ok {
-            return false;
+    /// Records the SACK blocks of an acknowledgment of `ack` arriving at `now`: the
+    /// scoreboard and the segments it covers (delivered, for RACK). A first block
+    /// below `ack`, or inside the second block, reports a duplicate (D-SACK, RFC
+    /// 2883) and is returned; other blocks outside `(una, nxt]` are ignored.
+    pub fn take_sack(&mut self, blocks: &[SackBlock], ack: i64, now: Duration) -> SackNews {
+        let mut news = SackNews::default();
+        if !self.sack_ok || blocks.is_empty() {
+            return news;
         }
-        let mut new = false;
-        for b in blocks {
+        let (l0, r0) = (self.pos(blocks[0].left), self.pos(blocks[0].right));
+        let inside_next = blocks
+            .get(1)
+            .is_some_and(|b| self.pos(b.left) <= l0 && r0 <= self.pos(b.right));
+        let skip = if l0 < r0 && (r0 <= ack || inside_next) {
+            news.dsack = Some((l0, r0));
+            1
+        } else {
+            0
+        };
+        for b in &blocks[skip..] {
             let (l, r) = (self.pos(b.left), self.pos(b.right));
             if l > self.una as i64 && l < r && r <= self.nxt as i64 {
+                let (l, r) = (l as u64, r as u64);
                 let before = self.scoreboard.bytes();
-                self.scoreboard.insert(l as u64, r as u64);
-                new |= self.scoreboard.bytes() != before;
+                self.scoreboard.insert(l, r);
+                if self.scoreboard.bytes() != before {
+                    news.new = true;
+                    // A FIN is never SACKed: a segment is the peer's once its octets are.
+                    let data_end = self.data_end();
+                    let (board, rack) = (&self.scoreboard, &mut self.rack);
+                    self.sent.sack(
+                        l,
+                        r,
+                        |a, b| {
+                            let b = b.min(data_end);
+                            board.covered(a, b) == b - a
+                        },
+                        |s| rack.delivered(s, now),
+                    );
+                }
             }
         }
-        new
+        news
     }
 
-    /// The acknowledgment moved `una` to `ack` (> una): frees the buffer, takes an RTT
-    /// sample when it covers the timed segment. Returns the octets newly acknowledged.
+    /// The acknowledgment moved `una` to `ack` (> una): frees the buffer and the
+    /// records of the segments it covers, takes an RTT sample when it covers the timed
+    /// segment. Returns the octets newly acknowledged.
     pub fn advance(&mut self, ack: u64, now: Duration) -> u64 {
         let acked = ack - self.una;
         self.una = ack;
         self.buf.ack_to((ack.saturating_sub(1)).min(self.buf.end()));
         self.scoreboard.remove_below(ack);
+        let rack = &mut self.rack;
+        self.sent.ack_to(ack, |s| rack.delivered(s, now));
         if let Some((end, at)) = self.timed
             && ack >= end
         {
@@ -254,8 +376,6 @@ impl Tx {
             self.timed = None;
         }
         self.rtt.progress();
-        self.high_rxt = self.high_rxt.max(ack);
-        self.lost_end = self.lost_end.max(ack);
         acked
     }
 }

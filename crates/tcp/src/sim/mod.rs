@@ -156,6 +156,15 @@ impl Wire {
         &self.stats
     }
 
+    /// Makes `packets` packet buffers ready (of the MTU each), so that a run with no
+    /// more than that many packets on the wire at once allocates nothing.
+    pub fn reserve(&mut self, packets: usize) {
+        let mtu = self.imp.mtu;
+        while self.spare.len() < packets {
+            self.spare.push(Vec::with_capacity(mtu));
+        }
+    }
+
     /// Records every packet that arrives (with its arrival time) to `out` as pcap.
     pub fn capture(&mut self, out: Box<dyn Write + Send>) -> io::Result<()> {
         self.pcap = Some(PcapSink::new(out)?);

@@ -1,0 +1,167 @@
+//! RACK (RFC 8985 section 6): loss detection by time instead of by counting. A segment
+//! is taken as lost when a segment sent after it has been delivered and more than a
+//! round trip plus a reordering window has passed since it was sent. The window
+//! starts at a quarter of the minimum round trip once reordering has been seen, grows
+//! by that much each round trip in which the peer reports a duplicate (D-SACK: a
+//! retransmission was not needed), at most to the smoothed round trip, and shrinks
+//! back after sixteen recoveries without one. Until reordering is seen, a loss is
+//! declared as soon as three segments' worth above it are SACKed (the classic
+//! duplicate threshold) or while a recovery is under way.
+
+use super::sent::SentSeg;
+use super::tx::Tx;
+use std::time::Duration;
+
+/// Three segments SACKed above a hole (RFC 6675's DupThresh) mean a loss while no
+/// reordering has been seen.
+pub(crate) const DUP_THRESH: u64 = 3;
+
+/// The minimum round trip is the least sample of this long (a windowed minimum, so a
+/// path that became slower is followed).
+const MIN_RTT_WINDOW: Duration = Duration::from_secs(30);
+
+/// Recoveries without a D-SACK after which the reordering window returns to its
+/// smallest size.
+const REO_WND_PERSIST: u32 = 16;
+
+#[derive(Debug, Default)]
+pub(crate) struct Rack {
+    /// The most recently sent delivered segment: when it was sent (RACK.xmit_ts) and
+    /// the order of that sending (in place of RACK.end_seq, which cannot order a
+    /// retransmission against new segments sent at the same instant).
+    latest: Option<(Duration, u64)>,
+    /// The round trip of that segment (RACK.rtt).
+    rtt: Duration,
+    /// The windowed minimum round trip and when it was measured.
+    min_rtt: Option<(Duration, Duration)>,
+    /// The highest end of a delivered segment (RACK.fack).
+    fack: u64,
+    /// A segment was delivered below one delivered before it without being sent again.
+    reordering_seen: bool,
+    /// Segments so delivered.
+    pub reordered: u64,
+    /// The reordering window in quarters of the minimum round trip, less one.
+    reo_wnd_steps: u32,
+    reo_wnd_persist: u32,
+    /// A D-SACK widened the window; until `una` reaches this, another does not.
+    dsack_round: Option<u64>,
+}
+
+/// Whether a sending at `t1` (the `o1`th) came after one at `t2` (the `o2`th).
+fn sent_after(t1: Duration, o1: u64, t2: Duration, o2: u64) -> bool {
+    t1 > t2 || (t1 == t2 && o1 > o2)
+}
+
+impl Rack {
+    /// Segment `s` was delivered (acknowledged or SACKed) at `now` (RFC 8985 6.2
+    /// steps 2 and 3).
+    pub fn delivered(&mut self, s: &SentSeg, now: Duration) {
+        let rtt = now.saturating_sub(s.xmit);
+        if s.rtx && self.min_rtt.is_some_and(|(m, _)| rtt < m) {
+            // Sooner than any round trip: the original's delivery, not the copy's.
+            return;
+        }
+        if !s.rtx
+            && self
+                .min_rtt
+                .is_none_or(|(m, at)| rtt <= m || now.saturating_sub(at) > MIN_RTT_WINDOW)
+        {
+            self.min_rtt = Some((rtt, now));
+        }
+        if self
+            .latest
+            .is_none_or(|(t, o)| sent_after(s.xmit, s.order, t, o))
+        {
+            self.latest = Some((s.xmit, s.order));
+            self.rtt = rtt;
+        }
+        if !s.rtx && s.end < self.fack {
+            self.reordering_seen = true;
+            self.reordered += 1;
+        }
+        self.fack = self.fack.max(s.end);
+    }
+
+    /// The peer reported a duplicate (D-SACK) while `una` and `nxt` are as given: the
+    /// window widens, once per round trip (RFC 8985 6.2 step 4).
+    pub fn on_dsack(&mut self, una: u64, nxt: u64) {
+        self.reordering_seen = true;
+        if self.dsack_round.is_some_and(|r| una >= r) {
+            self.dsack_round = None;
+        }
+        if self.dsack_round.is_none() {
+            self.dsack_round = Some(nxt);
+            self.reo_wnd_steps = self.reo_wnd_steps.saturating_add(1).min(1024);
+            self.reo_wnd_persist = REO_WND_PERSIST;
+        }
+    }
+
+    /// A recovery (fast or after a timeout) ended.
+    pub fn recovery_ended(&mut self) {
+        if self.reo_wnd_persist > 0 {
+            self.reo_wnd_persist -= 1;
+            if self.reo_wnd_persist == 0 {
+                self.reo_wnd_steps = 0;
+            }
+        }
+    }
+
+    /// The reordering window (RFC 8985 6.2 step 4): none while no reordering has been
+    /// seen and a recovery is under way or `dup_thresh_sacked`; else quarters of the
+    /// minimum round trip, at most `srtt`.
+    pub fn reo_wnd(&self, recovering: bool, dup_thresh_sacked: bool, srtt: Duration) -> Duration {
+        if !self.reordering_seen && (recovering || dup_thresh_sacked) {
+            return Duration::ZERO;
+        }
+        let min = self.min_rtt.map_or(Duration::ZERO, |(m, _)| m);
+        (min / 4).saturating_mul(self.reo_wnd_steps + 1).min(srtt)
+    }
+}
+
+impl Tx {
+    /// RACK's loss detection (RFC 8985 6.2 step 5): marks lost every segment sent
+    /// before the latest delivered one whose round trip and reordering window have
+    /// passed. Returns whether it marked any, and how long until the next one would
+    /// pass (the reordering timer), if some wait.
+    pub fn detect_loss(&mut self, now: Duration, recovering: bool) -> (bool, Option<Duration>) {
+        let Some((latest_t, latest_o)) = self.rack.latest else {
+            return (false, None);
+        };
+        let srtt = self.rtt.srtt().unwrap_or(self.rack.rtt);
+        let sacked_enough = self.scoreboard.bytes() >= DUP_THRESH * self.mss;
+        let reo_wnd = self.rack.reo_wnd(recovering, sacked_enough, srtt);
+        let mut marked = false;
+        let mut wait: Option<Duration> = None;
+        let mut i = 0;
+        while i < self.sent.len() {
+            let s = self.sent.get(i);
+            if s.sacked {
+                // Skip the whole SACKed run at once.
+                let past = self.scoreboard.next_uncovered(s.start);
+                i = (i + 1).max(self.sent.index_of(past));
+                continue;
+            }
+            if !sent_after(latest_t, latest_o, s.xmit, s.order) {
+                if s.rtx {
+                    i += 1;
+                    continue;
+                }
+                // Segments are first sent in order, and sent again later still: no
+                // record beyond this one was sent before the latest delivered one.
+                break;
+            }
+            if !s.lost {
+                let due = s.xmit + self.rack.rtt + reo_wnd;
+                if due <= now {
+                    self.sent.mark_lost(i);
+                    marked = true;
+                } else {
+                    let left = due - now;
+                    wait = Some(wait.map_or(left, |w| w.max(left)));
+                }
+            }
+            i += 1;
+        }
+        (marked, wait)
+    }
+}

@@ -1,0 +1,108 @@
+//! The tail loss probe (RFC 8985 section 7) and the RACK timers. When the last
+//! segments of a flight are lost, no later segment is delivered for RACK to notice it
+//! by, and only the retransmission timer would repair them. Instead, two round trips
+//! after the last send or delivery with nothing heard (plus the peer's delayed-ACK
+//! time when one segment is out), one segment goes out as a probe: new data, or the
+//! last segment not SACKed, again. Its acknowledgment (with SACK) lets RACK find the
+//! loss and fast recovery repair it, without a timeout. A probe that proves a loss
+//! reduces the window as a recovery would; one that the peer reports as a duplicate
+//! changes nothing.
+//!
+//! Beyond RFC 8985, which sends no probe during a recovery: when a recovery has sent
+//! everything it took as lost and then hears nothing (a retransmission was lost, and
+//! the window let nothing be sent after it for RACK to notice that by), the probe
+//! resends the last segment not SACKed, rather than waiting for the timer.
+
+use super::{Connection, State};
+use std::time::Duration;
+
+/// The probe timeout before any round trip has been measured (RFC 8985 7.2).
+const PTO_WITHOUT_RTT: Duration = Duration::from_secs(1);
+
+impl Connection {
+    /// Starts (or restarts) the probe timer after data went out or an acknowledgment
+    /// delivered some, when a probe may be sent (RFC 8985 7.2): SACK in use, data in
+    /// flight, no timeout's recovery under way, no probe outstanding, nothing waiting
+    /// to be sent again and no reordering timer running (RACK acts then). Otherwise
+    /// the timer stops.
+    pub(super) fn arm_probe(&mut self, now: Duration) {
+        let t = &self.tx;
+        let may = t.sack_ok
+            && t.flight() > 0
+            && !t.rto_recovery
+            && t.tlp.is_none()
+            && t.sent.lost_bytes() == 0
+            && self.timers.reo.is_none()
+            && matches!(
+                self.state,
+                State::Established
+                    | State::CloseWait
+                    | State::FinWait1
+                    | State::Closing
+                    | State::LastAck
+            );
+        if !may {
+            self.timers.pto = None;
+            return;
+        }
+        let at = now + self.probe_timeout();
+        self.timers.pto = Some(self.timers.rto.map_or(at, |rto| at.min(rto)));
+    }
+
+    /// The probe timeout (PTO): two round trips, and the peer's ACK delay when one
+    /// segment is in flight (its ACK may wait for a second).
+    fn probe_timeout(&self) -> Duration {
+        let t = &self.tx;
+        match t.rtt.srtt() {
+            Some(srtt) if t.flight() <= t.mss => 2 * srtt + self.cfg.peer_max_ack_delay,
+            Some(srtt) => 2 * srtt,
+            None => PTO_WITHOUT_RTT,
+        }
+    }
+
+    /// The probe timer expired: a probe is due, and the retransmission timer starts
+    /// again behind it.
+    pub(super) fn on_probe_timeout(&mut self, now: Duration) {
+        if self.tx.flight() == 0 || self.tx.rto_recovery || self.tx.tlp.is_some() {
+            return;
+        }
+        self.tlp_due = true;
+        self.timers.rto = Some(now + self.tx.rtt.timeout());
+    }
+
+    /// What an acknowledgment of `ack` says of the probe outstanding (RFC 8985 7.4):
+    /// `dsack` is a duplicate the peer reported in it.
+    pub(super) fn probe_answered(&mut self, ack: u64, dsack: Option<(i64, i64)>) {
+        let Some(tlp) = self.tx.tlp else {
+            return;
+        };
+        match tlp.resent {
+            Some((from, to)) if dsack.is_some_and(|(l, r)| l < to as i64 && r > from as i64) => {
+                // The original and the probe both arrived: nothing was lost.
+                self.tx.tlp = None;
+            }
+            None if ack >= tlp.end => self.tx.tlp = None,
+            Some(_) if ack > tlp.end => {
+                // Acknowledged beyond the probe with no duplicate reported: the probe
+                // was the only copy that arrived.
+                self.tx.tlp = None;
+                if !tlp.in_recovery {
+                    self.tx.probe_repaired_loss();
+                }
+                self.stats.probe_recoveries += 1;
+            }
+            _ => {}
+        }
+    }
+
+    /// Runs RACK's loss detection; a loss found starts fast recovery, and segments
+    /// still inside the reordering window set the reordering timer.
+    pub(super) fn detect_loss(&mut self, now: Duration) {
+        let (marked, wait) = self.tx.detect_loss(now, self.tx.recovering());
+        if marked && self.tx.enter_recovery() {
+            self.stats.fast_retransmits += 1;
+            self.timers.pto = None;
+        }
+        self.timers.reo = wait.map(|w| now + w);
+    }
+}

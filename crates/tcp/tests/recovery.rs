@@ -1,0 +1,360 @@
+//! Loss recovery without timeouts, over many seeds of the simulated wire: RACK-TLP
+//! (RFC 8985) and D-SACK (RFC 2883). A lost tail is repaired by a loss probe, not the
+//! retransmission timer; reordering inside RACK's window causes no retransmission (past
+//! the first, before any reordering was seen); losses beside reordering, lost
+//! retransmissions included, are repaired once each, without a timeout; a window
+//! reduction (fast recovery or timeout) that the peer's duplicate reports prove
+//! spurious is undone, one for a real loss is not. A failing seed is printed so it
+//! replays (`SOFTRNIC_TCP_SEED=n`).
+
+mod common;
+
+use common::*;
+use softrnic_tcp::sim::{Impairments, Rng};
+use softrnic_tcp::{Config, Event, SeqNum, State};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// What the drop filter did: octets of first sends dropped, and retransmissions
+/// dropped.
+#[derive(Default, Debug)]
+struct Dropped {
+    first: Vec<u64>,
+    resent: usize,
+}
+
+/// Drops the first sending of every data segment from a that `lose(offset)` picks
+/// (by stream offset), and the first retransmission of those at the offsets in
+/// `lose_again`.
+fn drop_filter(
+    n: &mut Net,
+    lose: impl Fn(u64) -> bool + 'static,
+    lose_again: Vec<u64>,
+) -> Rc<RefCell<Dropped>> {
+    let dropped = Rc::new(RefCell::new(Dropped::default()));
+    let d = dropped.clone();
+    let mut base: Option<SeqNum> = None;
+    let mut sends: HashMap<u32, u32> = HashMap::new();
+    n.filter = Some(Box::new(move |from, seg| {
+        if from != Side::A || seg.payload.is_empty() {
+            return Verdict::Pass;
+        }
+        let base = *base.get_or_insert(seg.seq);
+        let offset = seg.seq.delta(base) as u32 as u64;
+        let count = sends.entry(seg.seq.0).or_insert(0);
+        *count += 1;
+        match *count {
+            1 if lose(offset) => {
+                d.borrow_mut().first.push(seg.payload.len() as u64);
+                Verdict::Drop
+            }
+            2 if lose_again.contains(&offset) => {
+                d.borrow_mut().resent += 1;
+                Verdict::Drop
+            }
+            _ => Verdict::Pass,
+        }
+    }));
+    dropped
+}
+
+/// Buffers of 64 segments; delayed ACKs or not. The retransmission timer's floor is
+/// above a round trip (at most 42 ms here) plus the peer's ACK delay (40 ms), so that
+/// the ACK of a lone segment, delayed by the peer, is not taken for a loss.
+fn config(r: &mut Rng) -> Config {
+    Config {
+        send_buffer: 64 * 1024,
+        recv_buffer: 64 * 1024,
+        delayed_ack: r.chance(0.5).then_some(40 * MS),
+        peer_max_ack_delay: 40 * MS,
+        rto_min: 100 * MS,
+        ..cfg()
+    }
+}
+
+#[test]
+fn a_lost_tail_is_repaired_by_a_loss_probe_not_a_timeout() {
+    for_seeds(
+        "a_lost_tail_is_repaired_by_a_loss_probe_not_a_timeout",
+        300,
+        |seed| {
+            let mut r = Rng::new(seed);
+            let delay = MS * (1 + r.below(20) as u32);
+            let imp = Impairments {
+                delay,
+                ..Impairments::default()
+            };
+            let c = config(&mut r);
+            let len = 1000 * (20 + r.below(80)) + r.below(1000);
+            // The last one to three segments' first sendings are lost.
+            let tail = 1000 * (1 + r.below(3));
+            let close = r.chance(0.5);
+            let mut n = Net::sim(c.clone(), c, imp, seed);
+            let dropped = drop_filter(&mut n, move |o| o + tail >= len, vec![]);
+            n.a.outbox.extend(pattern(len as usize, seed));
+            n.a.close_when_sent = close;
+            n.b.close_when_sent = close;
+            n.run_until(600_000 * MS, |n| {
+                n.b.got.len() == len as usize
+                    && (!close || n.b.events.contains(&Event::PeerClosed))
+                    && n.a.conn.unacknowledged() == 0
+            });
+            assert_bytes(&n.b.got, &pattern(len as usize, seed));
+            let s = n.a.conn.stats();
+            let lost = dropped.borrow().first.len() as u64;
+            assert!(lost >= 1, "seed {seed}");
+            assert_eq!(s.timeouts, 0, "seed {seed}: {s:?}");
+            assert_eq!(s.loss_probes, 1, "seed {seed}: {s:?}");
+            assert_eq!(s.retransmitted_segments, lost, "seed {seed}: {s:?}");
+            if close {
+                n.run_out(600_000 * MS);
+                assert_eq!(n.a.conn.state(), State::Closed, "seed {seed}");
+                assert_eq!(n.b.conn.state(), State::Closed, "seed {seed}");
+            }
+        },
+    );
+}
+
+/// A wire that holds back `reorder` of the packets (both ways) by up to a tenth of
+/// the round trip: a segment and then its ACK held back stay within a quarter of the
+/// round trip, RACK's reordering window once reordering has been seen.
+fn reordering(r: &mut Rng, reorder: f64) -> Impairments {
+    let delay = MS * (2 + r.below(20) as u32);
+    Impairments {
+        delay,
+        reorder,
+        reorder_delay: delay.mul_f64(0.02 + 0.18 * r.unit()),
+        ..Impairments::default()
+    }
+}
+
+#[test]
+fn reordering_inside_the_window_causes_no_retransmission() {
+    for_seeds(
+        "reordering_inside_the_window_causes_no_retransmission",
+        300,
+        |seed| {
+            let mut r = Rng::new(seed);
+            let p = 0.04 + 0.08 * r.unit();
+            let imp = reordering(&mut r, p);
+            let c = config(&mut r);
+            let len = 600_000;
+            let mut n = Net::sim(c.clone(), c, imp, seed);
+            n.a.outbox.extend(pattern(len, seed));
+            // Until the sender has seen reordering (a segment arrived after a later
+            // one, or a retransmission came back as a duplicate: before, three
+            // segments SACKed above a hole meant a loss)...
+            n.run_until(600_000 * MS, |n| {
+                let s = n.a.conn.stats();
+                s.reordered_segments > 0 || s.spurious_retransmits > 0 || n.b.got.len() == len
+            });
+            // (and a round trip more, for what was taken as lost before to go out)...
+            let rtt = 2 * n.wire.as_ref().unwrap().impairments().delay;
+            let seen_at = n.now;
+            n.run_until(600_000 * MS, |n| n.now >= seen_at + rtt);
+            let before = n.a.conn.stats().clone();
+            let reordered = n.wire.as_ref().unwrap().stats().reordered;
+            assert!(n.b.got.len() < len / 2, "seed {seed}: {before:?}");
+            n.run_until(600_000 * MS, |n| {
+                n.b.got.len() == len
+                    && n.a.conn.unacknowledged() == 0
+                    && n.wire.as_ref().unwrap().in_flight() == 0
+            });
+            assert_bytes(&n.b.got, &pattern(len, seed));
+            // ... after that, reordering inside the window made no retransmission;
+            // and every one before was reported back as a duplicate.
+            let s = n.a.conn.stats();
+            assert_eq!(
+                s.spurious_retransmits, s.retransmitted_segments,
+                "seed {seed}: {s:?}"
+            );
+            assert!(
+                n.wire.as_ref().unwrap().stats().reordered > reordered + 5,
+                "seed {seed}"
+            );
+            assert!(
+                s.reordered_segments > before.reordered_segments,
+                "seed {seed}"
+            );
+            assert_eq!(
+                s.retransmitted_segments, before.retransmitted_segments,
+                "seed {seed}: {s:?}"
+            );
+            assert_eq!(s.timeouts, 0, "seed {seed}: {s:?}");
+        },
+    );
+}
+
+#[test]
+fn losses_beside_reordering_are_repaired_once_each_without_a_timeout() {
+    for_seeds(
+        "losses_beside_reordering_are_repaired_once_each_without_a_timeout",
+        300,
+        |seed| {
+            let mut r = Rng::new(seed);
+            let p = 0.1 * r.unit();
+            let imp = reordering(&mut r, p);
+            let c = config(&mut r);
+            let len = 200_000u64;
+            // Up to six segments lost anywhere (the tail included), and the first
+            // retransmission of up to two of those well before the end lost too.
+            let lost: Vec<u64> = (0..1 + r.below(6)).map(|_| 1000 * r.below(200)).collect();
+            let again: Vec<u64> = lost
+                .iter()
+                .copied()
+                .filter(|&o| o < 100_000 && r.chance(0.3))
+                .take(2)
+                .collect();
+            let mut n = Net::sim(c.clone(), c, imp, seed);
+            let l = lost.clone();
+            let dropped = drop_filter(&mut n, move |o| l.contains(&o), again.clone());
+            n.a.outbox.extend(pattern(len as usize, seed));
+            // Until all is acknowledged and nothing is on the wire (a duplicate's
+            // report has arrived).
+            n.run_until(600_000 * MS, |n| {
+                n.b.got.len() == len as usize
+                    && n.a.conn.unacknowledged() == 0
+                    && n.wire.as_ref().unwrap().in_flight() == 0
+            });
+            assert_bytes(&n.b.got, &pattern(len as usize, seed));
+            let d = dropped.borrow();
+            let s = n.a.conn.stats();
+            assert_eq!(
+                s.timeouts, 0,
+                "seed {seed}: lost {lost:?}, again {again:?}: {s:?}"
+            );
+            // Each lost copy was sent again once; anything more was reported back as
+            // a duplicate.
+            assert_eq!(
+                s.retransmitted_segments,
+                d.first.len() as u64 + d.resent as u64 + s.spurious_retransmits,
+                "seed {seed}: lost {lost:?}, again {again:?}: {s:?}"
+            );
+            // Only reordering (before it was seen) or a loss probe made duplicates: a
+            // segment held back costs its own retransmission and, when its late
+            // arrival is taken for its copy's (nothing tells them apart without
+            // timestamps), those of segments sent just before the copy.
+            let reordered = n.wire.as_ref().unwrap().stats().reordered;
+            assert!(
+                s.spurious_retransmits <= 3 * reordered + s.loss_probes,
+                "seed {seed}: lost {lost:?}, again {again:?}: {s:?}"
+            );
+        },
+    );
+}
+
+/// A clean wire with a seeded delay, for the undo tests.
+fn clean(r: &mut Rng) -> Impairments {
+    Impairments {
+        delay: MS * (2 + r.below(20) as u32),
+        ..Impairments::default()
+    }
+}
+
+#[test]
+fn a_reduction_for_a_segment_that_was_only_late_is_undone() {
+    for_seeds(
+        "a_reduction_for_a_segment_that_was_only_late_is_undone",
+        100,
+        |seed| {
+            let mut r = Rng::new(seed);
+            let imp = clean(&mut r);
+            let rtt = 2 * imp.delay;
+            let c = config(&mut r);
+            // One data segment is held back two round trips (it is taken as lost and
+            // sent again, then arrives after its copy), or, for comparison, lost.
+            let k = 5 + r.below(40) as usize;
+            let lose = r.chance(0.3);
+            let mut n = Net::sim(c.clone(), c, imp, seed);
+            let mut next = 0usize;
+            let mut seen = std::collections::HashSet::new();
+            n.filter = Some(Box::new(move |from, seg| {
+                if from != Side::A || seg.payload.is_empty() || !seen.insert(seg.seq.0) {
+                    return Verdict::Pass;
+                }
+                next += 1;
+                match next - 1 {
+                    i if i == k && lose => Verdict::Drop,
+                    i if i == k => Verdict::Delay(2 * rtt),
+                    _ => Verdict::Pass,
+                }
+            }));
+            let len = 200_000;
+            n.a.outbox.extend(pattern(len, seed));
+            // The window before the loss was found, and after the duplicate report.
+            let (mut before, mut undone) = (0, None);
+            n.run_until(600_000 * MS, |n| {
+                let s = n.a.conn.stats();
+                if s.fast_retransmits == 0 {
+                    before = n.a.conn.congestion_window();
+                }
+                if s.undone_reductions > 0 && undone.is_none() {
+                    undone = Some(n.a.conn.congestion_window());
+                }
+                n.b.got.len() == len && n.wire.as_ref().unwrap().in_flight() == 0
+            });
+            assert_bytes(&n.b.got, &pattern(len, seed));
+            let s = n.a.conn.stats();
+            assert_eq!(s.fast_retransmits, 1, "seed {seed}: {s:?}");
+            assert_eq!(s.retransmitted_segments, 1, "seed {seed}: {s:?}");
+            assert_eq!(s.timeouts, 0, "seed {seed}: {s:?}");
+            if lose {
+                assert_eq!(s.spurious_retransmits, 0, "seed {seed}: {s:?}");
+                assert_eq!(s.undone_reductions, 0, "seed {seed}: {s:?}");
+            } else {
+                assert_eq!(s.spurious_retransmits, 1, "seed {seed}: {s:?}");
+                assert_eq!(s.undone_reductions, 1, "seed {seed}: {s:?}");
+                let undone = undone.unwrap();
+                assert!(undone >= before, "seed {seed}: {undone} < {before}");
+            }
+        },
+    );
+}
+
+#[test]
+fn a_timeout_for_acknowledgments_that_were_only_late_is_undone() {
+    for_seeds(
+        "a_timeout_for_acknowledgments_that_were_only_late_is_undone",
+        100,
+        |seed| {
+            let mut r = Rng::new(seed);
+            let imp = clean(&mut r);
+            let c = config(&mut r);
+            let mut n = Net::sim(c.clone(), c, imp, seed);
+            // For 150 ms, every ACK is held back 250 ms: past the retransmission
+            // timer (100 ms after the probe that comes first), then they all arrive.
+            let holding = Rc::new(std::cell::Cell::new(false));
+            let h = holding.clone();
+            n.filter = Some(Box::new(move |from, _| {
+                if from == Side::B && h.get() {
+                    Verdict::Delay(250 * MS)
+                } else {
+                    Verdict::Pass
+                }
+            }));
+            let len = 300_000;
+            n.a.outbox.extend(pattern(len, seed));
+            n.run_until(600_000 * MS, |n| n.b.got.len() >= 50_000);
+            let before = n.a.conn.congestion_window();
+            holding.set(true);
+            let from = n.now;
+            n.run_until(600_000 * MS, |n| n.now >= from + 150 * MS);
+            holding.set(false);
+            assert_eq!(n.a.conn.stats().timeouts, 1, "seed {seed}");
+            let mut undone = None;
+            n.run_until(600_000 * MS, |n| {
+                if n.a.conn.stats().undone_reductions > 0 && undone.is_none() {
+                    undone = Some(n.a.conn.congestion_window());
+                }
+                n.b.got.len() == len && n.wire.as_ref().unwrap().in_flight() == 0
+            });
+            assert_bytes(&n.b.got, &pattern(len, seed));
+            let s = n.a.conn.stats();
+            assert_eq!(s.timeouts, 1, "seed {seed}: {s:?}");
+            assert!(s.undone_reductions >= 1, "seed {seed}: {s:?}");
+            let undone = undone.unwrap();
+            assert!(undone >= before, "seed {seed}: {undone} < {before}");
+        },
+    );
+}
