@@ -103,5 +103,5 @@ pub use sys::{affinity, nofile, usage};
 pub use transport::fault::{FaultEnd, FaultPlan};
 pub use transport::user::{
     Impairments as SimImpairments, NetStats, SimNet, UserLink, UserTcp, UserTcpStats,
-    WireStats as SimWireStats, default_tcp as default_user_tcp, mac_for,
+    WireStats as SimWireStats, mac_for, tcp_for as user_tcp_config,
 };

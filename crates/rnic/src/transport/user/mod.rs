@@ -94,35 +94,39 @@ impl UserTcp {
     /// The device at `addr/prefix_len` on `link`, with the default settings.
     pub fn on(link: UserLink, addr: Ipv4Addr, prefix_len: u8) -> UserTcp {
         UserTcp {
+            tcp: tcp_for(&link),
             link,
             addr,
             prefix_len,
             gateway: None,
             mac: None,
-            tcp: default_tcp(),
             max_connections: 256,
             max_half_open: 64,
         }
     }
 }
 
-/// The TCP settings a device's own TCP starts from: buffers for a fast link (the
-/// window and the send buffer bound how much is in flight), the MSS of the largest IPv4
-/// packet (capped to the link's MTU when the stack starts), an ACK for every segment
-/// (with segments of up to 64 KiB an ACK costs little, and a delayed one stalled
-/// the sender: a window update the receiver made while reading is only announced
-/// with the next ACK, so a sender short of window waited for the delayed-ACK timer),
-/// and a 10 ms floor on the retransmission timeout (RFC 6298's 1 s, and the usual
-/// 200 ms, are for wide-area round trips; these links have round trips of tens of
-/// microseconds to a few milliseconds).
-pub fn default_tcp() -> softrnic_tcp::Config {
+/// The TCP settings a device's own TCP starts from on `link`: buffers for a fast link
+/// (the window and the send buffer bound how much is in flight), the MSS of the
+/// largest IPv4 packet (capped to the link's MTU when the stack starts), and an ACK for
+/// every segment (with segments of up to 64 KiB an ACK costs little, and a delayed one
+/// stalled the sender: a window update the receiver made while reading is only
+/// announced with the next ACK, so a sender short of window waited for the
+/// delayed-ACK timer). On a simulated network, whose ends are softrnic stacks with
+/// round trips of microseconds, the timers of [`softrnic_tcp::Config::fast_link`] (a 5
+/// ms floor under the retransmission timeout); on a frame link, whose peer may be
+/// Linux (ACKs delayed up to 200 ms), the defaults.
+pub fn tcp_for(link: &UserLink) -> softrnic_tcp::Config {
+    let base = match link {
+        UserLink::Sim(_) => softrnic_tcp::Config::fast_link(),
+        _ => softrnic_tcp::Config::default(),
+    };
     softrnic_tcp::Config {
         mss: u16::MAX - 40,
         send_buffer: 1 << 20,
         recv_buffer: 1 << 20,
         delayed_ack: None,
-        rto_min: std::time::Duration::from_millis(10),
-        ..softrnic_tcp::Config::default()
+        ..base
     }
 }
 
