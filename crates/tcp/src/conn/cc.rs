@@ -8,6 +8,7 @@
 
 use super::rack::DUP_THRESH;
 use super::tx::{Tx, Undo};
+use std::time::Duration;
 
 /// Bound on the congestion window (far above any window a peer can offer).
 const MAX_CWND: u64 = 1 << 32;
@@ -150,10 +151,32 @@ impl Tx {
         true
     }
 
+    /// After a timeout, the peer acknowledged (or SACKed) a segment sent before it and
+    /// never sent again: the path was delivering, and the timer fired too early (RFC
+    /// 5682's detection, by SACK). The segments taken as lost and not yet sent again
+    /// go back to RACK, which finds the ones really lost, and the window goes back to
+    /// what it was (RFC 4015). Returns true when it was so.
+    pub fn timeout_was_spurious(&mut self) -> bool {
+        if !self.original_after_rto || !self.rto_recovery {
+            return false;
+        }
+        self.original_after_rto = false;
+        self.rto_recovery = false;
+        self.sent.unmark_unsent();
+        self.rack.forget_latest();
+        if let Some(u) = self.undo.take() {
+            self.cwnd = self.cwnd.max(u.cwnd);
+            self.ssthresh = self.ssthresh.max(u.ssthresh);
+        }
+        true
+    }
+
     /// The retransmission timer expired (RFC 5681 3.1, RFC 6298 5.5): one segment of
     /// window, everything unacknowledged taken as lost and sent again (except what the
     /// peer SACKed, unless it keeps timing out: it may have dropped what it SACKed).
-    pub fn on_rto(&mut self, consecutive: u32) {
+    pub fn on_rto(&mut self, consecutive: u32, now: Duration) {
+        self.rto_at = Some(now);
+        self.original_after_rto = false;
         if consecutive <= 1 {
             self.reduce();
         } else {

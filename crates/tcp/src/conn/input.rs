@@ -288,6 +288,10 @@ impl Connection {
                 self.stats.fast_retransmits += 1;
             }
         }
+        if self.tx.timeout_was_spurious() {
+            self.stats.spurious_timeouts += 1;
+            self.stats.undone_reductions += 1;
+        }
         if let Some((l, r)) = sack.dsack {
             self.stats.spurious_retransmits += 1;
             if self.tx.on_dsack(l, r) {

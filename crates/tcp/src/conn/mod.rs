@@ -106,8 +106,12 @@ pub struct Stats {
     /// Segments the peer received after one we sent later, none of them sent again
     /// (reordering, as RACK sees it).
     pub reordered_segments: u64,
-    /// Window reductions undone because every retransmission since proved spurious.
+    /// Window reductions undone because every retransmission since proved spurious
+    /// (or the timeout did).
     pub undone_reductions: u64,
+    /// Retransmission timeouts after which the peer acknowledged a segment sent
+    /// before and never again: the timer fired too early.
+    pub spurious_timeouts: u64,
     /// Duplicates we reported (D-SACK blocks sent).
     pub dsacks_out: u64,
     pub dup_acks_in: u64,

@@ -82,6 +82,12 @@ impl Rack {
         self.fack = self.fack.max(s.end);
     }
 
+    /// Forgets the latest delivered segment: what was taken for the delivery of a
+    /// retransmission was its original's (a timeout proved spurious).
+    pub fn forget_latest(&mut self) {
+        self.latest = None;
+    }
+
     /// The peer reported a duplicate (D-SACK) while `una` and `nxt` are as given: the
     /// window widens, once per round trip (RFC 8985 6.2 step 4).
     pub fn on_dsack(&mut self, una: u64, nxt: u64) {

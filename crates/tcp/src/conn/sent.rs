@@ -168,6 +168,16 @@ impl Sent {
         Some(i)
     }
 
+    /// Records taken as lost that were sent only once are not taken as lost any more.
+    pub fn unmark_unsent(&mut self) {
+        for s in &mut self.segs {
+            if s.lost && !s.rtx {
+                s.lost = false;
+                self.lost_bytes -= s.end - s.start;
+            }
+        }
+    }
+
     /// Record `i` went out again at `now`.
     pub fn resent(&mut self, i: usize, now: Duration) {
         let s = &mut self.segs[i];

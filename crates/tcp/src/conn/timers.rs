@@ -50,7 +50,7 @@ impl Connection {
             self.timers.pto = None;
             self.timers.reo = None;
             self.tlp_due = false;
-            self.on_rto();
+            self.on_rto(now);
         }
         if due(self.timers.persist) {
             self.timers.persist = None;
@@ -62,7 +62,7 @@ impl Connection {
         }
     }
 
-    fn on_rto(&mut self) {
+    fn on_rto(&mut self, now: Duration) {
         match self.state {
             State::SynSent | State::SynReceived => {
                 self.stats.timeouts += 1;
@@ -83,7 +83,7 @@ impl Connection {
                     self.give_up();
                     return;
                 }
-                self.tx.on_rto(self.retries);
+                self.tx.on_rto(self.retries, now);
             }
             _ => {}
         }

@@ -12,7 +12,7 @@
 use super::rack::Rack;
 use super::rtt::RttEstimator;
 use super::send_buffer::SendBuffer;
-use super::sent::Sent;
+use super::sent::{Sent, SentSeg};
 use crate::config::Config;
 use crate::range_set::RangeSet;
 use crate::segment::SackBlock;
@@ -70,6 +70,11 @@ pub(crate) struct Tx {
     pub undo: Option<Undo>,
     /// The loss probe in flight (RFC 8985 7).
     pub tlp: Option<Tlp>,
+    /// When the last retransmission timeout fired.
+    pub rto_at: Option<Duration>,
+    /// Since that timeout, the peer acknowledged a segment sent before it and never
+    /// sent again.
+    pub original_after_rto: bool,
 }
 
 /// The state before a reduction of the congestion window (RFC 3708-style undo).
@@ -162,6 +167,8 @@ impl Tx {
             rack: Rack::default(),
             undo: None,
             tlp: None,
+            rto_at: None,
+            original_after_rto: false,
         }
     }
 
@@ -344,6 +351,7 @@ impl Tx {
                     // A FIN is never SACKed: a segment is the peer's once its octets are.
                     let data_end = self.data_end();
                     let (board, rack) = (&self.scoreboard, &mut self.rack);
+                    let (rto_at, original) = (self.rto_at, &mut self.original_after_rto);
                     self.sent.sack(
                         l,
                         r,
@@ -351,7 +359,10 @@ impl Tx {
                             let b = b.min(data_end);
                             board.covered(a, b) == b - a
                         },
-                        |s| rack.delivered(s, now),
+                        |s| {
+                            rack.delivered(s, now);
+                            *original |= sent_before(s, rto_at);
+                        },
                     );
                 }
             }
@@ -367,8 +378,11 @@ impl Tx {
         self.una = ack;
         self.buf.ack_to((ack.saturating_sub(1)).min(self.buf.end()));
         self.scoreboard.remove_below(ack);
-        let rack = &mut self.rack;
-        self.sent.ack_to(ack, |s| rack.delivered(s, now));
+        let (rack, rto_at, original) = (&mut self.rack, self.rto_at, &mut self.original_after_rto);
+        self.sent.ack_to(ack, |s| {
+            rack.delivered(s, now);
+            *original |= sent_before(s, rto_at);
+        });
         if let Some((end, at)) = self.timed
             && ack >= end
         {
@@ -378,4 +392,9 @@ impl Tx {
         self.rtt.progress();
         acked
     }
+}
+
+/// Whether `s` was sent once only, before the timeout at `rto_at`.
+fn sent_before(s: &SentSeg, rto_at: Option<Duration>) -> bool {
+    rto_at.is_some_and(|t| !s.rtx && s.xmit < t)
 }
