@@ -11,3 +11,4 @@ pub mod fuzz_checks;
 pub mod logging;
 pub mod rping;
 pub mod srq_sim;
+pub mod transport;

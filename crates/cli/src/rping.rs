@@ -93,6 +93,10 @@ pub struct RpingArgs {
     /// Client: the hold's upper bound, in milliseconds.
     #[arg(long, default_value_t = FirstFpduHold::default().max.as_millis() as u64, value_name = "MS")]
     pub hold_max_ms: u64,
+    /// What carries the QPs. With `--transport user:sim` both roles run in this
+    /// process (give `-c`): the server at 10.0.0.2, the client at 10.0.0.1.
+    #[command(flatten)]
+    pub net: crate::transport::TransportArgs,
 }
 
 /// `--crc` values.
@@ -170,6 +174,11 @@ impl RpingArgs {
             hold: FirstFpduHold {
                 rtts: self.hold_rtts,
                 max: Duration::from_millis(self.hold_max_ms),
+            },
+            user_tcp: if self.net.transport.in_process_only() {
+                None
+            } else {
+                self.net.frame_link()?
             },
         })
     }
@@ -259,6 +268,9 @@ pub const MIN_SIZE: usize = 23;
 /// Runs `softrnic rping` as the flags say.
 pub fn main(args: &RpingArgs) -> std::result::Result<(), String> {
     let opts = args.opts()?;
+    if args.net.transport.in_process_only() {
+        return in_process(args, &opts);
+    }
     let addr = args.socket_addr()?;
     let n = if args.server {
         server(addr, &opts, |a| {
@@ -278,6 +290,53 @@ pub fn main(args: &RpingArgs) -> std::result::Result<(), String> {
             ""
         };
         eprintln!("rping: {role} done, {n} iterations{verified}");
+    }
+    Ok(())
+}
+
+/// `--transport user:sim`: a server and a client in this process, on a simulated
+/// network of their own.
+fn in_process(args: &RpingArgs, opts: &RpingOpts) -> std::result::Result<(), String> {
+    use crate::transport::Net;
+    if !args.client {
+        return Err(format!(
+            "--transport {} runs both roles in this process: give -c",
+            args.net.transport.name()
+        ));
+    }
+    let net = Net::new(&args.net);
+    let sopts = RpingOpts {
+        user_tcp: net.user_tcp(1),
+        persistent: false,
+        ..opts.clone()
+    };
+    let copts = RpingOpts {
+        user_tcp: net.user_tcp(0),
+        ..opts.clone()
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let listen = SocketAddr::from((Net::sim_addr(1), args.port));
+    let srv = std::thread::spawn(move || {
+        server(listen, &sopts, |a| {
+            let _ = tx.send(a);
+        })
+    });
+    let n = match rx.recv() {
+        Ok(addr) => client(addr, &copts).map_err(|e| format!("rping client: {e}")),
+        Err(_) => Err("the server ended before it listened".into()),
+    };
+    let served = srv
+        .join()
+        .map_err(|_| "the server thread panicked".to_string())?
+        .map_err(|e| format!("rping server: {e}"));
+    let n = n?;
+    served?;
+    if !args.quiet {
+        let verified = if args.verify { ", data verified" } else { "" };
+        eprintln!(
+            "rping: client and server on {} done, {n} iterations{verified}",
+            args.net.transport.name()
+        );
     }
     Ok(())
 }
@@ -308,6 +367,8 @@ pub struct RpingOpts {
     pub pcap: Option<PathBuf>,
     /// Client: how long the first message waits after the MPA Reply.
     pub hold: FirstFpduHold,
+    /// Run over softrnic's own TCP on this link (`None`: kernel TCP).
+    pub user_tcp: Option<UserTcp>,
 }
 
 /// A bad remote access the server can make on purpose (`--inject`): checks that the
@@ -363,6 +424,7 @@ impl Default for RpingOpts {
             inject: None,
             pcap: None,
             hold: FirstFpduHold::default(),
+            user_tcp: None,
         }
     }
 }
@@ -438,6 +500,7 @@ fn open_device(opts: &RpingOpts) -> Result<Device> {
         mpa: opts.mpa.clone(),
         pcap: opts.pcap.clone(),
         first_fpdu_hold: opts.hold,
+        user_tcp: opts.user_tcp.clone(),
         ..DeviceConfig::default()
     })?)
 }

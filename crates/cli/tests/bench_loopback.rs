@@ -291,3 +291,37 @@ fn events_mode_refuses_tests_without_an_event_to_wait_for() {
         assert!(e.contains("-e"), "{e}");
     }
 }
+
+/// `-q` with a list: every count runs every size, each round with that many QPs (the
+/// JSON line says which), and the iteration count is per QP.
+#[test]
+fn qp_count_list_runs_every_count_and_size() {
+    let (lines, rows) = run_json(&[
+        "send_bw",
+        "--loopback",
+        "-n",
+        "40",
+        "-s",
+        "64,4K",
+        "-q",
+        "1,3",
+        "--baseline",
+        "tcp",
+        "--json",
+    ]);
+    let soft: Vec<(u64, u64, u64)> = lines
+        .iter()
+        .filter(|v| v["transport"] == "softrnic")
+        .map(|v| {
+            let u = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+            (u("qps"), u("bytes"), u("iterations"))
+        })
+        .collect();
+    assert_eq!(
+        soft,
+        [(1, 64, 40), (1, 4096, 40), (3, 64, 120), (3, 4096, 120)],
+        "{lines:?}"
+    );
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().all(|r| r.tcp.is_some()), "a baseline per round");
+}

@@ -204,6 +204,41 @@ pub(crate) fn packet_socket(ifindex: libc::c_int) -> io::Result<OwnedFd> {
     if ret < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::ENOPROTOOPT) {
         return Err(io::Error::last_os_error());
     }
+    // Room for bursts both ways (a TCP window's worth of frames): the defaults
+    // (~200 KiB) drop frames a busy reader has not taken yet. Forced where we may.
+    let size: libc::c_int = 4 << 20;
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        for opt in [force, plain] {
+            // SAFETY: one live c_int and its size.
+            let ret = unsafe {
+                libc::setsockopt(
+                    sock.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&size as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if ret == 0 {
+                break;
+            }
+        }
+    }
+    // With each frame, its status: whether its checksum is still to be computed.
+    // SAFETY: as above: one live c_int and its size.
+    let ret = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_AUXDATA,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    check(ret as libc::ssize_t)?;
     // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value of it.
     let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     addr.sll_family = libc::AF_PACKET as libc::c_ushort;
@@ -221,25 +256,64 @@ pub(crate) fn packet_socket(ifindex: libc::c_int) -> io::Result<OwnedFd> {
     Ok(sock)
 }
 
-/// Receives one frame from a packet socket without blocking: its whole length
-/// (`MSG_TRUNC`) and its packet type (`PACKET_OUTGOING`, ...).
-pub(crate) fn recv_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, u8)> {
+/// One frame received from a packet socket.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PacketInfo {
+    /// Its whole length (`MSG_TRUNC`), which may exceed the buffer.
+    pub len: usize,
+    /// Its packet type (`PACKET_OUTGOING`, ...).
+    pub kind: u8,
+    /// The kernel has not computed its transport checksum yet
+    /// (`TP_STATUS_CSUMNOTREADY`): a frame another interface of this host sent with
+    /// checksum offload, as on a veth pair.
+    pub csum_not_ready: bool,
+}
+
+/// Receives one frame from a packet socket without blocking.
+pub(crate) fn recv_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<PacketInfo> {
     // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value of it.
     let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    let mut from_len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-    // SAFETY: `buf` is writable for `buf.len()` octets and `from`/`from_len` are live
-    // and sized as passed; recvfrom writes no more than those sizes.
-    let n = unsafe {
-        libc::recvfrom(
-            fd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_TRUNC | libc::MSG_DONTWAIT,
-            (&mut from as *mut libc::sockaddr_ll).cast(),
-            &mut from_len,
-        )
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
     };
-    Ok((check(n)?, from.sll_pkttype))
+    // Room for one cmsghdr with a tpacket_auxdata, aligned as cmsghdr needs.
+    let mut control = [0u64; 16];
+    // SAFETY: msghdr is plain old data; all zeroes is a valid (empty) value of it.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut from as *mut libc::sockaddr_ll).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: every pointer in `msg` is to a live local or to `buf`, each with the size
+    // given beside it; recvmsg writes no more than those sizes.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_TRUNC | libc::MSG_DONTWAIT) };
+    let len = check(n)?;
+    let mut csum_not_ready = false;
+    // SAFETY: `msg` was filled by recvmsg: the CMSG macros walk its control buffer
+    // within `msg_controllen`, which the kernel set to what it wrote.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !c.is_null() {
+        // SAFETY: `c` is a header inside the control buffer (CMSG_FIRSTHDR/NXTHDR
+        // return null past its end); reading its fields is in bounds.
+        let (level, kind) = unsafe { ((*c).cmsg_level, (*c).cmsg_type) };
+        if level == libc::SOL_PACKET && kind == libc::PACKET_AUXDATA {
+            // SAFETY: a PACKET_AUXDATA message carries one tpacket_auxdata after its
+            // header; read_unaligned copes with any alignment of the data.
+            let aux: libc::tpacket_auxdata =
+                unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()) };
+            csum_not_ready = aux.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0;
+        }
+        // SAFETY: as for CMSG_FIRSTHDR: the next header, or null past the end.
+        c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+    }
+    Ok(PacketInfo {
+        len,
+        kind: from.sll_pkttype,
+        csum_not_ready,
+    })
 }
 
 /// Sends one datagram or frame on a connected or bound socket without blocking.

@@ -178,8 +178,19 @@ impl Device {
             .ok_or(Error::InvalidArgument("no address"))?;
         let deadline = Instant::now() + self.shared.cfg.connect_timeout;
         let slot = self.slot()?;
-        let s = TcpStream::connect_timeout(&addr, self.shared.cfg.connect_timeout)?;
-        self.initiate(Box::new(KernelStream::new(s)?), qp, cfg, deadline, slot)
+        let s: Box<dyn ConnStream> = match (&self.shared.user, addr) {
+            (Some(user), SocketAddr::V4(v4)) => Box::new(user.stack.connect(v4, deadline)?),
+            (Some(_), SocketAddr::V6(_)) => {
+                return Err(Error::InvalidArgument(
+                    "the device's own TCP speaks IPv4 only",
+                ));
+            }
+            (None, _) => {
+                let s = TcpStream::connect_timeout(&addr, self.shared.cfg.connect_timeout)?;
+                Box::new(KernelStream::new(s)?)
+            }
+        };
+        self.initiate(s, qp, cfg, deadline, slot)
             .inspect_err(|e| trace::mpa_failed(self.shared.serial, e))
     }
 

@@ -10,6 +10,7 @@ use crate::cq_notify::{Arm, Armed};
 use crate::cq_ring::{CqRing, Full};
 use crate::device::{AsyncEvent, ProgressMode, Shared};
 use crate::error::{Error, Result};
+use crate::handoff::PollCount;
 use crate::limits::Reservation;
 use crate::qp::QpShared;
 use softrnic_proto::{Completion, WcStatus};
@@ -55,7 +56,13 @@ pub(crate) struct CqShared {
     delivered: AtomicU64,
     acked: AtomicU64,
     dev: Weak<Shared>,
-    pub(crate) qps: Mutex<Vec<Weak<QpShared>>>,
+    /// The QPs sending or receiving into this CQ, replaced whole when one is added,
+    /// so a poll takes the list with one lock and no copy.
+    qps: Mutex<Arc<Vec<Weak<QpShared>>>>,
+    /// Hybrid progress: an empty poll drives the QPs' sockets.
+    hybrid: bool,
+    /// The consumer's polls, for the hand-off of sockets ([`crate::handoff`]).
+    polls: PollCount,
     /// This CQ's share of [`crate::DeviceConfig::max_cq_entries`].
     _entries: Reservation,
 }
@@ -84,8 +91,10 @@ impl CqShared {
             raised: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
             acked: AtomicU64::new(0),
+            hybrid: dev.cfg.progress == ProgressMode::Hybrid,
             dev: Arc::downgrade(&dev),
-            qps: Mutex::new(Vec::new()),
+            qps: Mutex::new(Arc::new(Vec::new())),
+            polls: PollCount::new(),
             _entries: entries,
         })
     }
@@ -213,18 +222,33 @@ impl CqShared {
         self.acked.fetch_add(1, Ordering::Release);
     }
 
+    /// Adds a QP that sends or receives into this CQ (and forgets those gone).
+    pub(crate) fn add_qp(&self, qp: &Arc<QpShared>) {
+        if let Ok(mut l) = self.qps.lock() {
+            let mut v: Vec<Weak<QpShared>> =
+                l.iter().filter(|w| w.strong_count() > 0).cloned().collect();
+            v.push(Arc::downgrade(qp));
+            *l = Arc::new(v);
+        }
+    }
+
+    fn qp_list(&self) -> Arc<Vec<Weak<QpShared>>> {
+        self.qps.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
     /// The QPs receiving into this CQ.
     pub(crate) fn receiving_qps(&self) -> Vec<Arc<QpShared>> {
         let me: *const CqShared = self;
-        self.qps
-            .lock()
-            .map(|q| {
-                q.iter()
-                    .filter_map(Weak::upgrade)
-                    .filter(|qp| std::ptr::eq(Arc::as_ptr(qp.recv_cq()), me))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.qp_list()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|qp| std::ptr::eq(Arc::as_ptr(qp.recv_cq()), me))
+            .collect()
+    }
+
+    /// The consumer's polls so far (hybrid progress).
+    pub(crate) fn polls(&self) -> &PollCount {
+        &self.polls
     }
 
     fn pop_into(&self, out: &mut [Completion]) -> usize {
@@ -261,23 +285,33 @@ impl CqShared {
         n
     }
 
-    /// Lets the consumer's thread drive the sockets of the QPs on this CQ.
+    /// Lets the consumer's thread drive the sockets of the QPs on this CQ (a consumer
+    /// that keeps doing so takes them over).
     fn drive(&self) -> bool {
         let Some(dev) = self.dev.upgrade() else {
             return false;
         };
-        if dev.cfg.progress != ProgressMode::Hybrid {
-            return false;
-        }
-        let qps: Vec<Arc<QpShared>> = match self.qps.lock() {
-            Ok(q) => q.iter().filter_map(Weak::upgrade).collect(),
-            Err(_) => return false,
-        };
+        let ready = self.polls.drive();
         let mut any = false;
-        for qp in qps {
-            any |= qp.try_progress(&dev);
+        for qp in self.qp_list().iter().filter_map(Weak::upgrade) {
+            any |= qp.consumer_progress(&dev, ready);
         }
         any
+    }
+
+    /// The consumer goes to sleep on this CQ's events: the engines take back the
+    /// sockets it held.
+    fn consumer_sleeps(&self) {
+        if !self.hybrid {
+            return;
+        }
+        self.polls.reset_drives();
+        let Some(dev) = self.dev.upgrade() else {
+            return;
+        };
+        for qp in self.qp_list().iter().filter_map(Weak::upgrade) {
+            qp.consumer_sleeps(&dev);
+        }
     }
 }
 
@@ -330,14 +364,21 @@ impl Cq {
     }
 
     /// Moves up to `out.len()` completions into `out`, oldest first; returns how many.
-    /// In hybrid progress mode, an empty CQ first drives its QPs' sockets once.
+    /// In hybrid progress mode, an empty CQ first drives its QPs' sockets once, and a
+    /// consumer that keeps polling takes them over from the engine threads until it
+    /// stops ([`crate::handoff`]).
     pub fn poll(&self, out: &mut [Completion]) -> usize {
-        let n = self.shared.pop_into(out);
+        let s = &self.shared;
+        if !s.hybrid {
+            return s.pop_into(out);
+        }
+        s.polls.poll();
+        let n = s.pop_into(out);
         if n > 0 || out.is_empty() {
             return n;
         }
-        if self.shared.drive() {
-            return self.shared.pop_into(out);
+        if s.drive() {
+            return s.pop_into(out);
         }
         0
     }
@@ -354,7 +395,11 @@ impl Cq {
     /// after each event. Poll once more after arming: a completion added before the
     /// arm is found by that poll, one added after raises the event, and none falls
     /// between the two.
+    ///
+    /// In hybrid progress mode, arming hands the sockets a polling consumer had taken
+    /// over back to the engine threads, which serve them while the consumer sleeps.
     pub fn req_notify(&self, solicited_only: bool) {
+        self.shared.consumer_sleeps();
         self.shared.arm.arm(solicited_only);
     }
 

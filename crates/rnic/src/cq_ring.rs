@@ -53,12 +53,13 @@ pub const MIN_CAPACITY: usize = 2;
 pub const MAX_CAPACITY: usize = 1 << 20;
 
 /// Atomics and cells: `std`'s normally, `loom`'s when built with `--cfg loom` (the
-/// CQ's notification state, `cq_notify`, uses them too).
+/// CQ's notification state, `cq_notify`, and the polling streak, `handoff`, use them
+/// too).
 pub(crate) mod sync {
     #[cfg(loom)]
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
     #[cfg(not(loom))]
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
     /// An `UnsafeCell` with loom's closure-based API, so the ring's code is the same
     /// in both builds and loom can track every access to slot contents.

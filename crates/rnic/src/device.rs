@@ -101,6 +101,10 @@ pub struct DeviceConfig {
     /// TCP/IP headers) into this pcap file, created when the device opens. Complete
     /// once the device and its QPs are dropped.
     pub pcap: Option<std::path::PathBuf>,
+    /// Run connections over softrnic's own TCP on this link instead of kernel TCP
+    /// (`None`, the default): `connect` and `listen` then use the device's address
+    /// there. See [`crate::UserTcp`].
+    pub user_tcp: Option<crate::UserTcp>,
 }
 
 impl Default for DeviceConfig {
@@ -127,6 +131,7 @@ impl Default for DeviceConfig {
             max_registered: 1 << 40,
             fault: None,
             pcap: None,
+            user_tcp: None,
         }
     }
 }
@@ -332,6 +337,8 @@ pub(crate) struct Shared {
     pub(crate) cq_entries: Arc<Budget>,
     /// Octets of all memory regions ([`DeviceConfig::max_registered`]).
     pub(crate) registered: Arc<Budget>,
+    /// The device's own TCP ([`DeviceConfig::user_tcp`]), with its thread.
+    pub(crate) user: Option<crate::transport::user::stack::UserStackHandle>,
 }
 
 /// One MPA exchange in progress, counted against
@@ -450,10 +457,20 @@ impl Device {
             Some(path) => Some(Arc::new(crate::transport::pcap::PcapSink::create(path)?)),
             None => None,
         };
+        let serial = NEXT_DEVICE.fetch_add(1, Ordering::Relaxed);
+        let user = match &cfg.user_tcp {
+            Some(u) => Some(crate::transport::user::stack::UserStack::start(
+                u,
+                cfg.keepalive,
+                serial,
+            )?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
+            user,
             pcap,
             cfg,
-            serial: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
+            serial,
             tpt: Tpt::new(),
             regions: RegionTable::default(),
             qps: Mutex::new(HashMap::new()),
@@ -481,6 +498,12 @@ impl Device {
     /// QP numbers repeat across devices).
     pub fn serial(&self) -> u32 {
         self.shared.serial
+    }
+
+    /// What the device's own TCP has done, if it has one ([`DeviceConfig::user_tcp`]):
+    /// packets, retransmissions, timeouts...
+    pub fn user_tcp_stats(&self) -> Option<crate::UserTcpStats> {
+        self.shared.user.as_ref().map(|u| u.stack.stats())
     }
 
     /// Device attributes.
@@ -607,10 +630,7 @@ impl Device {
         qps.insert(id.0, qp.clone());
         // The CQs learn their QPs, so a polling consumer can drive them (hybrid mode).
         for cq in [&scq, &rcq] {
-            if let Ok(mut l) = cq.qps.lock() {
-                l.retain(|w| w.strong_count() > 0);
-                l.push(Arc::downgrade(&qp));
-            }
+            cq.add_qp(&qp);
             if Arc::ptr_eq(&scq, &rcq) {
                 break;
             }

@@ -6,8 +6,10 @@
 //! Engine `i` serves completion vector `i`: a QP is registered with the engine of its
 //! receive CQ's vector. An engine given a CPU pins itself to it before serving anything.
 //!
-//! An engine also keeps its QPs' timers (the close timer): it wakes for the earliest
-//! and drives the QP, which sees the time and acts.
+//! An engine also keeps its QPs' timers (the close timer, and the lease of a socket a
+//! polling consumer has claimed, see [`crate::handoff`]): it wakes for the earliest and
+//! drives the QP, which sees the time and acts. The socket of a claimed QP is out of
+//! the epoll set ([`Engine::pause`]) until it is handed back ([`Engine::resume`]).
 //!
 //! Each engine has its own token -> QP map, filled when a QP's socket is registered and
 //! emptied when it is deregistered; the event loop looks a batch of events up under one
@@ -219,11 +221,36 @@ impl Engine {
         Ok(())
     }
 
+    /// Learns `qp` without its socket (a polling consumer holds that), so its timers
+    /// find it.
+    pub(crate) fn adopt(&self, qp: &Arc<QpShared>) {
+        if let Ok(mut m) = self.qps.lock() {
+            m.insert(token_of(qp.id), Arc::downgrade(qp));
+        }
+    }
+
     /// Stops serving `qp`'s socket. Events fetched later find no entry and are dropped;
     /// a batch already looked up may drive the QP once more, which finds nothing to do.
     pub(crate) fn deregister(&self, sock: &mut (impl mio::event::Source + ?Sized), qp: QpId) {
         let _ = self.registry.deregister(sock);
         self.forget(token_of(qp));
+    }
+
+    /// Takes `qp`'s socket out of the epoll set, keeping the QP (and its timers): a
+    /// polling consumer drives it now ([`crate::handoff`]).
+    pub(crate) fn pause(&self, sock: &mut (impl mio::event::Source + ?Sized)) -> Result<()> {
+        self.registry.deregister(sock)?;
+        Ok(())
+    }
+
+    /// Puts a paused socket back into the epoll set; epoll reports it at once if it is
+    /// ready, so nothing that arrived while it was out waits for a later event.
+    pub(crate) fn resume(
+        &self,
+        sock: &mut (impl mio::event::Source + ?Sized),
+        qp: &Arc<QpShared>,
+    ) -> Result<()> {
+        self.register(sock, qp)
     }
 
     /// Drives `qp` once time reaches `at` (on the [`now`] clock). A QP gone by then is
@@ -276,6 +303,7 @@ fn run(
 ) {
     let mut events = Events::with_capacity(256);
     let mut ready: Vec<Arc<QpShared>> = Vec::with_capacity(256);
+    let mut timed: Vec<Arc<QpShared>> = Vec::new();
     let mut due: Vec<QpId> = Vec::new();
     let mut last_busy = Instant::now();
     loop {
@@ -316,21 +344,28 @@ fn run(
             );
             // A QP whose timer is due and whose socket also reported is driven twice;
             // the second drive finds nothing to do.
-            ready.extend(
+            timed.extend(
                 due.drain(..)
                     .filter_map(|qp| m.get(&token_of(qp))?.upgrade()),
             );
         }
         due.clear();
-        if ready.is_empty() {
+        if ready.is_empty() && timed.is_empty() {
             continue;
         }
         // Counted before the work, so whoever sees its results sees the count too.
         handled.fetch_add(ready.len() as u64, Ordering::Relaxed);
+        // Spin after socket work only: a timer (a lease check) is no sign of traffic.
+        let busy = !ready.is_empty();
         for qp in ready.drain(..) {
-            qp.progress(&d);
+            qp.on_ready(&d);
         }
-        last_busy = Instant::now();
+        for qp in timed.drain(..) {
+            qp.on_timer(&d);
+        }
+        if busy {
+            last_busy = Instant::now();
+        }
         drop(d);
         if crate::handler::take_woke_dispatcher() {
             std::thread::yield_now();

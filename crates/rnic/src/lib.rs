@@ -56,6 +56,7 @@ pub mod error;
 mod frame_io;
 pub mod handler;
 mod handler_verbs;
+pub mod handoff;
 pub mod heap_count;
 mod limits;
 pub mod listener;
@@ -86,6 +87,7 @@ pub use handler::{Handler, HandlerInfo, HandlerKind};
 pub use listener::{Listener, ListenerStats};
 pub use mr::{Mr, Pd};
 pub use qp::{Qp, QpInit, QpStats, RX_DIRECT_MIN, RX_STAGING_LEN, TX_GATHER_MAX};
+pub use softrnic_netdev::MacAddr;
 pub use softrnic_proto::cm::{CmError, CrcPolicy, MpaConfig, RefusalReason, RtrTypes};
 pub use softrnic_proto::srq::limits::{Analysis, Level, LimitKind, QpLimits, Verdict};
 pub use softrnic_proto::srq::stats::{Estimator, ProvisionConfig};
@@ -93,7 +95,13 @@ pub use softrnic_proto::{
     Access, Completion, QpId, QpState, RecvWr, STag, SendOp, SendWr, Sge, Sgl, TooManySge,
     WcOpcode, WcStatus,
 };
+/// softrnic's own TCP's settings and counters ([`UserTcp::tcp`], [`UserTcpStats`]).
+pub use softrnic_tcp::{Config as TcpConfig, StackStats as TcpStackStats, Stats as TcpStats};
 pub use softrnic_wire::TerminateCause;
 pub use srq::{ChainError, ManagedInit, Srq, SrqAttr, SrqInit, SrqModify, SrqUsage};
 pub use sys::{affinity, nofile, usage};
 pub use transport::fault::{FaultEnd, FaultPlan};
+pub use transport::user::{
+    Impairments as SimImpairments, NetStats, SimNet, UserLink, UserTcp, UserTcpStats,
+    WireStats as SimWireStats, mac_for, tcp_for as user_tcp_config,
+};

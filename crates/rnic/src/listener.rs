@@ -24,11 +24,12 @@
 
 use crate::cm::ConnRequest;
 use crate::device::{Device, ExchangeSlot};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::frame_io::FrameReader;
 use crate::sys;
 use crate::trace;
 use crate::transport::socket::KernelStream;
+use crate::transport::user::listener::UserListener;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use std::collections::{HashMap, VecDeque};
@@ -102,8 +103,20 @@ struct State {
     tokens: Vec<usize>,
 }
 
-/// A listening endpoint.
+/// A listening endpoint: on kernel TCP, or on the device's own TCP
+/// ([`crate::DeviceConfig::user_tcp`]).
 pub struct Listener {
+    dev: Device,
+    backend: Backend,
+}
+
+enum Backend {
+    Kernel(KernelListener),
+    User(UserListener),
+}
+
+/// A listening kernel TCP socket and the MPA exchanges of its connections.
+struct KernelListener {
     dev: Device,
     inner: TcpListener,
     state: Mutex<State>,
@@ -113,15 +126,31 @@ pub struct Listener {
 impl std::fmt::Debug for Listener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Listener")
-            .field("addr", &self.inner.local_addr().ok())
+            .field("addr", &self.local_addr().ok())
             .field("stats", &self.stats())
             .finish()
     }
 }
 
 impl Device {
-    /// Listens for connections.
+    /// Listens for connections (on the device's own TCP when it has one: then `addr`
+    /// is an IPv4 address of the device, or 0.0.0.0, and port 0 takes a free port).
     pub fn listen(&self, addr: impl ToSocketAddrs) -> Result<Listener> {
+        if let Some(user) = &self.shared.user {
+            let addr = addr
+                .to_socket_addrs()?
+                .find_map(|a| match a {
+                    SocketAddr::V4(v4) => Some(v4),
+                    SocketAddr::V6(_) => None,
+                })
+                .ok_or(Error::InvalidArgument(
+                    "the device's own TCP listens on IPv4 only",
+                ))?;
+            return Ok(Listener {
+                dev: self.clone(),
+                backend: Backend::User(UserListener::bind(&user.stack, addr)?),
+            });
+        }
         let inner = TcpListener::bind(addr)?;
         inner.set_nonblocking(true)?;
         let poll = Poll::new()?;
@@ -130,7 +159,7 @@ impl Device {
             LISTENING,
             Interest::READABLE,
         )?;
-        Ok(Listener {
+        let kernel = KernelListener {
             dev: self.clone(),
             inner,
             state: Mutex::new(State {
@@ -143,6 +172,10 @@ impl Device {
                 tokens: Vec::new(),
             }),
             counters: Counters::default(),
+        };
+        Ok(Listener {
+            dev: self.clone(),
+            backend: Backend::Kernel(kernel),
         })
     }
 }
@@ -150,7 +183,10 @@ impl Device {
 impl Listener {
     /// The bound address.
     pub fn local_addr(&self) -> Result<SocketAddr> {
-        Ok(self.inner.local_addr()?)
+        match &self.backend {
+            Backend::Kernel(k) => Ok(k.inner.local_addr()?),
+            Backend::User(u) => Ok(u.local_addr()),
+        }
     }
 
     /// Waits for the next complete MPA Request, from whichever connection completes
@@ -171,6 +207,22 @@ impl Listener {
 
     /// What happened to the connections this listener took.
     pub fn stats(&self) -> ListenerStats {
+        match &self.backend {
+            Backend::Kernel(k) => k.stats(),
+            Backend::User(u) => u.stats(),
+        }
+    }
+
+    fn accept_until(&self, deadline: Option<Instant>) -> Result<Option<ConnRequest>> {
+        match &self.backend {
+            Backend::Kernel(k) => k.accept_until(deadline),
+            Backend::User(u) => u.accept_until(&self.dev, deadline),
+        }
+    }
+}
+
+impl KernelListener {
+    fn stats(&self) -> ListenerStats {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         ListenerStats {

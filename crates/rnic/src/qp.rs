@@ -9,22 +9,25 @@
 //!
 //! Whoever holds a QP's lock drives it until the socket would block: the engine thread
 //! on readiness events, the posting thread for transmission, and, in hybrid progress
-//! mode, a thread polling the QP's CQ.
+//! mode, a thread polling the QP's CQ. A thread that keeps polling claims the socket
+//! from the engine for as long as it polls ([`crate::handoff`]).
 
 use crate::close::{close_if_done, drop_conn};
 use crate::cq::{Cq, CqShared};
 use crate::device::{AsyncEvent, Shared};
 use crate::error::{Error, Result};
+use crate::handoff::{Action, Owner};
 use crate::receive::{Staging, feed, receive};
 use crate::srq::SrqShared;
 use crate::transmit::{TxQueue, transmit};
 use crate::transport::Transport;
 use crate::transport::fault::FaultTransport;
 use crate::transport::pcap::{ConnRecorder, PcapTransport};
+use crate::transport::polled::PolledTransport;
 use crate::transport::stream::ConnStream;
 use softrnic_proto::qp::{CqSide, QpConfig, QpEvent, QpParams};
 use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -93,6 +96,8 @@ pub(crate) struct QpInner {
     timer_armed: Option<Duration>,
     /// The SRQ has been told that this QP went to error.
     srq_flushed: bool,
+    /// Who drives the socket: the engine, or a polling consumer.
+    owner: Owner,
     /// The state last reported to tracing.
     traced_state: QpState,
 }
@@ -109,6 +114,10 @@ pub(crate) struct QpShared {
     /// The engine serving the socket: chosen when the connection is attached, by the
     /// receive CQ's vector, and changed (under the QP lock) when that CQ moves.
     engine: AtomicUsize,
+    /// A polling consumer holds the socket (`owner.is_claimed()`, readable without the
+    /// lock, so the engine skips stale readiness events; shared with the transport,
+    /// which then skips empty reads, see `transport::polled`).
+    claimed: Arc<AtomicBool>,
 }
 
 impl QpShared {
@@ -152,9 +161,11 @@ impl QpShared {
                 staging: Staging::default(),
                 timer_armed: None,
                 srq_flushed: false,
+                owner: Owner::new(),
                 traced_state: QpState::Idle,
             }),
             engine: AtomicUsize::new(0),
+            claimed: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -188,11 +199,24 @@ impl QpShared {
             // Closing for good: it stays with the engine it has, which deregisters it.
             return Ok(());
         }
-        let Some(conn) = g.conn.as_mut() else {
-            return Ok(());
-        };
         let (Some(old), Some(new)) = (dev.engines.get(from), dev.engines.get(to)) else {
             return Err(Error::Internal("no such engine"));
+        };
+        if g.owner.is_claimed() {
+            // A polling consumer holds the socket: the new engine only learns the QP
+            // and keeps its lease (the socket joins its epoll set when handed back).
+            if let Some(conn) = g.conn.as_mut() {
+                old.deregister(&mut *conn.transport, self.id);
+            }
+            new.adopt(self);
+            self.engine.store(to, Ordering::Relaxed);
+            g.timer_armed = None;
+            let at = g.owner.lease_at().unwrap_or_else(crate::engine::now);
+            new.arm_timer(at, self.id);
+            return Ok(());
+        }
+        let Some(conn) = g.conn.as_mut() else {
+            return Ok(());
         };
         old.deregister(&mut *conn.transport, self.id);
         if let Err(e) = new.register(&mut *conn.transport, self) {
@@ -212,11 +236,124 @@ impl QpShared {
         Ok(self.inner.lock()?)
     }
 
-    /// Progress if nobody else is; true if anything moved.
-    pub(crate) fn try_progress(&self, dev: &Shared) -> bool {
-        match self.inner.try_lock() {
-            Ok(mut g) => self.progress_locked(&mut g, dev),
-            Err(_) => false,
+    /// A polling consumer's drive (`ready`: it has driven often enough to claim the
+    /// socket, see [`crate::handoff`]): progress if nobody else is; true if anything
+    /// moved.
+    pub(crate) fn consumer_progress(self: &Arc<Self>, dev: &Shared, ready: bool) -> bool {
+        let Ok(mut g) = self.inner.try_lock() else {
+            return false;
+        };
+        if let Action::Claim(at) = g.owner.on_consumer_drive(ready, crate::engine::now) {
+            self.claim(&mut g, dev, at);
+        }
+        // Every posted request is out and nothing is queued: only the receive path
+        // can make something to send (a Read Response, a Terminate), and it is
+        // followed by a transmit pass. (A busy-polling consumer's pass then costs
+        // one `read(2)` and no transmit bookkeeping.)
+        let quiet =
+            g.core.send_queue_len() == 0 && g.conn.as_ref().is_some_and(|c| c.tx.is_flushed());
+        let moved = self.progress_pass(&mut g, dev, !quiet);
+        if g.owner.is_claimed() && g.core.state() != QpState::Rts {
+            // Closing or failed: the engine sees it through.
+            self.release(&mut g, dev);
+        }
+        moved
+    }
+
+    /// The consumer of one of the QP's CQs is going to sleep on its events: the engine
+    /// takes the socket back.
+    pub(crate) fn consumer_sleeps(self: &Arc<Self>, dev: &Shared) {
+        if !self.claimed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(mut g) = self.inner.lock()
+            && g.owner.on_arm() == Action::Release
+        {
+            self.release(&mut g, dev);
+            self.progress_locked(&mut g, dev);
+        }
+    }
+
+    /// The engine saw the socket ready: progress, unless a polling consumer holds it
+    /// (the event was fetched before the socket left the engine's epoll set).
+    pub(crate) fn on_ready(&self, dev: &Shared) {
+        if self.claimed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(mut g) = self.inner.lock() {
+            self.progress_locked(&mut g, dev);
+        }
+    }
+
+    /// One of the QP's timers fired at its engine: the close timer (progress sees the
+    /// time), or the lease of a polling consumer's claim, extended while it polls and
+    /// ended once it has stopped.
+    pub(crate) fn on_timer(self: &Arc<Self>, dev: &Shared) {
+        let Ok(mut g) = self.inner.lock() else {
+            return;
+        };
+        if g.owner.is_claimed() {
+            let polls = self.polls();
+            match g.owner.on_timer(crate::engine::now(), polls) {
+                Action::Extend(at) => {
+                    g.owner.extended(at, polls);
+                    if let Some(e) = dev.engines.get(self.engine()) {
+                        e.arm_timer(at, self.id);
+                    }
+                    return;
+                }
+                Action::Release => {
+                    // The consumer stopped polling: it drives as many times again
+                    // before it claims.
+                    self.send_cq.polls().reset_drives();
+                    self.recv_cq.polls().reset_drives();
+                    self.release(&mut g, dev);
+                }
+                Action::Claim(_) | Action::Keep => return,
+            }
+        }
+        self.progress_locked(&mut g, dev);
+    }
+
+    /// The polls of the QP's CQs so far.
+    fn polls(&self) -> u64 {
+        let s = self.send_cq.polls().polls();
+        if Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            s
+        } else {
+            s.wrapping_add(self.recv_cq.polls().polls())
+        }
+    }
+
+    /// Gives the socket to the polling consumer: out of the engine's epoll set, with a
+    /// lease the engine checks at `lease_at`. Only while connected (the engine sees a
+    /// close through).
+    fn claim(&self, g: &mut QpInner, dev: &Shared, lease_at: Duration) {
+        if g.core.state() != QpState::Rts || g.core.transport_closed() {
+            return;
+        }
+        let (Some(conn), Some(e)) = (g.conn.as_mut(), dev.engines.get(self.engine())) else {
+            return;
+        };
+        if e.pause(&mut *conn.transport).is_err() {
+            return;
+        }
+        g.owner.claimed(lease_at, self.polls());
+        self.claimed.store(true, Ordering::Release);
+        e.arm_timer(lease_at, self.id);
+    }
+
+    /// Gives the socket back to the engine: into its epoll set again, which reports it
+    /// at once if it is ready.
+    fn release(self: &Arc<Self>, g: &mut QpInner, dev: &Shared) {
+        g.owner.released();
+        self.claimed.store(false, Ordering::Release);
+        if let (Some(conn), Some(e)) = (g.conn.as_mut(), dev.engines.get(self.engine()))
+            && !g.core.transport_closed()
+        {
+            // If this fails the QP has no engine; the program's own polls still drive
+            // it, and its close ends it.
+            let _ = e.resume(&mut *conn.transport, self);
         }
     }
 
@@ -234,18 +371,23 @@ impl QpShared {
     /// produced (the flushes included) is in its CQ, so a consumer that sees it can
     /// poll the CQ once and find everything.
     pub(crate) fn progress_locked(&self, g: &mut QpInner, dev: &Shared) -> bool {
+        self.progress_pass(g, dev, true)
+    }
+
+    /// [`QpShared::progress_locked`]; without `tx_first`, the first transmit pass is
+    /// left out (the caller knows there is nothing to send unless the receive path
+    /// queues it).
+    fn progress_pass(&self, g: &mut QpInner, dev: &Shared, tx_first: bool) -> bool {
         let mut moved = false;
         let mut disconnected = false;
-        // The clock is read only for a QP that is closing or has a timer: a QP moving
-        // data has neither, and a clock read per progress showed in the latency profile.
-        if g.core.poll_timeout().is_some() {
-            g.core.handle_timeout(crate::engine::now());
-        }
+        fire_close_timer(g);
         if g.conn.is_some() {
             // Transmit first: a request just posted leaves before the receive path's
             // read (often an empty one) is paid; what the receive path queues (Read
             // Responses, Terminates) goes out in the second pass.
-            moved |= self.transmit(g, dev);
+            if tx_first {
+                moved |= self.transmit(g, dev);
+            }
             if self.receive(g, dev) {
                 moved = true;
                 self.transmit(g, dev);
@@ -258,6 +400,23 @@ impl QpShared {
             dev.post_event(AsyncEvent::Disconnected { qp: self.id });
         }
         moved
+    }
+
+    /// After a post: transmits what was posted and delivers what completed, without
+    /// the receive path's `read(2)` (usually an empty one): what arrives is for the
+    /// engine, which sees the socket readable, or for the polling consumer to read.
+    fn post_progress_locked(&self, g: &mut QpInner, dev: &Shared) {
+        fire_close_timer(g);
+        let mut disconnected = false;
+        if g.conn.is_some() {
+            self.transmit(g, dev);
+            disconnected = g.core.is_closing() && self.close_if_done(g, crate::engine::now(), dev);
+            self.arm_timer(g, dev);
+        }
+        self.deliver(g, dev);
+        if disconnected {
+            dev.post_event(AsyncEvent::Disconnected { qp: self.id });
+        }
     }
 
     fn receive(&self, g: &mut QpInner, dev: &Shared) -> bool {
@@ -348,7 +507,10 @@ impl QpShared {
         leftover: &[u8],
         rec: Option<ConnRecorder>,
     ) -> Result<()> {
-        let mut transport = stream.into_transport(dev.cfg.keepalive)?;
+        let mut transport: Box<dyn Transport> = Box::new(PolledTransport::new(
+            stream.into_transport(dev.cfg.keepalive)?,
+            self.claimed.clone(),
+        ));
         if let Some(rec) = rec {
             // Innermost: the recording shows what really crossed the socket.
             transport = Box::new(PcapTransport::new(transport, rec));
@@ -383,6 +545,15 @@ impl QpShared {
         dev.post_event(AsyncEvent::Established { qp: self.id });
         self.progress_locked(&mut g, dev);
         Ok(())
+    }
+}
+
+/// Fires the close timer if one runs. The clock is read only for a QP that has a timer
+/// (or, in the callers, is closing): a QP moving data has neither, and a clock read per
+/// drive showed in the latency profile.
+fn fire_close_timer(g: &mut QpInner) {
+    if g.core.poll_timeout().is_some() {
+        g.core.handle_timeout(crate::engine::now());
     }
 }
 
@@ -483,7 +654,7 @@ impl Qp {
         for wr in wrs {
             g.core.post_send(wr, &dev.tpt)?;
         }
-        self.shared.progress_locked(&mut g, &dev);
+        self.shared.post_progress_locked(&mut g, &dev);
         Ok(())
     }
 
@@ -493,6 +664,11 @@ impl Qp {
         let dev = self.dev()?;
         let mut g = self.shared.lock()?;
         g.core.close();
+        if g.owner.is_claimed() {
+            // The engine sees the close through (the peer's FIN, the close timer),
+            // whether or not the program keeps polling.
+            self.shared.release(&mut g, &dev);
+        }
         self.shared.progress_locked(&mut g, &dev);
         Ok(())
     }

@@ -23,6 +23,7 @@ pub mod receiver;
 pub mod segment;
 pub mod seq;
 pub mod sim;
+pub mod stack;
 
 pub use config::{Config, Keepalive};
 pub use conn::{Connection, Event, SendError, State, Stats, initial_sequence, reset_for};
@@ -30,3 +31,7 @@ pub use reassembly::Reassembly;
 pub use receiver::{Arrival, Receiver, Refuse};
 pub use segment::{EmitError, Flags, Options, ParseError, SackBlock, Segment};
 pub use seq::SeqNum;
+pub use stack::{
+    ConnId, ListenerId, NoRaw, Readiness, RxMode, Stack, StackConfig, StackError, StackEvent,
+    StackReceiver, StackStats,
+};

@@ -288,9 +288,10 @@ pub struct BenchArgs {
     /// Every size from 2 octets to 8 MiB, powers of two.
     #[arg(short = 'a', long = "all", conflicts_with = "size")]
     pub all: bool,
-    /// Number of QPs (bandwidth tests).
-    #[arg(short = 'q', long = "qp", default_value_t = 1)]
-    pub qps: u16,
+    /// Number of QPs (bandwidth tests), or a comma-separated list of counts: each
+    /// count runs every size, and prints its own table.
+    #[arg(short = 'q', long = "qp", value_delimiter = ',', default_value = "1")]
+    pub qps: Vec<u16>,
     /// Work requests kept outstanding per QP (bandwidth tests) [default: 128].
     #[arg(short = 't', long = "tx-depth")]
     pub tx_depth: Option<u32>,
@@ -379,6 +380,9 @@ pub struct BenchArgs {
     /// is recorded: keep runs short. The TCP baseline is not recorded.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
+    /// What carries the QPs (kernel TCP, or softrnic's own TCP on a simulated network).
+    #[command(flatten)]
+    pub net: crate::transport::TransportArgs,
 }
 
 /// The benchmark subcommands.
@@ -477,6 +481,9 @@ pub struct BenchConfig {
     pub duration: Option<Duration>,
     /// QPs per round.
     pub qps: u16,
+    /// Every QP count asked for (`-q` list; `qps` is the first): the rounds run for
+    /// each in turn.
+    pub qp_counts: Vec<u16>,
     /// Outstanding work requests per QP.
     pub tx_depth: u32,
     /// Receive depth at the receiver of Sends.
@@ -523,6 +530,8 @@ pub struct BenchConfig {
     pub rdma_cm: bool,
     /// Record this side's connections (the client's in loopback) into this pcap file.
     pub pcap: Option<PathBuf>,
+    /// The transport under the QPs.
+    pub net: crate::transport::TransportArgs,
 }
 
 /// Largest message size (and the top of `-a`).
@@ -554,8 +563,12 @@ impl BenchConfig {
         if iters == 0 {
             return Err("iterations must be at least 1".into());
         }
-        if a.qps == 0 || (a.qps > 1 && !test.is_bw()) {
+        let qps = a.qps.first().copied().unwrap_or(1);
+        if a.qps.contains(&0) || (a.qps.iter().any(|&q| q > 1) && !test.is_bw()) {
             return Err("-q: 1 or more QPs, and only 1 for latency tests".into());
+        }
+        if a.qps.len() > 1 && a.rdma_cm {
+            return Err("-q: one count with -R".into());
         }
         let tx_depth = if test.is_bw() {
             a.tx_depth.unwrap_or(128)
@@ -577,6 +590,23 @@ impl BenchConfig {
         }
         if a.engine_threads == 0 {
             return Err("engine threads must be at least 1".into());
+        }
+        if a.net.transport.in_process_only() && (!a.loopback || a.rdma_cm) {
+            return Err(format!(
+                "--transport {} runs both sides in this process: add --loopback (without -R)",
+                a.net.transport.name()
+            ));
+        }
+        let frame_link = !a.net.transport.in_process_only()
+            && a.net.transport != crate::transport::TransportSpec::Kernel;
+        if frame_link && a.loopback {
+            return Err(format!(
+                "--transport {} is one side's link: run the server and the client apart",
+                a.net.transport.name()
+            ));
+        }
+        if frame_link {
+            a.net.frame_link()?;
         }
         if a.events {
             match test {
@@ -609,7 +639,12 @@ impl BenchConfig {
             sizes,
             iters,
             duration,
-            qps: a.qps,
+            qps,
+            qp_counts: if a.qps.is_empty() {
+                vec![1]
+            } else {
+                a.qps.clone()
+            },
             tx_depth,
             rx_depth,
             cq_mod,
@@ -640,6 +675,7 @@ impl BenchConfig {
             verbose: a.verbose,
             rdma_cm: a.rdma_cm,
             pcap: a.pcap.clone(),
+            net: a.net.clone(),
         })
         .and_then(|c| {
             if c.rdma_cm {
@@ -680,6 +716,8 @@ impl BenchConfig {
         if let Some(s) = self.engine_spin {
             c.engine_spin = s;
         }
+        // A frame link (one device per process); a simulated network is set per side.
+        c.user_tcp = self.net.frame_link().ok().flatten();
         if self.crc {
             c.mpa.crc = CrcPolicy::Required;
         }
@@ -850,8 +888,14 @@ pub fn run_config(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRo
             let tcp_addr = cfg
                 .baseline
                 .map(|_| SocketAddr::new(addr.ip(), addr.port().wrapping_add(1)));
-            let mut rep = report::Reporter::new(out, cfg, format!("client of {addr}"));
-            client_rounds(cfg, &dev, addr, tcp_addr, &mut rep)
+            let watch = Watch {
+                net: crate::transport::Net::new(&cfg.net),
+                devs: vec![dev.clone()],
+            };
+            each_qp_count(cfg, |c, last| {
+                let mut rep = report::Reporter::new(&mut *out, c, format!("client of {addr}"));
+                client_rounds(c, &dev, addr, tcp_addr, &mut rep, last, Some(&watch))
+            })
         }
     }
 }
@@ -892,8 +936,11 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     // here unpinned, they may run anywhere; with --pin-engines, each side's engines pin
     // themselves to that side's CPU.
     // Only the client's device records (--pcap): one side shows the whole exchange.
-    let open = |cpu: Option<usize>, record: bool| {
+    // Side 0 is the client, 1 the server (their addresses on a simulated network).
+    let net = crate::transport::Net::new(&cfg.net);
+    let open = |cpu: Option<usize>, record: bool, side: u8| {
         let mut dc = cfg.device_config();
+        dc.user_tcp = net.user_tcp(side);
         if let Some(c) = cpu.filter(|_| cfg.pin_engines) {
             dc.engine_cpus = vec![c; cfg.engine_threads];
         }
@@ -902,10 +949,14 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
         }
         Device::open(dc).map_err(|e| format!("device: {e}"))
     };
-    let sdev = open(cpus.map(|(_, s)| s), false)?;
-    let cdev = open(cpus.map(|(c, _)| c), true)?;
+    let sdev = open(cpus.map(|(_, s)| s), false, 1)?;
+    let cdev = open(cpus.map(|(c, _)| c), true, 0)?;
+    let watch = Watch {
+        net: net.clone(),
+        devs: vec![cdev.clone(), sdev.clone()],
+    };
     let listener = sdev
-        .listen("127.0.0.1:0")
+        .listen(net.listen_addr())
         .map_err(|e| format!("listen: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let server_opts = cfg.server_opts();
@@ -921,7 +972,7 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     if cfg.baseline.is_some() {
         let tl = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("listen: {e}"))?;
         tcp_addr = Some(tl.local_addr().map_err(|e| e.to_string())?);
-        let rounds = cfg.sizes.len() * cfg.tcp_kinds().len();
+        let rounds = cfg.sizes.len() * cfg.tcp_kinds().len() * cfg.qp_counts.len();
         tcp_server = Some(
             std::thread::Builder::new()
                 .name("bench-tcp-server".into())
@@ -941,8 +992,10 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     };
     let rows = {
         let _pin = cpus.and_then(|(c, _)| affinity::pin_current(c).ok());
-        let mut rep = report::Reporter::new(out, cfg, placement);
-        client_rounds(cfg, &cdev, addr, tcp_addr, &mut rep)?
+        each_qp_count(cfg, |c, last| {
+            let mut rep = report::Reporter::new(&mut *out, c, placement.clone());
+            client_rounds(c, &cdev, addr, tcp_addr, &mut rep, last, Some(&watch))
+        })?
     };
     // On success both servers have finished their last round.
     server
@@ -956,12 +1009,46 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     Ok(rows)
 }
 
+/// The transport of a run and the devices whose counters each round reports.
+struct Watch {
+    net: crate::transport::Net,
+    devs: Vec<Device>,
+}
+
+impl Watch {
+    fn counters(&self) -> crate::transport::Counters {
+        let devs: Vec<&Device> = self.devs.iter().collect();
+        self.net.counters(&devs)
+    }
+}
+
+/// Runs `f` with the configuration of each `-q` count in turn (and whether it is the
+/// last); returns every row.
+fn each_qp_count(
+    cfg: &BenchConfig,
+    mut f: impl FnMut(&BenchConfig, bool) -> Result<Vec<ResultRow>, String>,
+) -> Result<Vec<ResultRow>, String> {
+    let mut rows = Vec::new();
+    for (k, &q) in cfg.qp_counts.iter().enumerate() {
+        let c = BenchConfig {
+            qps: q,
+            ..cfg.clone()
+        };
+        rows.extend(f(&c, k + 1 == cfg.qp_counts.len())?);
+    }
+    Ok(rows)
+}
+
+/// One table: every size, with `cfg.qps` QPs; `last_count` says whether the server's
+/// last round is among them.
 fn client_rounds(
     cfg: &BenchConfig,
     dev: &Device,
     addr: SocketAddr,
     tcp_addr: Option<SocketAddr>,
     rep: &mut report::Reporter<'_>,
+    last_count: bool,
+    watch: Option<&Watch>,
 ) -> Result<Vec<ResultRow>, String> {
     let mut rows = Vec::new();
     rep.clock(match cfg.test {
@@ -972,7 +1059,7 @@ fn client_rounds(
     rep.header().map_err(|e| e.to_string())?;
     let kinds = cfg.tcp_kinds();
     for (i, &size) in cfg.sizes.iter().enumerate() {
-        let last = i + 1 == cfg.sizes.len();
+        let last = last_count && i + 1 == cfg.sizes.len();
         let mut baselines = Vec::new();
         if let Some(t) = tcp_addr {
             for &kind in &kinds {
@@ -981,7 +1068,16 @@ fn client_rounds(
                 baselines.push((kind, m));
             }
         }
+        let before = watch.map(Watch::counters);
         let softrnic = rdma::client_round(cfg, dev, addr, size, last)?;
+        if let (Some(w), Some(b)) = (watch, before) {
+            let c = w.counters().since(&b);
+            let mut v = c.json();
+            if let serde_json::Value::Object(m) = &mut v {
+                m.insert("rnic_transport".into(), w.net.name().into());
+            }
+            rep.annotate(v, c.text());
+        }
         let row = ResultRow::new(cfg.test, size, softrnic, baselines);
         rep.row(&row).map_err(|e| e.to_string())?;
         rows.push(row);
@@ -1093,6 +1189,10 @@ mod tests {
         let c = cfg(&["send_bw", "-s", "64,4K,64K,1M", "--progress-mode", "engine"]).unwrap();
         assert_eq!(c.sizes, vec![64, 4096, 65536, 1 << 20]);
         assert_eq!(c.progress_mode, ProgressMode::Engine);
+        assert_eq!((c.qps, c.qp_counts.clone()), (1, vec![1]));
+
+        let c = cfg(&["write_bw", "-q", "1,16,256"]).unwrap();
+        assert_eq!((c.qps, c.qp_counts), (1, vec![1, 16, 256]));
     }
 
     #[test]
@@ -1104,6 +1204,9 @@ mod tests {
         assert!(cfg(&["write_bw", "-n", "0"]).is_err());
         assert!(cfg(&["write_bw", "-D", "0"]).is_err());
         assert!(cfg(&["write_lat", "-q", "2"]).is_err());
+        assert!(cfg(&["write_lat", "-q", "1,2"]).is_err());
+        assert!(cfg(&["write_bw", "-q", "1,0"]).is_err());
+        assert!(cfg(&["write_bw", "-R", "-q", "1,2"]).is_err());
         assert!(cfg(&["write_bw", "-t", "8", "-Q", "16"]).is_err());
         assert!(cfg(&["write_bw", "--baseline", "udp"]).is_err());
         assert!(cfg(&["nope_bw"]).is_err());

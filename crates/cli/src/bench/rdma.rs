@@ -30,6 +30,7 @@ use softrnic_rnic::{
     Access, AsyncEvent, Completion, Device, Mr, Qp, QpId, QpInit, QpStats, RecvWr, SendOp, SendWr,
     Sge, WcOpcode, WcStatus,
 };
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -365,6 +366,8 @@ fn bw_client(
     // completion means the data has landed here.
     let probing = test != Test::ReadBw;
     let mut prober = Prober::new(start);
+    // Completions find their QP in one look-up, whatever the number of QPs.
+    let index: HashMap<QpId, usize> = eps.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
     loop {
         for ep in eps.iter_mut() {
             let mut room = depth - (ep.posted - ep.completed);
@@ -396,7 +399,7 @@ fn bw_client(
             .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
             ep.posted += room;
         }
-        if probing {
+        if probing && prober.due(Instant::now()) {
             let posted: u64 = eps.iter().map(|e| e.posted).sum();
             prober.maybe_post(Instant::now(), posted, &targets(eps))?;
         }
@@ -407,7 +410,7 @@ fn bw_client(
             if prober.completion(c, now, &mut meter) {
                 continue;
             }
-            if let Some(ep) = eps.iter_mut().find(|e| e.id == c.qp) {
+            if let Some(ep) = index.get(&c.qp).and_then(|&i| eps.get_mut(i)) {
                 let done = c.wr_id + 1;
                 total += done - ep.completed;
                 ep.completed = done;
@@ -512,15 +515,20 @@ impl Prober {
         }
     }
 
-    /// Posts a round if none is in flight and the last one was posted a window ago;
-    /// `ops` is the count of messages posted so far, on all QPs.
+    /// Whether a round is due: none in flight, and the last one posted a window ago.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.round.is_none() && now.duration_since(self.last.0) >= BwMeter::WINDOW
+    }
+
+    /// Posts a round if one is due ([`Prober::due`]); `ops` is the count of messages
+    /// posted so far, on all QPs.
     pub(super) fn maybe_post(
         &mut self,
         now: Instant,
         ops: u64,
         targets: &[ReadTarget<'_>],
     ) -> Result<(), String> {
-        if self.round.is_some() || now.duration_since(self.last.0) < BwMeter::WINDOW {
+        if !self.due(now) {
             return Ok(());
         }
         for t in targets {
@@ -696,12 +704,33 @@ fn lat_client(
 
 /// The I/O counters of some QPs, summed, as one line; per message too when `msgs` is
 /// known (non-zero).
-/// Per engine: the QPs it serves and the readiness events it handled so far.
+/// Per engine: the QPs it serves, the readiness events it handled so far, and the CPU
+/// time its thread used so far (user + system, ms), which, unlike a bandwidth, does not
+/// depend on what else the machine runs: with `--engine-spin-us 0` it is the engine's
+/// work.
 pub(super) fn engines_line(dev: &Device) -> String {
     let e = dev.engines();
     let qps: Vec<usize> = e.iter().map(|e| e.qps).collect();
     let events: Vec<u64> = e.iter().map(|e| e.events).collect();
-    format!("engine QPs {qps:?}, engine events {events:?}")
+    let cpu: Vec<u64> = e.iter().map(|e| thread_cpu_ms(e.tid)).collect();
+    format!("engine QPs {qps:?}, engine events {events:?}, engine CPU ms {cpu:?}")
+}
+
+/// User + system time of one of this process's threads, ms (0 if unknown): fields 14
+/// and 15 of `/proc/self/task/<tid>/stat`, in USER_HZ (100 per second on Linux).
+fn thread_cpu_ms(tid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    // The command name may hold spaces: fields are counted after its closing parenthesis.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (tick(11) + tick(12)) * 10
 }
 
 pub(super) fn stats_line(stats: impl Iterator<Item = QpStats>, msgs: u64) -> String {

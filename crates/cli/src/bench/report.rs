@@ -15,6 +15,8 @@ pub struct Reporter<'a> {
     cfg: &'a BenchConfig,
     placement: String,
     clock: Option<Clock>,
+    /// What the transport did during the next row: JSON fields and a text line.
+    annotation: Option<(Value, Option<String>)>,
 }
 
 /// Bandwidth in the unit asked for: MB/s (2^20 octets) or Gb/s (10^9 bits).
@@ -45,7 +47,14 @@ impl<'a> Reporter<'a> {
             cfg,
             placement,
             clock: None,
+            annotation: None,
         }
+    }
+
+    /// Adds `fields` to the next row's softrnic JSON line, and `text` under the row in
+    /// text mode (the transport and what it did).
+    pub fn annotate(&mut self, fields: Value, text: Option<String>) {
+        self.annotation = Some((fields, text));
     }
 
     /// States what the softrnic figures mean: lines in the header, `clock` in JSON.
@@ -219,6 +228,9 @@ impl<'a> Reporter<'a> {
                         a.insert("lat_ratios_vs_tcp".into(), Value::Object(tails));
                     }
                 }
+                if let Some((Value::Object(x), _)) = self.annotation.take() {
+                    a.extend(x);
+                }
             }
             writeln!(self.out, "{v}")?;
             return self.out.flush();
@@ -264,6 +276,9 @@ impl<'a> Reporter<'a> {
             write!(o, " {ratio:>13} {k:>10}")?;
         }
         writeln!(o)?;
+        if let Some((_, Some(text))) = self.annotation.take() {
+            writeln!(o, "   {text}")?;
+        }
         o.flush()
     }
 

@@ -29,6 +29,7 @@ use softrnic_rnic::{
     Access, Completion, ConnRequest, Device, Listener, Mr, Qp, QpId, QpInit, SendOp, SendWr,
     WcOpcode, WcStatus,
 };
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -449,12 +450,14 @@ fn send_bw_server(
 ) -> Result<(), String> {
     let every = (rx_depth as u64 / 8).max(1);
     let mut wcs = vec![Completion::default(); 64];
+    // A completion per message: each finds its QP in one look-up.
+    let index: HashMap<QpId, usize> = eps.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
     let mut empty = 0u32;
     let mut error = None;
     loop {
         let n = cq.poll(&mut wcs);
         for c in &wcs[..n] {
-            let Some(ep) = eps.iter_mut().find(|e| e.id == c.qp) else {
+            let Some(ep) = index.get(&c.qp).and_then(|&i| eps.get_mut(i)) else {
                 continue;
             };
             match (c.opcode, c.status) {

@@ -10,8 +10,10 @@
 
 pub(crate) mod fault;
 pub(crate) mod pcap;
+pub(crate) mod polled;
 pub(crate) mod socket;
 pub(crate) mod stream;
+pub(crate) mod user;
 
 use crate::region::RegionSlice;
 use crate::sys::socket::IoVecs;

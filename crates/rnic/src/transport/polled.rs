@@ -1,0 +1,108 @@
+//! Reads of a socket that a busy-polling consumer may own ([`crate::handoff`]).
+//!
+//! The receive path reads until the stream would block, as the engine's edge-triggered
+//! epoll requires. For a message that fits one read, that costs a second, empty
+//! `read(2)` after the one that brought it, on the message's critical path, before its
+//! completion is delivered. A read that returns less than it was offered has emptied
+//! the kernel's receive queue; while a polling consumer owns the socket (it reads again
+//! on its next poll, and no epoll edge is awaited), the read after such a short one
+//! answers `WouldBlock` without a system call. While the engine owns the socket, every
+//! read goes to the kernel.
+
+use super::Transport;
+use crate::region::RegionSlice;
+use crate::sys::socket::IoVecs;
+use mio::{Interest, Registry, Token};
+use std::io;
+use std::net::Shutdown;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A transport whose empty reads a polling consumer skips (see the module notes).
+pub(crate) struct PolledTransport {
+    inner: Box<dyn Transport>,
+    /// A polling consumer owns the socket (changed under the QP's lock, as the reads
+    /// are made).
+    claimed: Arc<AtomicBool>,
+    /// The last read was short: the kernel's queue was empty after it.
+    drained: bool,
+}
+
+impl PolledTransport {
+    pub(crate) fn new(inner: Box<dyn Transport>, claimed: Arc<AtomicBool>) -> PolledTransport {
+        PolledTransport {
+            inner,
+            claimed,
+            drained: false,
+        }
+    }
+
+    /// Whether to answer this read with `WouldBlock` at once.
+    fn skip(&mut self) -> bool {
+        std::mem::take(&mut self.drained) && self.claimed.load(Ordering::Relaxed)
+    }
+
+    fn note(&mut self, r: &io::Result<usize>, offered: usize) {
+        self.drained = matches!(r, Ok(n) if *n > 0 && *n < offered);
+    }
+}
+
+impl Transport for PolledTransport {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.skip() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let r = self.inner.read(buf);
+        self.note(&r, buf.len());
+        r
+    }
+
+    fn read_into(&mut self, dst: &RegionSlice<'_>) -> io::Result<usize> {
+        if self.skip() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let r = self.inner.read_into(dst);
+        self.note(&r, dst.len());
+        r
+    }
+
+    fn send(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.send(buf)
+    }
+
+    fn send_gather(&mut self, iov: IoVecs<'_>) -> io::Result<usize> {
+        self.inner.send_gather(iov)
+    }
+
+    fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
+        self.inner.shutdown(how)
+    }
+
+    fn abort(&mut self) {
+        self.inner.abort();
+    }
+}
+
+impl mio::event::Source for PolledTransport {
+    fn register(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        interests: Interest,
+    ) -> io::Result<()> {
+        self.inner.register(registry, token, interests)
+    }
+
+    fn reregister(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        interests: Interest,
+    ) -> io::Result<()> {
+        self.inner.reregister(registry, token, interests)
+    }
+
+    fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
+        self.inner.deregister(registry)
+    }
+}

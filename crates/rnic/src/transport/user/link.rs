@@ -1,0 +1,106 @@
+//! What the stack thread needs of a link: send an IPv4 packet, take those that have
+//! arrived, say when it next needs attention, and (for a link with a descriptor) what
+//! to wait on. [`SimLink`] is a device's port on the in-process [`SimNet`].
+
+use super::simnet::SimNet;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A packet link under a device's own TCP. Times are on the engines' clock
+/// (`engine::now`).
+pub(crate) trait Link: Send {
+    /// The largest IPv4 packet the link carries.
+    fn mtu(&self) -> usize;
+
+    /// Sends one IPv4 packet (the link may drop it, as any network may).
+    fn send(&mut self, now: Duration, packet: &[u8]);
+
+    /// Hands the packets that have arrived by `now` to `f`, a bounded batch; true when
+    /// more may be waiting (call again after other due work).
+    fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8])) -> bool;
+
+    /// When the link needs [`Link::receive`] or [`Link::handle_timeout`] again by
+    /// itself (a delayed packet falls due, a neighbour resolution times out).
+    fn poll_timeout(&self) -> Option<Duration>;
+
+    /// Time has reached `now`.
+    fn handle_timeout(&mut self, now: Duration) {
+        let _ = now;
+    }
+
+    /// A descriptor that is readable when packets wait, for the stack thread's poll;
+    /// `None` for a link that wakes the stack thread itself.
+    fn fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// The device is closing: leave the link (others stop reaching this address).
+    fn detach(&mut self);
+}
+
+/// A device's address on a [`SimNet`].
+pub(crate) struct SimLink {
+    net: SimNet,
+    addr: Ipv4Addr,
+    /// When the next packet held back by the network (delay, reordering) falls due.
+    next: Option<Duration>,
+    batch: Vec<Vec<u8>>,
+    attached: bool,
+}
+
+impl SimLink {
+    /// Takes `addr` on `net`; `wake` runs (in the sender's thread) whenever a packet
+    /// for it is queued.
+    pub(crate) fn attach(
+        net: &SimNet,
+        addr: Ipv4Addr,
+        wake: Arc<dyn Fn() + Send + Sync>,
+    ) -> io::Result<SimLink> {
+        net.attach(addr, wake)?;
+        Ok(SimLink {
+            net: net.clone(),
+            addr,
+            next: None,
+            batch: Vec::new(),
+            attached: true,
+        })
+    }
+}
+
+impl Link for SimLink {
+    fn mtu(&self) -> usize {
+        self.net.mtu()
+    }
+
+    fn send(&mut self, now: Duration, packet: &[u8]) {
+        self.net.send(packet, now);
+    }
+
+    fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8])) -> bool {
+        self.next = self.net.receive(self.addr, now, &mut self.batch);
+        for p in &self.batch {
+            f(p);
+        }
+        self.net.recycle(&mut self.batch);
+        false
+    }
+
+    fn poll_timeout(&self) -> Option<Duration> {
+        self.next
+    }
+
+    fn detach(&mut self) {
+        if std::mem::take(&mut self.attached) {
+            self.net.detach(self.addr);
+        }
+    }
+}
+
+impl Drop for SimLink {
+    fn drop(&mut self) {
+        self.detach();
+    }
+}

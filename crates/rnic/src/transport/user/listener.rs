@@ -1,0 +1,294 @@
+//! The passive side on the device's own TCP: a listening port of the stack, and the
+//! MPA Requests of its connections read side by side, as the kernel listener does:
+//! a connection's whole Request must arrive within
+//! [`crate::DeviceConfig::mpa_request_timeout`], at most
+//! [`crate::DeviceConfig::max_listener_exchanges`] are read at once (a new connection
+//! drops the oldest), every exchange counts against the device's
+//! [`crate::DeviceConfig::max_mpa_exchanges`], and a connection that does not speak
+//! MPA is reset. Exchanges progress while a thread waits in `accept` (on the stack's
+//! condition variable); between calls, new connections wait in the stack's accept
+//! queue and their octets in their receive windows.
+
+use super::stack::{UserStack, to_io};
+use super::stream::UserStream;
+use crate::cm::ConnRequest;
+use crate::device::{Device, ExchangeSlot};
+use crate::error::Result;
+use crate::frame_io::FrameReader;
+use crate::listener::ListenerStats;
+use crate::trace;
+use softrnic_tcp::{ConnId, ListenerId, RxMode, Stack};
+use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Connections waiting for `accept` in the stack, beyond those being read.
+const BACKLOG: usize = 128;
+
+/// One connection whose MPA Request is being read.
+struct Exchange {
+    id: ConnId,
+    reader: FrameReader,
+    deadline: Instant,
+    peer: SocketAddrV4,
+    _slot: ExchangeSlot,
+}
+
+#[derive(Default)]
+struct Exchanges {
+    /// Oldest first, which is also deadline order.
+    list: VecDeque<Exchange>,
+    /// Requests complete and well-formed, not yet returned by `accept`.
+    done: VecDeque<ConnRequest>,
+}
+
+#[derive(Default)]
+struct Counters {
+    connections: AtomicU64,
+    requests: AtomicU64,
+    timed_out: AtomicU64,
+    evicted: AtomicU64,
+    refused: AtomicU64,
+    malformed: AtomicU64,
+    closed: AtomicU64,
+    in_progress: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A listening port of a device's own TCP.
+pub(crate) struct UserListener {
+    stack: Arc<UserStack>,
+    id: ListenerId,
+    local: SocketAddrV4,
+    state: Mutex<Exchanges>,
+    counters: Counters,
+}
+
+/// A connection's byte stream as `io::Read`, on the locked stack (never blocks).
+struct StackRead<'a> {
+    stack: &'a mut Stack,
+    id: ConnId,
+}
+
+impl io::Read for StackRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stack.read(self.id, buf).map_err(to_io)
+    }
+}
+
+impl UserListener {
+    /// Listens on `local` (port 0: a free one).
+    pub(crate) fn bind(stack: &Arc<UserStack>, local: SocketAddrV4) -> io::Result<UserListener> {
+        let mut g = stack.lock()?;
+        let id = g
+            .stack
+            .listen(local, BACKLOG, RxMode::Stream)
+            .map_err(to_io)?;
+        let local = g.stack.listener_addr(id).map_err(to_io)?;
+        Ok(UserListener {
+            stack: stack.clone(),
+            id,
+            local,
+            state: Mutex::new(Exchanges::default()),
+            counters: Counters::default(),
+        })
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        SocketAddr::V4(self.local)
+    }
+
+    pub(crate) fn stats(&self) -> ListenerStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ListenerStats {
+            connections: get(&c.connections),
+            requests: get(&c.requests),
+            timed_out: get(&c.timed_out),
+            evicted: get(&c.evicted),
+            refused: get(&c.refused),
+            malformed: get(&c.malformed),
+            closed: get(&c.closed),
+            in_progress: get(&c.in_progress),
+        }
+    }
+
+    /// The next complete Request, waiting until `deadline` at most (`None`: for ever).
+    pub(crate) fn accept_until(
+        &self,
+        dev: &Device,
+        deadline: Option<Instant>,
+    ) -> Result<Option<ConnRequest>> {
+        let mut st = self.state.lock()?;
+        loop {
+            if let Some(r) = st.done.pop_front() {
+                return Ok(Some(r));
+            }
+            let mut g = self.stack.lock()?;
+            let now = Instant::now();
+            while let Ok(Some(c)) = g.stack.accept(self.id) {
+                bump(&self.counters.connections);
+                self.start(dev, &mut st, &mut g.stack, c, now);
+            }
+            let finished = self.progress(dev, &mut st, &mut g.stack);
+            self.expire(dev, &mut st, &mut g.stack, now);
+            // Resets of dropped exchanges, window updates of read ones.
+            g.flush(crate::engine::now());
+            if finished.is_empty() {
+                if deadline.is_some_and(|d| now >= d) {
+                    return Ok(None);
+                }
+                let until = [deadline, st.list.front().map(|e| e.deadline)]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                match until {
+                    Some(t) => drop(self.stack.wait_until(g, t)?),
+                    None => drop(self.stack.cv.wait(g)),
+                }
+                continue;
+            }
+            drop(g);
+            for ex in finished {
+                let stream = UserStream::new(self.stack.clone(), ex.id, self.local, ex.peer);
+                match dev.request_arrived(Box::new(stream), ex.reader.frame()) {
+                    Ok(req) => {
+                        bump(&self.counters.requests);
+                        st.done.push_back(req);
+                    }
+                    Err(e) => {
+                        bump(&self.counters.malformed);
+                        trace::mpa_dropped(dev.shared.serial, ex.peer.into(), &e.to_string());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts reading the Request of connection `c`, within the bounds.
+    fn start(&self, dev: &Device, st: &mut Exchanges, stack: &mut Stack, c: ConnId, now: Instant) {
+        let Ok(peer) = stack.connection(c).map(|x| x.remote()) else {
+            return;
+        };
+        let Some(peer) = peer else {
+            let _ = stack.abort(c);
+            return;
+        };
+        let max = dev.shared.cfg.max_listener_exchanges;
+        let mut slot = None;
+        if st.list.len() < max {
+            slot = dev.shared.exchange_slot();
+        }
+        if slot.is_none() && self.evict_oldest(dev, st, stack) {
+            slot = dev.shared.exchange_slot();
+        }
+        let Some(slot) = slot else {
+            bump(&self.counters.refused);
+            trace::mpa_dropped(
+                dev.shared.serial,
+                peer.into(),
+                "refused: too many exchanges",
+            );
+            let _ = stack.abort(c);
+            return;
+        };
+        st.list.push_back(Exchange {
+            id: c,
+            reader: FrameReader::default(),
+            deadline: now + dev.shared.cfg.mpa_request_timeout,
+            peer,
+            _slot: slot,
+        });
+        self.counters.in_progress.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads what each exchange has; returns those whose Request is whole.
+    fn progress(&self, dev: &Device, st: &mut Exchanges, stack: &mut Stack) -> Vec<Exchange> {
+        let mut finished = Vec::new();
+        let mut i = 0;
+        while i < st.list.len() {
+            let ex = &mut st.list[i];
+            let r = ex.reader.read_from(&mut StackRead { stack, id: ex.id });
+            match r {
+                Ok(false) => i += 1,
+                Ok(true) => {
+                    if let Some(ex) = st.list.remove(i) {
+                        self.counters.in_progress.fetch_sub(1, Ordering::Relaxed);
+                        finished.push(ex);
+                    }
+                }
+                Err(e) => {
+                    if let Some(ex) = st.list.remove(i) {
+                        self.counters.in_progress.fetch_sub(1, Ordering::Relaxed);
+                        bump(if ex.reader.eof() {
+                            &self.counters.closed
+                        } else {
+                            &self.counters.malformed
+                        });
+                        trace::mpa_dropped(dev.shared.serial, ex.peer.into(), &e.to_string());
+                        let _ = stack.abort(ex.id);
+                    }
+                }
+            }
+        }
+        finished
+    }
+
+    /// Drops the exchanges whose deadline has passed.
+    fn expire(&self, dev: &Device, st: &mut Exchanges, stack: &mut Stack, now: Instant) {
+        while st.list.front().is_some_and(|e| e.deadline <= now) {
+            if let Some(ex) = st.list.pop_front() {
+                self.counters.in_progress.fetch_sub(1, Ordering::Relaxed);
+                bump(&self.counters.timed_out);
+                let why = format!(
+                    "timed out with {} octets of the MPA Request",
+                    ex.reader.len()
+                );
+                trace::mpa_dropped(dev.shared.serial, ex.peer.into(), &why);
+                let _ = stack.abort(ex.id);
+            }
+        }
+    }
+
+    /// Drops the oldest exchange in progress; false if there is none.
+    fn evict_oldest(&self, dev: &Device, st: &mut Exchanges, stack: &mut Stack) -> bool {
+        let Some(ex) = st.list.pop_front() else {
+            return false;
+        };
+        self.counters.in_progress.fetch_sub(1, Ordering::Relaxed);
+        bump(&self.counters.evicted);
+        trace::mpa_dropped(
+            dev.shared.serial,
+            ex.peer.into(),
+            "evicted for a newer connection",
+        );
+        let _ = stack.abort(ex.id);
+        true
+    }
+}
+
+impl Drop for UserListener {
+    /// Stops listening: connections not yet accepted, and those whose Request was
+    /// being read, are reset.
+    fn drop(&mut self) {
+        let list = self
+            .state
+            .get_mut()
+            .map(|s| std::mem::take(&mut s.list))
+            .unwrap_or_default();
+        if let Ok(mut g) = self.stack.lock() {
+            let _ = g.stack.unlisten(self.id);
+            for ex in list {
+                let _ = g.stack.abort(ex.id);
+            }
+            self.stack.after_all(&mut g);
+        }
+    }
+}

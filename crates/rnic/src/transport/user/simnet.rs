@@ -1,0 +1,308 @@
+//! An in-process network for softrnic's own TCP: IPv4 packets between the stacks of
+//! devices in one process, with seeded impairments (loss, reordering, duplication,
+//! corruption, delay). Every run with the same seed and the same traffic makes the same
+//! decisions, so a failure under impairment can be replayed.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the simulated wire does to packets. Probabilities are per packet, in 0..=1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Impairments {
+    /// Drops a packet.
+    pub loss: f64,
+    /// Holds a packet back by `reorder_delay`, so that later ones overtake it.
+    pub reorder: f64,
+    /// How long a reordered packet is held back.
+    pub reorder_delay: Duration,
+    /// Delivers a packet twice.
+    pub duplicate: f64,
+    /// Flips one bit of a packet (the checksums must catch it).
+    pub corrupt: f64,
+    /// One-way delay of every packet.
+    pub delay: Duration,
+    /// The largest IPv4 packet the network carries (larger ones are dropped): by
+    /// default 65535, the largest there is, as loopback's 64 KiB.
+    pub mtu: usize,
+    /// Seed of the decisions.
+    pub seed: u64,
+}
+
+impl Default for Impairments {
+    fn default() -> Impairments {
+        Impairments {
+            loss: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_micros(200),
+            duplicate: 0.0,
+            corrupt: 0.0,
+            delay: Duration::ZERO,
+            mtu: 65535,
+            seed: 1,
+        }
+    }
+}
+
+/// What the wire did, for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WireStats {
+    pub packets: u64,
+    pub lost: u64,
+    pub reordered: u64,
+    pub duplicated: u64,
+    pub corrupted: u64,
+    /// Packets for an address no stack owns.
+    pub unroutable: u64,
+    /// Packets larger than the MTU.
+    pub too_big: u64,
+    /// Packets dropped because the receiver had too many (or too many octets) waiting.
+    pub queue_drops: u64,
+}
+
+/// A simulated network that devices in this process attach their own TCP to
+/// ([`crate::UserTcp`]). Cloning gives another handle to the same network.
+#[derive(Clone, Default)]
+pub struct SimNet {
+    hub: Arc<Mutex<Hub>>,
+}
+
+impl std::fmt::Debug for SimNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimNet")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// A packet on its way: (delivery time, order of sending) first, so that packets due
+/// at the same time keep their order.
+type InFlight = Reverse<(Duration, u64, Vec<u8>)>;
+
+/// See [`SimNet::deliver_inline`].
+type Deliver = Arc<dyn Fn() -> bool + Send + Sync>;
+
+#[derive(Default)]
+struct Hub {
+    imp: Impairments,
+    rng: u64,
+    sent: u64,
+    stats: WireStats,
+    ports: HashMap<Ipv4Addr, Port>,
+    /// Packet buffers given back by receivers, reused by senders (no allocation, no
+    /// page faults per packet).
+    spare: Vec<Vec<u8>>,
+}
+
+/// Packet buffers kept for reuse at most.
+const MAX_SPARE: usize = 256;
+
+struct Port {
+    queue: BinaryHeap<InFlight>,
+    /// Octets of the packets in `queue`.
+    queued_bytes: usize,
+    /// Wakes the stack that owns the address.
+    wake: Arc<dyn Fn() + Send + Sync>,
+    /// Hands the packets due now to the stack in the sender's thread, as kernel
+    /// loopback does; false when the stack is busy (then it is woken instead).
+    deliver: Option<Deliver>,
+}
+
+/// Packets a stack may have in flight towards it, and their octets; beyond, the wire
+/// drops (as a full switch queue would), so a stack that stops reading cannot grow
+/// memory without bound.
+const MAX_QUEUED: usize = 16 * 1024;
+const MAX_QUEUED_BYTES: usize = 64 << 20;
+
+impl SimNet {
+    /// A network with these impairments.
+    pub fn new(imp: Impairments) -> SimNet {
+        let rng = imp.seed ^ 0x9e37_79b9_7f4a_7c15;
+        SimNet {
+            hub: Arc::new(Mutex::new(Hub {
+                imp,
+                rng: rng.max(1),
+                ..Hub::default()
+            })),
+        }
+    }
+
+    /// The largest IPv4 packet the network carries.
+    pub fn mtu(&self) -> usize {
+        self.hub.lock().map(|h| h.imp.mtu).unwrap_or(1500)
+    }
+
+    /// What the wire has done so far.
+    pub fn stats(&self) -> WireStats {
+        self.hub.lock().map(|h| h.stats).unwrap_or_default()
+    }
+
+    /// Attaches a stack owning `addr`; `wake` is called when a packet for it is queued.
+    pub(crate) fn attach(
+        &self,
+        addr: Ipv4Addr,
+        wake: Arc<dyn Fn() + Send + Sync>,
+    ) -> std::io::Result<()> {
+        let mut h = self.lock()?;
+        if h.ports.contains_key(&addr) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "another device owns this address on the simulated network",
+            ));
+        }
+        h.ports.insert(
+            addr,
+            Port {
+                queue: BinaryHeap::new(),
+                queued_bytes: 0,
+                wake,
+                deliver: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Lets senders hand packets due at once to the stack at `addr` in their own
+    /// thread (`deliver`), instead of waking the stack's thread.
+    pub(crate) fn deliver_inline(&self, addr: Ipv4Addr, deliver: Deliver) {
+        if let Ok(mut h) = self.hub.lock()
+            && let Some(p) = h.ports.get_mut(&addr)
+        {
+            p.deliver = Some(deliver);
+        }
+    }
+
+    pub(crate) fn detach(&self, addr: Ipv4Addr) {
+        if let Ok(mut h) = self.hub.lock() {
+            h.ports.remove(&addr);
+        }
+    }
+
+    fn lock(&self) -> std::io::Result<std::sync::MutexGuard<'_, Hub>> {
+        self.hub
+            .lock()
+            .map_err(|_| std::io::Error::other("simulated network poisoned"))
+    }
+
+    /// Puts an IPv4 packet on the wire at `now` (on the engines' clock).
+    pub(crate) fn send(&self, packet: &[u8], now: Duration) {
+        let Some(dst) = packet
+            .get(16..20)
+            .map(|d| Ipv4Addr::new(d[0], d[1], d[2], d[3]))
+        else {
+            return;
+        };
+        let Ok(mut guard) = self.hub.lock() else {
+            return;
+        };
+        let h = &mut *guard;
+        h.stats.packets += 1;
+        if !h.ports.contains_key(&dst) {
+            h.stats.unroutable += 1;
+            return;
+        }
+        if packet.len() > h.imp.mtu {
+            h.stats.too_big += 1;
+            return;
+        }
+        if h.chance(h.imp.loss) {
+            h.stats.lost += 1;
+            return;
+        }
+        let copies = if h.chance(h.imp.duplicate) {
+            h.stats.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        let mut later = false;
+        for _ in 0..copies {
+            let mut p = h.spare.pop().unwrap_or_default();
+            p.clear();
+            p.extend_from_slice(packet);
+            if h.chance(h.imp.corrupt) && !p.is_empty() {
+                let bit = h.next() as usize % (p.len() * 8);
+                p[bit / 8] ^= 1 << (bit % 8);
+                h.stats.corrupted += 1;
+            }
+            let mut at = now + h.imp.delay;
+            if h.chance(h.imp.reorder) {
+                at += h.imp.reorder_delay;
+                h.stats.reordered += 1;
+            }
+            later |= at > now;
+            h.sent += 1;
+            let order = h.sent;
+            match h.ports.get_mut(&dst) {
+                Some(port)
+                    if port.queue.len() < MAX_QUEUED
+                        && port.queued_bytes + p.len() <= MAX_QUEUED_BYTES =>
+                {
+                    port.queued_bytes += p.len();
+                    port.queue.push(Reverse((at, order, p)));
+                }
+                _ => h.stats.queue_drops += 1,
+            }
+        }
+        let Some(port) = h.ports.get(&dst) else {
+            return;
+        };
+        let (wake, deliver) = (port.wake.clone(), port.deliver.clone());
+        drop(guard);
+        // Due now: the receiving stack takes it in this thread if it is free; a
+        // packet due later (or a busy stack) wakes the stack's own thread.
+        match deliver {
+            Some(d) if !later && d() => {}
+            _ => wake(),
+        }
+    }
+
+    /// Gives packet buffers back for reuse (after [`SimNet::receive`]).
+    pub(crate) fn recycle(&self, bufs: &mut Vec<Vec<u8>>) {
+        if let Ok(mut h) = self.hub.lock() {
+            let room = MAX_SPARE.saturating_sub(h.spare.len());
+            h.spare.extend(bufs.drain(..).take(room));
+        }
+        bufs.clear();
+    }
+
+    /// Takes the packets for `addr` that are due at `now` into `out`; returns when the
+    /// next one is due.
+    pub(crate) fn receive(
+        &self,
+        addr: Ipv4Addr,
+        now: Duration,
+        out: &mut Vec<Vec<u8>>,
+    ) -> Option<Duration> {
+        let mut h = self.hub.lock().ok()?;
+        let port = h.ports.get_mut(&addr)?;
+        while let Some(Reverse((at, _, _))) = port.queue.peek() {
+            if *at > now {
+                return Some(*at);
+            }
+            if let Some(Reverse((_, _, p))) = port.queue.pop() {
+                port.queued_bytes -= p.len();
+                out.push(p);
+            }
+        }
+        None
+    }
+}
+
+impl Hub {
+    /// xorshift64*: small, seeded, and good enough to pick packets.
+    fn next(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+}

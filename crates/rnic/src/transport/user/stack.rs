@@ -1,0 +1,433 @@
+//! A device's own TCP stack behind its lock, and the thread that serves its link.
+//!
+//! Lock order: a QP's lock, then the stack's (a QP's transport takes it inside the QP's
+//! progress); the simulated network's hub lock is taken inside the stack's and takes
+//! none. The stack thread never takes a QP's lock: it wakes the QP's engine instead
+//! (an eventfd in the engine's epoll set, one per connection: [`Waker`]), and
+//! notifies the condition variable that blocking users (the CM's MPA exchange,
+//! `connect`, listeners) wait on.
+
+use super::link::{Link, SimLink};
+use super::stream::UserStream;
+use super::{UserLink, UserTcp, UserTcpStats};
+use crate::engine::now;
+use crate::error::{Error, Result};
+use crate::sys::eventfd::EventFd;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use softrnic_tcp::{ConnId, NoRaw, Readiness, RxMode, Stack, StackConfig, StackError, StackEvent};
+use std::collections::HashMap;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const WAKE: Token = Token(0);
+const LINK: Token = Token(1);
+
+/// How a connection's engine learns that it can go on, shared by the stack and the
+/// connection's transport: an eventfd the engine's epoll set holds under the QP's
+/// token (edge-triggered like a socket: a write is an event), written when the
+/// connection changes in a way the QP waits for, and flags that let a QP that polls
+/// find "nothing to read" without taking the stack's lock.
+///
+/// No wake-up is lost: the stack stores `readable` and then takes `want_read`; a
+/// reader stores `want_read` and then loads `readable` (all sequentially consistent),
+/// so either the reader sees the octets or the stack sees the reader waiting.
+pub(crate) struct Signal {
+    pub(crate) fd: EventFd,
+    /// In-order octets, or the end of the stream, may be waiting.
+    pub(crate) readable: AtomicBool,
+    /// The QP's last read found nothing: wake it when something comes.
+    pub(crate) want_read: AtomicBool,
+    /// The QP's last send found no room: wake it when there is.
+    pub(crate) want_write: AtomicBool,
+}
+
+impl Signal {
+    pub(crate) fn new() -> io::Result<Signal> {
+        Ok(Signal {
+            fd: EventFd::new()?,
+            readable: AtomicBool::new(true),
+            want_read: AtomicBool::new(false),
+            want_write: AtomicBool::new(false),
+        })
+    }
+}
+
+/// The stack and its link, behind the lock.
+pub(crate) struct Inner {
+    pub(crate) stack: Stack,
+    link: Box<dyn Link>,
+    /// A packet being sent (the link's MTU long).
+    buf: Vec<u8>,
+    /// The signals of the connections in RDMA mode (with a transport).
+    pub(crate) signals: HashMap<ConnId, Arc<Signal>>,
+    /// When the stack thread wakes next by itself (`None`: only when woken).
+    planned: Option<Duration>,
+}
+
+impl Inner {
+    /// Sends everything the stack has to send.
+    pub(crate) fn flush(&mut self, now: Duration) {
+        while let Some(n) = self.stack.poll_transmit(now, &mut self.buf) {
+            self.link.send(now, &self.buf[..n]);
+        }
+    }
+
+    /// Sends what connection `id` has to send.
+    fn flush_conn(&mut self, id: ConnId, now: Duration) {
+        while let Some(n) = self.stack.poll_transmit_for(id, now, &mut self.buf) {
+            self.link.send(now, &self.buf[..n]);
+        }
+    }
+
+    /// One turn of the stack thread: packets in, timers, packets out, readiness.
+    /// Returns whether blocking waiters must be notified.
+    fn pump(&mut self, now: Duration) -> bool {
+        let Inner { stack, link, .. } = self;
+        loop {
+            let more = link.receive(now, &mut |p| {
+                // A packet that does not parse is counted by the stack.
+                let _ = stack.handle_packet(now, p, &mut NoRaw);
+            });
+            if !more {
+                break;
+            }
+        }
+        if link.poll_timeout().is_some_and(|t| t <= now) {
+            link.handle_timeout(now);
+        }
+        if stack.poll_timeout().is_some_and(|t| t <= now) {
+            stack.handle_timeout(now);
+        }
+        self.flush(now);
+        self.dispatch()
+    }
+
+    /// Wakes the engines of the connections whose change their QP waits for; true if
+    /// a connection without a QP (or a listener) changed.
+    fn dispatch(&mut self) -> bool {
+        let mut notify = false;
+        while let Some(ev) = self.stack.poll_event() {
+            match ev {
+                StackEvent::Incoming(_) => notify = true,
+                StackEvent::Conn { id, what } => match self.signals.get(&id) {
+                    Some(sig) => {
+                        let end = what.intersects(
+                            Readiness::PEER_CLOSED
+                                | Readiness::RESET
+                                | Readiness::TIMED_OUT
+                                | Readiness::CLOSED,
+                        );
+                        if end || what.contains(Readiness::READABLE) {
+                            sig.readable.store(true, Ordering::SeqCst);
+                        }
+                        let read = what.contains(Readiness::READABLE)
+                            && sig.want_read.swap(false, Ordering::SeqCst);
+                        let write = what.contains(Readiness::WRITABLE)
+                            && sig.want_write.swap(false, Ordering::SeqCst);
+                        if end || read || write {
+                            let _ = sig.fd.set();
+                        }
+                    }
+                    None => notify = true,
+                },
+            }
+        }
+        notify
+    }
+
+    /// When the stack thread must run next by itself.
+    fn next_wake(&self) -> Option<Duration> {
+        [self.stack.poll_timeout(), self.link.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
+
+/// A device's own TCP: shared by the stack thread, the connections' streams and
+/// transports, and the device's listeners.
+pub(crate) struct UserStack {
+    inner: Mutex<Inner>,
+    /// Blocking users wait here for their connection (or listener) to change.
+    pub(crate) cv: Condvar,
+    /// Wakes the stack thread.
+    wake: Arc<EventFd>,
+    stop: AtomicBool,
+    addr: Ipv4Addr,
+    /// A frame link's counters.
+    link_stats: Option<super::netlink::SharedStats>,
+}
+
+/// The device's handle: stops the stack thread when the device closes.
+pub(crate) struct UserStackHandle {
+    pub(crate) stack: Arc<UserStack>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for UserStackHandle {
+    fn drop(&mut self) {
+        self.stack.stop.store(true, Ordering::Release);
+        let _ = self.stack.wake.set();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Ok(mut g) = self.stack.inner.lock() {
+            g.link.detach();
+        }
+    }
+}
+
+impl UserStack {
+    /// Starts a device's stack on its link, with its thread. `keepalive` is the
+    /// device's idle time before probes, used unless `cfg.tcp` has its own.
+    pub(crate) fn start(
+        cfg: &UserTcp,
+        keepalive: Duration,
+        serial: u32,
+    ) -> Result<UserStackHandle> {
+        let wake = Arc::new(EventFd::new()?);
+        let woken = wake.clone();
+        let waker: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+            let _ = woken.set();
+        });
+        let (sim, link, link_stats): (_, Box<dyn Link>, _) = match &cfg.link {
+            UserLink::Sim(net) => (
+                Some(net.clone()),
+                Box::new(SimLink::attach(net, cfg.addr, waker)?),
+                None,
+            ),
+            _ => {
+                let (link, stats) = super::netlink::open(cfg)?;
+                (None, link, Some(stats))
+            }
+        };
+        let mtu = link.mtu();
+        if mtu < 68 {
+            return Err(Error::InvalidArgument("the link's MTU is below IPv4's 68"));
+        }
+        let mut tcp = cfg.tcp.clone();
+        tcp.mss = tcp.mss.min(u16::try_from(mtu - 40).unwrap_or(u16::MAX));
+        if tcp.keepalive.is_none() {
+            tcp.keepalive = Some(softrnic_tcp::Keepalive {
+                idle: keepalive,
+                interval: Duration::from_secs(1),
+                probes: 5,
+            });
+        }
+        // An FPDU of a whole segment must fit the send buffer with room to spare.
+        tcp.send_buffer = tcp.send_buffer.max(4 * usize::from(tcp.mss));
+        let mut secret = [0u8; 8];
+        crate::sys::random::fill(&mut secret)?;
+        let stack = Stack::new(
+            StackConfig {
+                tcp,
+                max_connections: cfg.max_connections,
+                max_half_open: cfg.max_half_open,
+                secret: u64::from_ne_bytes(secret),
+                ..StackConfig::default()
+            },
+            &[cfg.addr],
+        );
+        let me = Arc::new(UserStack {
+            inner: Mutex::new(Inner {
+                stack,
+                link,
+                buf: vec![0; mtu],
+                signals: HashMap::new(),
+                planned: None,
+            }),
+            cv: Condvar::new(),
+            wake,
+            stop: AtomicBool::new(false),
+            addr: cfg.addr,
+            link_stats,
+        });
+        if let Some(net) = sim {
+            let weak = Arc::downgrade(&me);
+            net.deliver_inline(
+                cfg.addr,
+                Arc::new(move || weak.upgrade().is_some_and(|s| s.try_pump())),
+            );
+        }
+        let poll = Poll::new()?;
+        let fd = me.wake.as_fd().as_raw_fd();
+        poll.registry()
+            .register(&mut SourceFd(&fd), WAKE, Interest::READABLE)?;
+        if let Some(fd) = me.lock()?.link.fd() {
+            poll.registry()
+                .register(&mut SourceFd(&fd), LINK, Interest::READABLE)?;
+        }
+        let run = me.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("softrnic-tcp-{serial}"))
+            .spawn(move || run.run(poll))?;
+        Ok(UserStackHandle {
+            stack: me,
+            thread: Some(thread),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> io::Result<MutexGuard<'_, Inner>> {
+        self.inner
+            .lock()
+            .map_err(|_| io::Error::other("the TCP stack's lock is poisoned"))
+    }
+
+    /// The stack thread: serve the link and the timers until the device closes.
+    fn run(&self, mut poll: Poll) {
+        let mut events = Events::with_capacity(8);
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            let timeout = {
+                let Ok(mut g) = self.inner.lock() else {
+                    break;
+                };
+                if g.pump(now()) {
+                    self.cv.notify_all();
+                }
+                let next = g.next_wake();
+                g.planned = next;
+                next.map(|t| t.saturating_sub(now()))
+            };
+            if let Err(e) = poll.poll(&mut events, timeout)
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                break;
+            }
+        }
+    }
+
+    /// Serves the link in the calling thread, if nobody holds the stack (a sender on
+    /// the simulated network hands its packets over so, as kernel loopback does);
+    /// false if someone does.
+    fn try_pump(&self) -> bool {
+        let Ok(mut g) = self.inner.try_lock() else {
+            return false;
+        };
+        if g.pump(now()) {
+            self.cv.notify_all();
+        }
+        // The stack thread sleeps until its planned time: wake it if a timer is due
+        // earlier now.
+        if let Some(next) = g.next_wake()
+            && g.planned.is_none_or(|p| next < p)
+        {
+            g.planned = Some(next);
+            let _ = self.wake.set();
+        }
+        true
+    }
+
+    /// After a user's call on connection `id`: its packets go out now, from this
+    /// thread, and the stack thread is woken if the connection needs it earlier than
+    /// it planned (a retransmission timer just started).
+    pub(crate) fn after(&self, g: &mut Inner, id: ConnId) {
+        let t = now();
+        g.flush_conn(id, t);
+        if let Some(due) = g.stack.timeout_of(id)
+            && g.planned.is_none_or(|p| due < p)
+        {
+            g.planned = Some(due);
+            let _ = self.wake.set();
+        }
+    }
+
+    /// After a call that may have made anything due (a close, an accept): everything
+    /// goes out, and the stack thread takes a fresh look.
+    pub(crate) fn after_all(&self, g: &mut Inner) {
+        g.flush(now());
+        let _ = self.wake.set();
+    }
+
+    /// Waits on the stack's condition variable until `deadline` at most; `None` when
+    /// the deadline has passed.
+    pub(crate) fn wait_until<'a>(
+        &self,
+        g: MutexGuard<'a, Inner>,
+        deadline: Instant,
+    ) -> io::Result<Option<MutexGuard<'a, Inner>>> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        let (g, _) = self
+            .cv
+            .wait_timeout(g, left)
+            .map_err(|_| io::Error::other("the TCP stack's lock is poisoned"))?;
+        Ok(Some(g))
+    }
+
+    /// Opens a connection to `remote` and waits until it is established, by `deadline`.
+    pub(crate) fn connect(
+        self: &Arc<Self>,
+        remote: SocketAddrV4,
+        deadline: Instant,
+    ) -> io::Result<UserStream> {
+        let mut g = self.lock()?;
+        let id = g
+            .stack
+            .connect(now(), Some(self.addr), remote, RxMode::Stream)
+            .map_err(to_io)?;
+        let local = g.stack.connection(id).map_err(to_io)?.local();
+        self.after(&mut g, id);
+        loop {
+            let state = g.stack.state(id).map_err(to_io)?;
+            if state.is_synchronized() && state != softrnic_tcp::State::SynReceived {
+                return Ok(UserStream::new(self.clone(), id, local, remote));
+            }
+            if state == softrnic_tcp::State::Closed {
+                let _ = g.stack.close(id);
+                return Err(io::ErrorKind::ConnectionRefused.into());
+            }
+            g = match self.wait_until(g, deadline)? {
+                Some(g) => g,
+                None => {
+                    let mut g = self.lock()?;
+                    let _ = g.stack.abort(id);
+                    self.after_all(&mut g);
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+            };
+        }
+    }
+
+    /// What the stack has done.
+    pub(crate) fn stats(&self) -> UserTcpStats {
+        self.inner
+            .lock()
+            .map(|g| UserTcpStats {
+                stack: g.stack.stats().clone(),
+                tcp: g.stack.tcp_totals(),
+                link: self
+                    .link_stats
+                    .as_ref()
+                    .and_then(|s| s.lock().ok().map(|s| s.clone())),
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// A stack error as the `io::Error` a socket would give.
+pub(crate) fn to_io(e: StackError) -> io::Error {
+    let kind = match e {
+        StackError::WouldBlock => io::ErrorKind::WouldBlock,
+        StackError::InvalidId | StackError::InvalidListener => io::ErrorKind::NotConnected,
+        StackError::AddrNotAvailable(_) | StackError::NoFreePorts => {
+            io::ErrorKind::AddrNotAvailable
+        }
+        StackError::AddrInUse(_) => io::ErrorKind::AddrInUse,
+        StackError::TooManyConnections => return io::Error::other(e),
+        StackError::Closed => io::ErrorKind::BrokenPipe,
+        StackError::Reset => io::ErrorKind::ConnectionReset,
+        StackError::TimedOut => io::ErrorKind::TimedOut,
+    };
+    io::Error::new(kind, e)
+}

@@ -1,0 +1,299 @@
+//! A connection of the device's own TCP in RDMA mode, under a QP.
+//!
+//! - **Sending** queues octets in the connection's TCP send buffer and sends the
+//!   segments at once, from the calling thread (the QP's posting thread or engine): no
+//!   other thread is woken on the send path. Each FPDU is queued as one TCP record, so
+//!   segments end on FPDU boundaries and an FPDU sized to the segment (the CM sizes
+//!   them to [`ConnStream::mss`]) travels alone in one segment: RFC 5044's MPA-aware
+//!   TCP. The QP's transmit path hands over FPDUs in a gather list (one FPDU) or a
+//!   buffer of gathered small ones; [`Framer`] finds their boundaries from the MPA
+//!   length at the start of each.
+//! - **Receiving** copies in-order octets out of the connection's reassembly, into the
+//!   QP's staging buffer or straight into registered memory.
+//! - **Readiness**: the engine registers the transport under the QP's token; that
+//!   registers an eventfd of the transport's own, which the stack thread writes when
+//!   the connection becomes readable or writable after the QP found it would block, or
+//!   closes. Like a socket in an edge-triggered epoll set, it never says `WouldBlock`
+//!   while octets (or room) are there.
+//!
+//! [`ConnStream::mss`]: crate::transport::stream::ConnStream::mss
+
+use super::stack::{Signal, UserStack, to_io};
+use crate::region::RegionSlice;
+use crate::sys::socket::IoVecs;
+use crate::transport::Transport;
+use mio::unix::SourceFd;
+use mio::{Interest, Registry, Token};
+use softrnic_tcp::{ConnId, Stack, StackError};
+use std::io;
+use std::net::Shutdown;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Where the FPDU boundaries are in what the QP hands over: each FPDU starts with its
+/// ULPDU length (MPA, no markers). Octets are taken whole FPDU by whole FPDU as TCP
+/// records; a buffer that ends inside an FPDU has that part queued as plain octets,
+/// and the rest of the FPDU follows at the next call.
+#[derive(Debug, Default)]
+pub(crate) struct Framer {
+    /// Octets of the current FPDU still to come (0 at a boundary).
+    carry: usize,
+    /// Boundaries were lost (a length split between calls): everything is queued as
+    /// plain octets from then on. Alignment is an optimisation, never needed for
+    /// correctness.
+    lost: bool,
+}
+
+impl Framer {
+    /// Queues as much of `buf` as fits; `WouldBlock` when nothing does.
+    fn queue(&mut self, st: &mut Stack, id: ConnId, buf: &[u8]) -> Result<usize, StackError> {
+        let mut taken = 0;
+        while taken < buf.len() {
+            let rest = &buf[taken..];
+            let r = if self.lost {
+                st.send(id, rest)
+            } else if self.carry > 0 {
+                st.send(id, &rest[..self.carry.min(rest.len())])
+                    .inspect(|&n| {
+                        self.carry -= n;
+                    })
+            } else if rest.len() < softrnic_wire::mpa::ULPDU_LEN_LEN {
+                self.lost = true;
+                st.send(id, rest)
+            } else {
+                let len = softrnic_wire::mpa::fpdu_len(usize::from(u16::from_be_bytes([
+                    rest[0], rest[1],
+                ])));
+                if rest.len() >= len {
+                    st.send_record(id, &rest[..len]).map(|()| len)
+                } else {
+                    // Part of an FPDU: the rest comes with the next call.
+                    st.send(id, rest).inspect(|&n| self.carry = len - n)
+                }
+            };
+            match r {
+                Ok(0) => break,
+                Ok(n) => taken += n,
+                Err(StackError::WouldBlock) if taken > 0 => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Queues one whole FPDU given as a gather list, all of it or nothing
+    /// (`WouldBlock`), as one record. A list that could never fit the send buffer goes
+    /// as plain octets, as much as fits.
+    fn queue_gather(
+        &mut self,
+        st: &mut Stack,
+        id: ConnId,
+        iov: IoVecs<'_>,
+    ) -> Result<usize, StackError> {
+        let total = iov.len();
+        let room = st.send_capacity(id);
+        let whole = self.carry == 0 && !self.lost;
+        let buffer = st.connection(id)?.config().send_buffer;
+        if whole && total > room && total <= buffer {
+            // Room comes as the peer acknowledges.
+            return Err(StackError::WouldBlock);
+        }
+        let take = total.min(room);
+        if take == 0 {
+            return Err(StackError::WouldBlock);
+        }
+        let mut left = take;
+        let mut result = Ok(());
+        iov.for_each_piece(take, |piece| {
+            if result.is_err() {
+                return;
+            }
+            left -= piece.len();
+            // The last piece of a whole FPDU closes its record.
+            result = if whole && take == total && left == 0 {
+                st.send_record(id, piece)
+                    .or_else(|_| st.send(id, piece).map(drop))
+            } else {
+                st.send(id, piece).map(drop)
+            };
+        });
+        result?;
+        if !whole || take < total {
+            self.lost = true;
+        }
+        Ok(take)
+    }
+}
+
+/// A connection of the device's own TCP under a QP.
+pub(crate) struct UserTransport {
+    stack: Arc<UserStack>,
+    id: ConnId,
+    framer: Framer,
+    /// Readiness for the QP's engine (its eventfd is registered there).
+    signal: Arc<Signal>,
+    /// Dropping sends RST instead of FIN.
+    abort: bool,
+}
+
+impl UserTransport {
+    /// Takes connection `id` into RDMA mode.
+    pub(crate) fn new(stack: Arc<UserStack>, id: ConnId) -> io::Result<UserTransport> {
+        let signal = Arc::new(Signal::new()?);
+        stack.lock()?.signals.insert(id, signal.clone());
+        Ok(UserTransport {
+            stack,
+            id,
+            framer: Framer::default(),
+            signal,
+            abort: false,
+        })
+    }
+
+    /// Reads with `read` on the locked stack; a read that finds nothing asks to be
+    /// woken when something comes.
+    fn read_with(
+        &mut self,
+        read: impl FnOnce(&mut Stack, ConnId) -> Result<usize, StackError>,
+    ) -> io::Result<usize> {
+        let sig = &self.signal;
+        if !sig.readable.load(Ordering::SeqCst) {
+            // Nothing was there at the last look: ask to be woken, then look once more
+            // (the stack may have made it readable in between), all without the lock.
+            sig.want_read.store(true, Ordering::SeqCst);
+            if !sig.readable.load(Ordering::SeqCst) {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+        }
+        let mut g = self.stack.lock()?;
+        match read(&mut g.stack, self.id) {
+            Ok(n) => {
+                if n > 0 {
+                    // The window may have reopened.
+                    self.stack.after(&mut g, self.id);
+                }
+                Ok(n)
+            }
+            Err(StackError::WouldBlock) => {
+                // Under the lock, as the stack sets it: no arrival is missed.
+                sig.readable.store(false, Ordering::SeqCst);
+                sig.want_read.store(true, Ordering::SeqCst);
+                Err(io::ErrorKind::WouldBlock.into())
+            }
+            Err(e) => Err(to_io(e)),
+        }
+    }
+
+    /// Queues with `queue` on the locked stack and sends; a send that finds no room
+    /// asks to be woken when there is.
+    fn send_with(
+        &mut self,
+        queue: impl FnOnce(&mut Framer, &mut Stack, ConnId) -> Result<usize, StackError>,
+    ) -> io::Result<usize> {
+        let mut g = self.stack.lock()?;
+        match queue(&mut self.framer, &mut g.stack, self.id) {
+            Ok(n) => {
+                self.stack.after(&mut g, self.id);
+                Ok(n)
+            }
+            Err(StackError::WouldBlock) => {
+                self.signal.want_write.store(true, Ordering::SeqCst);
+                Err(io::ErrorKind::WouldBlock.into())
+            }
+            Err(e) => Err(to_io(e)),
+        }
+    }
+}
+
+impl Transport for UserTransport {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_with(|st, id| st.read(id, buf))
+    }
+
+    fn read_into(&mut self, dst: &RegionSlice<'_>) -> io::Result<usize> {
+        self.read_with(|st, id| {
+            // SAFETY: `dst` is a bounds-checked view of live region memory (its borrow
+            // keeps the region alive). The receive path reads into a range the TPT
+            // granted to the payload being placed, which only this placement writes
+            // while it runs, as `RegionSlice::as_mut_slice` asks; the slice lives only
+            // for this copy out of the reassembly.
+            let out = unsafe { dst.as_mut_slice() };
+            st.read(id, out)
+        })
+    }
+
+    fn send(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.send_with(|f, st, id| f.queue(st, id, buf))
+    }
+
+    fn send_gather(&mut self, iov: IoVecs<'_>) -> io::Result<usize> {
+        self.send_with(|f, st, id| f.queue_gather(st, id, iov))
+    }
+
+    fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
+        if how == Shutdown::Read {
+            return Ok(());
+        }
+        let mut g = self.stack.lock()?;
+        match g.stack.shutdown(self.id) {
+            Ok(()) => {
+                self.stack.after(&mut g, self.id);
+                Ok(())
+            }
+            Err(e) => Err(to_io(e)),
+        }
+    }
+
+    fn abort(&mut self) {
+        self.abort = true;
+    }
+}
+
+impl Drop for UserTransport {
+    /// Gives the connection back: FIN after what is queued, or RST after `abort`.
+    fn drop(&mut self) {
+        if let Ok(mut g) = self.stack.lock() {
+            g.signals.remove(&self.id);
+            let _ = if self.abort {
+                g.stack.abort(self.id)
+            } else {
+                g.stack.close(self.id)
+            };
+            self.stack.after(&mut g, self.id);
+        }
+    }
+}
+
+impl mio::event::Source for UserTransport {
+    /// Registers the connection's eventfd; it reports at once if it was written
+    /// before (octets that came with the MPA exchange), as epoll reports a ready
+    /// socket at registration.
+    fn register(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        _interests: Interest,
+    ) -> io::Result<()> {
+        let raw = self.signal.fd.as_fd().as_raw_fd();
+        registry.register(&mut SourceFd(&raw), token, Interest::READABLE)?;
+        // Whatever the QP's last look found, it looks again now.
+        self.signal.fd.set()
+    }
+
+    fn reregister(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        _interests: Interest,
+    ) -> io::Result<()> {
+        let raw = self.signal.fd.as_fd().as_raw_fd();
+        registry.reregister(&mut SourceFd(&raw), token, Interest::READABLE)?;
+        self.signal.fd.set()
+    }
+
+    fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
+        let raw = self.signal.fd.as_fd().as_raw_fd();
+        registry.deregister(&mut SourceFd(&raw))
+    }
+}

@@ -1,0 +1,222 @@
+//! The hand-off of a QP's socket between its engine thread and a consumer that
+//! busy-polls its CQ (`softrnic_rnic::handoff`), through the public API: a polling
+//! consumer runs its QP without its engine being woken; a consumer that stops polling
+//! or goes to sleep on events leaves the socket to the engine, which then serves the
+//! peer (the passive side of an RDMA Read, a Send) with nobody polling; a claimed QP
+//! moves with its CQ and closes like any other. Nothing here waits on time: each wait
+//! ends when what it waits for arrives (the engine takes a socket back a lease after
+//! the last poll, which the waits simply outlast).
+
+mod common;
+
+use common::*;
+use softrnic_rnic::handoff::CLAIM_AFTER;
+use softrnic_rnic::*;
+
+/// Polls `cq` while it is empty, often enough to claim its QPs.
+fn claim_by_polling(cq: &Cq) {
+    for _ in 0..2 * CLAIM_AFTER {
+        assert!(cq.poll_one().is_none(), "no traffic expected yet");
+    }
+}
+
+fn engine_events(dev: &Device) -> u64 {
+    dev.engines().iter().map(|e| e.events).sum()
+}
+
+/// Busy-polls `cq` until a receive completes; returns it.
+fn spin_recv(cq: &Cq) -> Completion {
+    let mut spins = 0u64;
+    loop {
+        if let Some(c) = cq.poll_one()
+            && c.opcode == WcOpcode::Recv
+        {
+            return c;
+        }
+        spins += 1;
+        assert!(spins < 500_000_000, "no receive completion");
+    }
+}
+
+/// Both sides busy-poll (one thread drives the two ends in turn, as two busy-polling
+/// threads would): every message arrives intact, and neither engine is woken while
+/// the consumers hold the sockets.
+#[test]
+fn a_polling_consumer_runs_its_qp_without_its_engine() {
+    let (a, b) = pair();
+    let size = 64;
+    let (sa, ra) = (
+        a.pd.alloc_mr(size, Access::LOCAL_WRITE).unwrap(),
+        a.pd.alloc_mr(size, Access::LOCAL_WRITE).unwrap(),
+    );
+    let (sb, rb) = (
+        b.pd.alloc_mr(size, Access::LOCAL_WRITE).unwrap(),
+        b.pd.alloc_mr(size, Access::LOCAL_WRITE).unwrap(),
+    );
+    for _ in 0..4 {
+        a.qp.post_recv(RecvWr::new(0, ra.sge(0, size))).unwrap();
+        b.qp.post_recv(RecvWr::new(0, rb.sge(0, size))).unwrap();
+    }
+    claim_by_polling(&a.cq);
+    claim_by_polling(&b.cq);
+    let before = (engine_events(&a.dev), engine_events(&b.dev));
+    let send = SendOp::Send {
+        solicited: false,
+        invalidate: None,
+    };
+    for i in 0..300u64 {
+        let ping = pattern(size, i);
+        sa.write(0, &ping).unwrap();
+        a.qp.post_send(SendWr::new(i, send, sa.sge(0, size)))
+            .unwrap();
+        let c = spin_recv(&b.cq);
+        assert_eq!((c.status, c.byte_len as usize), (WcStatus::Success, size));
+        let mut got = vec![0; size];
+        rb.read(0, &mut got).unwrap();
+        assert_eq!(got, ping, "ping {i}");
+        b.qp.post_recv(RecvWr::new(0, rb.sge(0, size))).unwrap();
+        let pong = pattern(size, i + 1000);
+        sb.write(0, &pong).unwrap();
+        b.qp.post_send(SendWr::new(i, send, sb.sge(0, size)))
+            .unwrap();
+        let c = spin_recv(&a.cq);
+        assert_eq!(c.status, WcStatus::Success);
+        ra.read(0, &mut got).unwrap();
+        assert_eq!(got, pong, "pong {i}");
+        a.qp.post_recv(RecvWr::new(0, ra.sge(0, size))).unwrap();
+    }
+    let after = (engine_events(&a.dev), engine_events(&b.dev));
+    // At most one readiness event each, fetched before the claim took the socket out
+    // of the engine's epoll set; none for the 600 messages.
+    assert!(
+        after.0 - before.0 <= 1 && after.1 - before.1 <= 1,
+        "engines woken while the consumers polled: {before:?} -> {after:?}"
+    );
+}
+
+/// A consumer that stops polling leaves its socket to the engine, which serves the
+/// peer's RDMA Read with nobody polling on this side.
+#[test]
+fn the_engine_takes_back_a_socket_whose_consumer_stopped_polling() {
+    let (a, b) = pair();
+    let data = pattern(8192, 7);
+    let exposed = a.pd.alloc_mr(data.len(), Access::REMOTE_READ).unwrap();
+    exposed.write(0, &data).unwrap();
+    claim_by_polling(&a.cq);
+    let before = engine_events(&a.dev);
+    // `a` polls no more; `b` reads its memory.
+    let sink = b.pd.alloc_mr(data.len(), Access::LOCAL_WRITE).unwrap();
+    b.qp.post_send(SendWr::read(
+        1,
+        sink.sge(0, data.len()),
+        exposed.addr(),
+        exposed.rkey(),
+    ))
+    .unwrap();
+    let c = one(&b.cq);
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
+    let mut got = vec![0; data.len()];
+    sink.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    assert!(
+        engine_events(&a.dev) > before,
+        "the Read was served without the engine"
+    );
+}
+
+/// A consumer that held the socket arms its CQ and sleeps: the Send that arrives then
+/// is read by the engine and raises the event.
+#[test]
+fn a_consumer_that_goes_to_sleep_on_events_misses_nothing() {
+    let (a, b) = pair();
+    let size = 256;
+    let ra = a.pd.alloc_mr(size, Access::LOCAL_WRITE).unwrap();
+    a.qp.post_recv(RecvWr::new(9, ra.sge(0, size))).unwrap();
+    claim_by_polling(&a.cq);
+    a.cq.req_notify(false);
+    assert!(a.cq.poll_one().is_none());
+    let msg = pattern(size, 3);
+    let sb = b.pd.alloc_mr(size, Access::LOCAL_WRITE).unwrap();
+    sb.write(0, &msg).unwrap();
+    b.qp.post_send(SendWr::new(
+        1,
+        SendOp::Send {
+            solicited: false,
+            invalidate: None,
+        },
+        sb.sge(0, size),
+    ))
+    .unwrap();
+    assert!(a.cq.wait_notify(WAIT), "no completion event");
+    let c = a.cq.poll_one().expect("the receive's completion");
+    assert_eq!(
+        (c.wr_id, c.status, c.opcode),
+        (9, WcStatus::Success, WcOpcode::Recv)
+    );
+    let mut got = vec![0; size];
+    ra.read(0, &mut got).unwrap();
+    assert_eq!(got, msg);
+}
+
+/// A claimed QP whose CQ moves to another engine keeps its lease there: when its
+/// consumer stops polling, the new engine takes the socket and serves the peer.
+#[test]
+fn a_claimed_qp_moves_with_its_cq() {
+    let cfg = DeviceConfig {
+        engine_threads: 2,
+        comp_vectors: 2,
+        ..DeviceConfig::default()
+    };
+    let dev = Device::open(cfg).unwrap();
+    let pd = dev.alloc_pd();
+    let cq = dev.create_cq_on(64, 0).unwrap();
+    let qp = dev.create_qp(&pd, QpInit::new(&cq, 16, 16)).unwrap();
+    let b = end().build();
+    connect_qps((&dev, &qp), (&b.dev, &b.qp));
+    claim_by_polling(&cq);
+    dev.modify_cq(&cq, Some(1)).unwrap();
+    assert_eq!(cq.vector(), 1);
+    let data = pattern(4096, 11);
+    let exposed = pd.alloc_mr(data.len(), Access::REMOTE_READ).unwrap();
+    exposed.write(0, &data).unwrap();
+    let before: Vec<u64> = dev.engines().iter().map(|e| e.events).collect();
+    let sink = b.pd.alloc_mr(data.len(), Access::LOCAL_WRITE).unwrap();
+    b.qp.post_send(SendWr::read(
+        2,
+        sink.sge(0, data.len()),
+        exposed.addr(),
+        exposed.rkey(),
+    ))
+    .unwrap();
+    let c = one(&b.cq);
+    assert_eq!((c.wr_id, c.status), (2, WcStatus::Success));
+    let mut got = vec![0; data.len()];
+    sink.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    let after: Vec<u64> = dev.engines().iter().map(|e| e.events).collect();
+    assert!(
+        after[1] > before[1],
+        "engine 1 did not serve: {before:?} -> {after:?}"
+    );
+    assert_eq!(
+        dev.engines().iter().map(|e| e.qps).collect::<Vec<_>>(),
+        [0, 1]
+    );
+}
+
+/// Closing a QP whose consumer holds the socket: both sides see it through.
+#[test]
+fn a_claimed_qp_disconnects() {
+    let (a, b) = pair();
+    let rb = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    b.qp.post_recv(RecvWr::new(5, rb.sge(0, 64))).unwrap();
+    claim_by_polling(&a.cq);
+    claim_by_polling(&b.cq);
+    a.qp.disconnect().unwrap();
+    disconnected(&a.dev, &a.qp);
+    disconnected(&b.dev, &b.qp);
+    let flushed = drained(b.recv_cq());
+    exactly_once(&flushed, [5]);
+    assert_eq!(status_of(&flushed, 5), WcStatus::WrFlushError);
+    assert_eq!(a.qp.state(), QpState::Error);
+}

@@ -1,0 +1,175 @@
+//! Arriving packets: the demultiplexing by (local, remote) address, SYNs to listeners
+//! (with the half-open, accept-queue and table bounds), and resets for segments no
+//! connection takes.
+
+use super::{Entry, ListenerId, NoRaw, Rx, Sink, Stack, StackReceiver, Stage};
+use crate::conn::{Connection, State};
+use crate::reassembly::Reassembly;
+use crate::segment::{Flags, ParseError, Segment};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+impl Stack {
+    /// Handles one arriving IPv4 packet: it goes to the connection its addresses name,
+    /// makes a connection if it is a SYN to a listener, or is answered with a reset.
+    /// Pieces of [`super::RxMode::Raw`] connections go to `raw`. A packet that does not
+    /// parse is counted and returned as the error; one for an address that is not ours
+    /// is counted and dropped.
+    pub fn handle_packet<R: StackReceiver>(
+        &mut self,
+        now: Duration,
+        packet: &[u8],
+        raw: &mut R,
+    ) -> Result<(), ParseError> {
+        self.stats.packets_in += 1;
+        let seg = match Segment::parse(packet) {
+            Ok(s) => s,
+            Err(e) => {
+                match e {
+                    ParseError::Ipv4Checksum | ParseError::TcpChecksum => {
+                        self.stats.dropped_checksum += 1
+                    }
+                    _ => self.stats.dropped_malformed += 1,
+                }
+                return Err(e);
+            }
+        };
+        self.handle_segment(now, &seg, raw);
+        Ok(())
+    }
+
+    /// [`Stack::handle_packet`] for a segment parsed already.
+    pub fn handle_segment<R: StackReceiver>(
+        &mut self,
+        now: Duration,
+        seg: &Segment<'_>,
+        raw: &mut R,
+    ) {
+        if !self.addrs.contains(seg.dst.ip()) {
+            self.stats.not_local += 1;
+            return;
+        }
+        let syn_only = seg.flags & (Flags::SYN | Flags::ACK | Flags::RST) == Flags::SYN;
+        if let Some(&id) = self.by_tuple.get(&(seg.dst, seg.src)) {
+            let listener = self.listener_for(seg.dst);
+            match self.entry(id) {
+                // A new incarnation from a peer whose old connection we hold in
+                // TIME-WAIT and no longer need (RFC 9293 3.6.1 lets a SYN reopen it).
+                Some(e)
+                    if syn_only
+                        && listener.is_some()
+                        && e.stage == Stage::Released
+                        && e.conn.state() == State::TimeWait =>
+                {
+                    self.remove(id);
+                }
+                _ => {
+                    self.deliver(now, id, seg, raw);
+                    return;
+                }
+            }
+        }
+        if syn_only && let Some(l) = self.listener_for(seg.dst) {
+            self.on_syn(now, l, seg);
+            return;
+        }
+        self.reset(seg);
+    }
+
+    /// The listener that takes SYNs to `local`.
+    fn listener_for(&self, local: SocketAddrV4) -> Option<ListenerId> {
+        self.by_local
+            .get(&local)
+            .or_else(|| {
+                self.by_local
+                    .get(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, local.port()))
+            })
+            .copied()
+    }
+
+    /// Hands `seg` to connection `id` and reports what it changed.
+    pub(super) fn deliver<R: StackReceiver>(
+        &mut self,
+        now: Duration,
+        id: super::ConnId,
+        seg: &Segment<'_>,
+        raw: &mut R,
+    ) {
+        let Some(e) = self.entry_mut(id) else {
+            return;
+        };
+        // The byte stream of a passive open is allocated when its first payload
+        // comes, which needs the handshake's ACK: a SYN flood allocates none.
+        if matches!(e.rx, Rx::Stream(None))
+            && !seg.payload.is_empty()
+            && seg.flags.contains(Flags::ACK)
+        {
+            e.rx = Rx::Stream(Some(Reassembly::for_connection(&e.conn)));
+        }
+        let before = super::output::Snapshot::of(e);
+        let Entry { conn, rx, .. } = e;
+        let mut sink = Sink { id, rx, raw };
+        conn.handle_segment(now, seg, &mut sink);
+        self.observe(id, before);
+    }
+
+    /// A SYN for listener `l`: a new half-open connection, within the bounds.
+    fn on_syn(&mut self, now: Duration, l: ListenerId, seg: &Segment<'_>) {
+        let Some(lis) = self.listeners.get(&l) else {
+            return;
+        };
+        if lis.ready.len() >= lis.backlog {
+            // The client sends its SYN again; by then `accept` may have made room.
+            self.stats.syn_backlog_full += 1;
+            return;
+        }
+        let mode = lis.mode;
+        if lis.half_open.len() >= self.cfg.max_half_open {
+            self.evict_half_open(l);
+        }
+        if self.live >= self.cfg.max_connections && !self.evict_half_open(l) {
+            self.stats.syn_table_full += 1;
+            return;
+        }
+        let (local, remote) = (seg.dst, seg.src);
+        let iss = crate::initial_sequence(self.cfg.secret, local, remote, now);
+        let conn = Connection::listen(self.cfg.tcp.clone(), local, iss);
+        let rx = match mode {
+            super::RxMode::Stream => Rx::Stream(None),
+            super::RxMode::Raw => Rx::Raw,
+        };
+        let id = self.insert(conn, (local, remote), rx, Stage::HalfOpen(l));
+        if let Some(lis) = self.listeners.get_mut(&l) {
+            lis.half_open.push_back(id);
+        }
+        self.deliver(now, id, seg, &mut NoRaw);
+    }
+
+    /// Drops listener `l`'s oldest half-open connection (no reset: a real client's
+    /// next segment gets one); false if it has none.
+    fn evict_half_open(&mut self, l: ListenerId) -> bool {
+        let Some(old) = self
+            .listeners
+            .get_mut(&l)
+            .and_then(|x| x.half_open.pop_front())
+        else {
+            return false;
+        };
+        self.stats.half_open_evicted += 1;
+        self.remove(old);
+        true
+    }
+
+    /// Answers a segment nobody takes with a reset (RFC 9293 3.10.7.1), unless it is
+    /// one or too many resets wait already.
+    fn reset(&mut self, seg: &Segment<'_>) {
+        let Some(rst) = crate::reset_for(seg) else {
+            return;
+        };
+        if self.resets.len() >= self.cfg.max_pending_resets {
+            self.stats.resets_suppressed += 1;
+            return;
+        }
+        self.resets.push_back(rst);
+    }
+}
