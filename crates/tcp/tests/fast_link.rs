@@ -113,3 +113,38 @@ fn loss_and_reordering_on_a_fast_link_cause_no_timeout() {
     assert!(repaired.get() > 50, "{}", repaired.get());
     assert!(tail_timeouts.get() <= 2, "{}", tail_timeouts.get());
 }
+
+/// A network that holds packets back four round trips (as softrnic's in-process one,
+/// 200 us against a round trip of microseconds): once the peer's duplicate reports have
+/// widened RACK's window past the round trip, reordering stops costing a retransmission
+/// per held-back packet.
+#[test]
+fn reordering_of_many_round_trips_is_learnt() {
+    for_seeds("reordering_of_many_round_trips_is_learnt", 10, |seed| {
+        let imp = Impairments {
+            delay: 25 * US,
+            reorder: 0.05,
+            reorder_delay: 200 * US,
+            ..Impairments::default()
+        };
+        // (A window of fewer holes than the receiver keeps out-of-order ranges.)
+        let c = fast(1460, 256 * 1024);
+        let mut n = Net::sim(c.clone(), c, imp, seed);
+        let len = 8_000_000;
+        n.a.outbox.extend(pattern(len, seed));
+        n.run_until(60_000 * MS, |n| n.b.got.len() >= len / 4);
+        let (before, held) = (
+            n.a.conn.stats().retransmitted_segments,
+            n.wire.as_ref().unwrap().stats().reordered,
+        );
+        n.run_until(60_000 * MS, |n| n.b.got.len() == len);
+        assert_bytes(&n.b.got, &pattern(len, seed));
+        let resent = n.a.conn.stats().retransmitted_segments - before;
+        let held = n.wire.as_ref().unwrap().stats().reordered - held;
+        assert!(held > 100, "seed {seed}: {held}");
+        assert!(
+            resent * 10 < held,
+            "seed {seed}: {resent} retransmissions for {held} packets held back"
+        );
+    });
+}

@@ -3,8 +3,13 @@
 //! round trip plus a reordering window has passed since it was sent. The window
 //! starts at a quarter of the minimum round trip once reordering has been seen, grows
 //! by that much each round trip in which the peer reports a duplicate (D-SACK: a
-//! retransmission was not needed), at most to the smoothed round trip, and shrinks
-//! back after sixteen recoveries without one. Until reordering is seen, a loss is
+//! retransmission was not needed), and shrinks back after sixteen recoveries without
+//! one. RFC 8985 bounds it by the smoothed round trip; here the bound is the larger of
+//! that and half the retransmission timeout, so that a network which holds packets
+//! back for many round trips (softrnic's in-process network: 200 us against a round
+//! trip of microseconds) stops costing a spurious retransmission and recovery per
+//! reordered packet once the D-SACKs have widened the window; without D-SACKs the
+//! window never grows past a quarter round trip. Until reordering is seen, a loss is
 //! declared as soon as three segments' worth above it are SACKed (the classic
 //! duplicate threshold) or while a recovery is under way.
 
@@ -114,13 +119,13 @@ impl Rack {
 
     /// The reordering window (RFC 8985 6.2 step 4): none while no reordering has been
     /// seen and a recovery is under way or `dup_thresh_sacked`; else quarters of the
-    /// minimum round trip, at most `srtt`.
-    pub fn reo_wnd(&self, recovering: bool, dup_thresh_sacked: bool, srtt: Duration) -> Duration {
+    /// minimum round trip, at most `cap`.
+    pub fn reo_wnd(&self, recovering: bool, dup_thresh_sacked: bool, cap: Duration) -> Duration {
         if !self.reordering_seen && (recovering || dup_thresh_sacked) {
             return Duration::ZERO;
         }
         let min = self.min_rtt.map_or(Duration::ZERO, |(m, _)| m);
-        (min / 4).saturating_mul(self.reo_wnd_steps + 1).min(srtt)
+        (min / 4).saturating_mul(self.reo_wnd_steps + 1).min(cap)
     }
 }
 
@@ -134,8 +139,9 @@ impl Tx {
             return (false, None);
         };
         let srtt = self.rtt.srtt().unwrap_or(self.rack.rtt);
+        let cap = srtt.max(self.rtt.rto() / 2);
         let sacked_enough = self.scoreboard.bytes() >= DUP_THRESH * self.mss;
-        let reo_wnd = self.rack.reo_wnd(recovering, sacked_enough, srtt);
+        let reo_wnd = self.rack.reo_wnd(recovering, sacked_enough, cap);
         let mut marked = false;
         let mut wait: Option<Duration> = None;
         let mut i = 0;
