@@ -64,19 +64,36 @@ pub struct ListenerStats {
     pub in_progress: u64,
 }
 
+/// What happened to a listener's connections, counted as it happens (both backends).
 #[derive(Default)]
-struct Counters {
-    connections: AtomicU64,
-    requests: AtomicU64,
-    timed_out: AtomicU64,
-    evicted: AtomicU64,
-    refused: AtomicU64,
-    malformed: AtomicU64,
-    closed: AtomicU64,
-    in_progress: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) connections: AtomicU64,
+    pub(crate) requests: AtomicU64,
+    pub(crate) timed_out: AtomicU64,
+    pub(crate) evicted: AtomicU64,
+    pub(crate) refused: AtomicU64,
+    pub(crate) malformed: AtomicU64,
+    pub(crate) closed: AtomicU64,
+    pub(crate) in_progress: AtomicU64,
 }
 
-fn bump(c: &AtomicU64) {
+impl Counters {
+    pub(crate) fn snapshot(&self) -> ListenerStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ListenerStats {
+            connections: get(&self.connections),
+            requests: get(&self.requests),
+            timed_out: get(&self.timed_out),
+            evicted: get(&self.evicted),
+            refused: get(&self.refused),
+            malformed: get(&self.malformed),
+            closed: get(&self.closed),
+            in_progress: get(&self.in_progress),
+        }
+    }
+}
+
+pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -223,18 +240,7 @@ impl Listener {
 
 impl KernelListener {
     fn stats(&self) -> ListenerStats {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        ListenerStats {
-            connections: get(&c.connections),
-            requests: get(&c.requests),
-            timed_out: get(&c.timed_out),
-            evicted: get(&c.evicted),
-            refused: get(&c.refused),
-            malformed: get(&c.malformed),
-            closed: get(&c.closed),
-            in_progress: get(&c.in_progress),
-        }
+        self.counters.snapshot()
     }
 
     fn accept_until(&self, deadline: Option<Instant>) -> Result<Option<ConnRequest>> {

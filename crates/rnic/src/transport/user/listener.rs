@@ -15,7 +15,7 @@ use crate::cm::ConnRequest;
 use crate::device::{Device, ExchangeSlot};
 use crate::error::Result;
 use crate::frame_io::FrameReader;
-use crate::listener::ListenerStats;
+use crate::listener::{Counters, ListenerStats, bump};
 use crate::trace;
 use softrnic_tcp::{ConnId, ListenerId, RxMode, Stack};
 use std::collections::VecDeque;
@@ -23,7 +23,7 @@ use std::io;
 use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// Connections waiting for `accept` in the stack, beyond those being read.
@@ -44,22 +44,6 @@ struct Exchanges {
     list: VecDeque<Exchange>,
     /// Requests complete and well-formed, not yet returned by `accept`.
     done: VecDeque<ConnRequest>,
-}
-
-#[derive(Default)]
-struct Counters {
-    connections: AtomicU64,
-    requests: AtomicU64,
-    timed_out: AtomicU64,
-    evicted: AtomicU64,
-    refused: AtomicU64,
-    malformed: AtomicU64,
-    closed: AtomicU64,
-    in_progress: AtomicU64,
-}
-
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// A listening port of a device's own TCP.
@@ -106,18 +90,7 @@ impl UserListener {
     }
 
     pub(crate) fn stats(&self) -> ListenerStats {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        ListenerStats {
-            connections: get(&c.connections),
-            requests: get(&c.requests),
-            timed_out: get(&c.timed_out),
-            evicted: get(&c.evicted),
-            refused: get(&c.refused),
-            malformed: get(&c.malformed),
-            closed: get(&c.closed),
-            in_progress: get(&c.in_progress),
-        }
+        self.counters.snapshot()
     }
 
     /// The next complete Request, waiting until `deadline` at most (`None`: for ever).
