@@ -252,7 +252,12 @@ impl QpShared {
         // one `read(2)` and no transmit bookkeeping.)
         let quiet =
             g.core.send_queue_len() == 0 && g.conn.as_ref().is_some_and(|c| c.tx.is_flushed());
-        let moved = self.progress_pass(&mut g, dev, !quiet);
+        let pass = if quiet {
+            Pass::ReceiveFirst
+        } else {
+            Pass::Full
+        };
+        let moved = self.progress_pass(&mut g, dev, pass);
         if g.owner.is_claimed() && g.core.state() != QpState::Rts {
             // Closing or failed: the engine sees it through.
             self.release(&mut g, dev);
@@ -371,13 +376,11 @@ impl QpShared {
     /// produced (the flushes included) is in its CQ, so a consumer that sees it can
     /// poll the CQ once and find everything.
     pub(crate) fn progress_locked(&self, g: &mut QpInner, dev: &Shared) -> bool {
-        self.progress_pass(g, dev, true)
+        self.progress_pass(g, dev, Pass::Full)
     }
 
-    /// [`QpShared::progress_locked`]; without `tx_first`, the first transmit pass is
-    /// left out (the caller knows there is nothing to send unless the receive path
-    /// queues it).
-    fn progress_pass(&self, g: &mut QpInner, dev: &Shared, tx_first: bool) -> bool {
+    /// [`QpShared::progress_locked`], with the parts `pass` leaves out skipped.
+    fn progress_pass(&self, g: &mut QpInner, dev: &Shared, pass: Pass) -> bool {
         let mut moved = false;
         let mut disconnected = false;
         fire_close_timer(g);
@@ -385,10 +388,10 @@ impl QpShared {
             // Transmit first: a request just posted leaves before the receive path's
             // read (often an empty one) is paid; what the receive path queues (Read
             // Responses, Terminates) goes out in the second pass.
-            if tx_first {
+            if pass != Pass::ReceiveFirst {
                 moved |= self.transmit(g, dev);
             }
-            if self.receive(g, dev) {
+            if pass != Pass::TransmitOnly && self.receive(g, dev) {
                 moved = true;
                 self.transmit(g, dev);
             }
@@ -400,23 +403,6 @@ impl QpShared {
             dev.post_event(AsyncEvent::Disconnected { qp: self.id });
         }
         moved
-    }
-
-    /// After a post: transmits what was posted and delivers what completed, without
-    /// the receive path's `read(2)` (usually an empty one): what arrives is for the
-    /// engine, which sees the socket readable, or for the polling consumer to read.
-    fn post_progress_locked(&self, g: &mut QpInner, dev: &Shared) {
-        fire_close_timer(g);
-        let mut disconnected = false;
-        if g.conn.is_some() {
-            self.transmit(g, dev);
-            disconnected = g.core.is_closing() && self.close_if_done(g, crate::engine::now(), dev);
-            self.arm_timer(g, dev);
-        }
-        self.deliver(g, dev);
-        if disconnected {
-            dev.post_event(AsyncEvent::Disconnected { qp: self.id });
-        }
     }
 
     fn receive(&self, g: &mut QpInner, dev: &Shared) -> bool {
@@ -548,6 +534,18 @@ impl QpShared {
     }
 }
 
+/// Which parts of a drive of the QP run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Transmit, receive, transmit what the receive path queued.
+    Full,
+    /// No first transmit pass: the caller knows there is nothing to send unless the
+    /// receive path queues it.
+    ReceiveFirst,
+    /// Transmit only (after a post).
+    TransmitOnly,
+}
+
 /// Fires the close timer if one runs. The clock is read only for a QP that has a timer
 /// (or, in the callers, is closing): a QP moving data has neither, and a clock read per
 /// drive showed in the latency profile.
@@ -654,7 +652,10 @@ impl Qp {
         for wr in wrs {
             g.core.post_send(wr, &dev.tpt)?;
         }
-        self.shared.post_progress_locked(&mut g, &dev);
+        // After a post: what was posted goes out and what completed is delivered,
+        // without the receive path's `read(2)` (usually an empty one): what arrives is
+        // for the engine, which sees the socket readable, or for the polling consumer.
+        self.shared.progress_pass(&mut g, &dev, Pass::TransmitOnly);
         Ok(())
     }
 
