@@ -43,9 +43,11 @@ fn write_bw_on_a_clean_simulated_network_says_so() {
     assert_eq!(v["iterations"], 200);
     // 200 Writes of 64 KiB: at least that many full segments out, nothing lost.
     assert!(count(v, "own_tcp", "segments_out") >= 200, "{v}");
-    assert_eq!(count(v, "own_tcp", "retransmitted_segments"), 0, "{v}");
-    assert_eq!(count(v, "own_tcp", "timeouts"), 0, "{v}");
     assert_eq!(count(v, "sim_wire", "lost"), 0, "{v}");
+    // Nothing is lost or reordered, so no acknowledgement ever shows a hole. The
+    // timers run on real time, though: a side descheduled on a busy machine may send a
+    // loss probe (or even time out), which is correct TCP, so those are not asserted.
+    assert_eq!(count(v, "own_tcp", "fast_retransmits"), 0, "{v}");
     assert_eq!(
         count(v, "sim_wire", "packets"),
         count(v, "own_tcp", "segments_out"),

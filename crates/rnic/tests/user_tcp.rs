@@ -120,8 +120,9 @@ fn every_operation_and_a_graceful_close_on_a_clean_network() {
     every_operation(&a, &b, 1);
     graceful_close(&a, &b);
     let st = a.dev.user_tcp_stats().unwrap();
-    assert_eq!(st.tcp.retransmitted_segments, 0);
-    assert_eq!(st.tcp.timeouts, 0);
+    // No hole is ever acknowledged on a clean wire. Probes and timeouts are not
+    // asserted: the timers run on real time, and a descheduled side may be probed.
+    assert_eq!(st.tcp.fast_retransmits, 0, "{st:?}");
     // Two MiB of Send and Write out, the Read's MiB in.
     assert!(
         st.tcp.bytes_out > 2 << 20 && st.tcp.bytes_in > 1 << 20,
