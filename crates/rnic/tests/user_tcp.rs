@@ -154,6 +154,16 @@ fn every_operation_on_a_network_that_loses_reorders_duplicates_and_corrupts() {
         assert!(w.lost > 0 && w.reordered > 0, "seed {seed}: {w:?}");
         let st = a.dev.user_tcp_stats().unwrap();
         assert!(st.tcp.retransmitted_segments > 0, "seed {seed}: {st:?}");
+        // The network checksums for its ends (offload): what it damaged, it marked, and
+        // the stacks dropped those packets (the octets above prove none slipped
+        // through; a damaged packet may still be on the wire when the test ends).
+        let stb = b.dev.user_tcp_stats().unwrap();
+        let dropped = st.stack.dropped_checksum + stb.stack.dropped_checksum;
+        assert!(w.corrupted > 0, "seed {seed}: {w:?}");
+        assert!(
+            dropped > 0 && dropped <= w.corrupted,
+            "seed {seed}: {dropped} {w:?}"
+        );
     }
 }
 

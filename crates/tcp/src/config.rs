@@ -63,6 +63,12 @@ pub struct Config {
     pub keepalive: Option<Keepalive>,
     /// Challenge ACKs (RFC 5961) sent per second at most.
     pub challenge_ack_limit: u32,
+    /// The link computes and verifies TCP checksums for us, as a NIC with checksum
+    /// offload (or Linux's loopback and veth) does: segments leave with the field
+    /// zero and arrive unverified. Only for a link that drops or marks the packets it
+    /// damages ([`crate::Stack::handle_packet_checked`]): softrnic's in-process network.
+    /// Off by default: real links keep checksums. Both ends must agree.
+    pub checksum_offload: bool,
 }
 
 impl Default for Config {
@@ -86,6 +92,7 @@ impl Default for Config {
             msl: Duration::from_secs(30),
             keepalive: None,
             challenge_ack_limit: 100,
+            checksum_offload: false,
         }
     }
 }

@@ -32,6 +32,6 @@ pub use receiver::{Arrival, Receiver, Refuse};
 pub use segment::{EmitError, Flags, Options, ParseError, SackBlock, Segment};
 pub use seq::SeqNum;
 pub use stack::{
-    ConnId, ListenerId, NoRaw, Readiness, RxMode, Stack, StackConfig, StackError, StackEvent,
-    StackReceiver, StackStats,
+    ConnId, LinkChecksum, ListenerId, NoRaw, Readiness, RxMode, Stack, StackConfig, StackError,
+    StackEvent, StackReceiver, StackStats,
 };

@@ -225,6 +225,13 @@ impl<'a> Segment<'a> {
     /// Reads an IPv4 packet carrying one TCP segment; both checksums must hold. Octets
     /// after the IPv4 total length (link padding) are ignored.
     pub fn parse(packet: &'a [u8]) -> Result<Segment<'a>, ParseError> {
+        Segment::parse_with(packet, true)
+    }
+
+    /// [`Segment::parse`], verifying the TCP checksum only if `verify_tcp`: off for a
+    /// link that checks it itself ([`crate::Config::checksum_offload`]). The IPv4
+    /// header's checksum is always verified (20 octets).
+    pub fn parse_with(packet: &'a [u8], verify_tcp: bool) -> Result<Segment<'a>, ParseError> {
         let ip = Ipv4Slice::from_slice(packet).map_err(|_| ParseError::Ipv4)?;
         let header = ip.header();
         if Sum16BitWords::new()
@@ -243,7 +250,7 @@ impl<'a> Segment<'a> {
         let (src, dst) = (header.source(), header.destination());
         let bytes = ip.payload().payload;
         let tcp = TcpSlice::from_slice(bytes).map_err(|_| ParseError::Tcp)?;
-        if checksum_sum(src, dst, bytes).ones_complement() != 0 {
+        if verify_tcp && tcp_checksum(src, dst, bytes) != 0 {
             return Err(ParseError::TcpChecksum);
         }
         let options = Options::parse(tcp.options())?;
@@ -261,12 +268,19 @@ impl<'a> Segment<'a> {
 
     /// Writes the packet into `out`; returns its length.
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, EmitError> {
-        self.emit_parts([self.payload, &[]], out)
+        self.emit_parts([self.payload, &[]], out, true)
     }
 
     /// Writes the packet with the payload given in two parts (a ring buffer's two
-    /// slices), ignoring `self.payload`.
-    pub(crate) fn emit_parts(&self, parts: [&[u8]; 2], out: &mut [u8]) -> Result<usize, EmitError> {
+    /// slices), ignoring `self.payload`; the TCP checksum is left zero unless
+    /// `tcp_checksum` (off for a link that computes it, as a NIC with checksum offload
+    /// does).
+    pub(crate) fn emit_parts(
+        &self,
+        parts: [&[u8]; 2],
+        out: &mut [u8],
+        tcp_checksum: bool,
+    ) -> Result<usize, EmitError> {
         let payload_len = parts[0].len() + parts[1].len();
         let mut tcp = TcpHeader::new(self.src.port(), self.dst.port(), self.seq.0, self.window);
         tcp.acknowledgment_number = self.ack.0;
@@ -303,21 +317,58 @@ impl<'a> Segment<'a> {
             out[at..at + part.len()].copy_from_slice(part);
             at += part.len();
         }
-        // The checksum field is zero in `h`: the sum is over the rest.
-        let sum = checksum_sum(src, dst, &out[IPV4_HEADER_LEN..total]).ones_complement();
-        out[IPV4_HEADER_LEN + 16..IPV4_HEADER_LEN + 18].copy_from_slice(&sum.to_ne_bytes());
+        if tcp_checksum {
+            // The checksum field is zero in `h`: the sum is over the rest.
+            let sum = self::tcp_checksum(src, dst, &out[IPV4_HEADER_LEN..total]);
+            out[IPV4_HEADER_LEN + 16..IPV4_HEADER_LEN + 18].copy_from_slice(&sum.to_ne_bytes());
+        }
         Ok(total)
     }
 }
 
-/// The one's complement sum of the IPv4 pseudo-header and the TCP octets.
-fn checksum_sum(src: [u8; 4], dst: [u8; 4], tcp: &[u8]) -> Sum16BitWords {
-    Sum16BitWords::new()
-        .add_4bytes(src)
-        .add_4bytes(dst)
-        .add_2bytes([0, IpNumber::TCP.0])
-        .add_2bytes((tcp.len() as u16).to_be_bytes())
-        .add_slice(tcp)
+/// The TCP checksum field for `tcp` (RFC 9293 3.1: the one's complement of the one's
+/// complement sum of the IPv4 pseudo-header and the TCP octets), in the byte order of
+/// the packet's octets read natively: write it with `to_ne_bytes`. Over a segment
+/// whose checksum field holds it, the result is zero.
+fn tcp_checksum(src: [u8; 4], dst: [u8; 4], tcp: &[u8]) -> u16 {
+    let pseudo = u64::from(u32::from_ne_bytes(src))
+        + u64::from(u32::from_ne_bytes(dst))
+        + u64::from(u16::from_ne_bytes([0, IpNumber::TCP.0]))
+        + u64::from(u16::from_ne_bytes((tcp.len() as u16).to_be_bytes()));
+    !fold(pseudo + ones_sum(tcp))
+}
+
+/// The one's complement sum of `data` as 16-bit words in native order (RFC 1071), not
+/// yet folded: 32-bit words are added into four 64-bit lanes, which the compiler
+/// vectorizes, and carries are folded once at the end (RFC 1071 section 2: the sum is
+/// the same in any byte order and any word width). `data` up to 2^32 octets.
+fn ones_sum(data: &[u8]) -> u64 {
+    let mut lanes = [0u64; 4];
+    let mut blocks = data.chunks_exact(16);
+    for b in &mut blocks {
+        for (i, lane) in lanes.iter_mut().enumerate() {
+            let w = [b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]];
+            *lane += u64::from(u32::from_ne_bytes(w));
+        }
+    }
+    let mut sum = lanes.iter().sum::<u64>();
+    let mut words = blocks.remainder().chunks_exact(2);
+    for w in &mut words {
+        sum += u64::from(u16::from_ne_bytes([w[0], w[1]]));
+    }
+    if let [last] = words.remainder() {
+        // An odd last octet is the high-order octet of a word padded with zero.
+        sum += u64::from(u16::from_ne_bytes([*last, 0]));
+    }
+    sum
+}
+
+/// Folds a wide one's complement sum into 16 bits.
+fn fold(mut sum: u64) -> u16 {
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
 }
 
 #[cfg(test)]

@@ -16,14 +16,15 @@ const MIN_PEER_MSS: u16 = 64;
 impl Connection {
     /// Handles one received IPv4 packet. A packet that does not parse (bad checksum,
     /// malformed) is counted and returned as the error; a segment for another
-    /// connection is ignored (see [`Connection::matches`]).
+    /// connection is ignored (see [`Connection::matches`]). The TCP checksum is not
+    /// verified with [`crate::Config::checksum_offload`].
     pub fn handle_packet<R: Receiver>(
         &mut self,
         now: Duration,
         packet: &[u8],
         sink: &mut R,
     ) -> Result<(), ParseError> {
-        match Segment::parse(packet) {
+        match Segment::parse_with(packet, !self.cfg.checksum_offload) {
             Ok(seg) => {
                 self.handle_segment(now, &seg, sink);
                 Ok(())

@@ -16,7 +16,9 @@ impl Connection {
     /// one gets smaller segments.
     pub fn poll_transmit(&mut self, now: Duration, out: &mut [u8]) -> Option<usize> {
         if let Some(rst) = &self.rst_pending {
-            let n = rst.emit(out).ok()?;
+            let n = rst
+                .emit_parts([&[], &[]], out, !self.cfg.checksum_offload)
+                .ok()?;
             self.rst_pending = None;
             self.stats.segments_out += 1;
             self.stats.resets_out += 1;
@@ -50,7 +52,7 @@ impl Connection {
         let mut seg = self.bare(remote, self.tx.iss, flags);
         seg.window = self.cfg.recv_buffer.min(u32::from(u16::MAX)) as u16;
         seg.options = options;
-        let n = seg.emit(out).ok()?;
+        let n = self.emit(&seg, out)?;
         self.syn_pending = false;
         self.tx.nxt = self.tx.nxt.max(1);
         if self.retries == 0 && self.tx.timed.is_none() {
@@ -102,7 +104,7 @@ impl Connection {
                 0,
                 out.len(),
             );
-            let n = seg.emit(out).ok()?;
+            let n = self.emit(&seg, out)?;
             self.probe_pending = None;
             self.rx.acked();
             self.stats.segments_out += 1;
@@ -135,7 +137,9 @@ impl Connection {
         }
         let seg = self.header(remote, self.tx.seq(p.start), flags, len as usize, out.len());
         let parts = self.tx.buf.slices(pay_start - 1, pay_end - 1);
-        let n = seg.emit_parts(parts, out).ok()?;
+        let n = seg
+            .emit_parts(parts, out, !self.cfg.checksum_offload)
+            .ok()?;
         if p.rtx && p.start == self.tx.una {
             // The oldest segment went again: give it a whole timeout to be
             // acknowledged (as Linux does), lest the timer fire during recovery.
@@ -183,7 +187,7 @@ impl Connection {
             return None;
         }
         let seg = self.header(remote, self.tx.seq(self.tx.nxt), Flags::ACK, 0, out.len());
-        let n = seg.emit(out).ok()?;
+        let n = self.emit(&seg, out)?;
         self.rx.acked();
         self.stats.segments_out += 1;
         Some(n)
@@ -212,6 +216,13 @@ impl Connection {
             }
         }
         seg
+    }
+
+    /// Writes a segment without payload, with its TCP checksum unless the link
+    /// computes it.
+    fn emit(&self, seg: &Segment<'_>, out: &mut [u8]) -> Option<usize> {
+        seg.emit_parts([&[], &[]], out, !self.cfg.checksum_offload)
+            .ok()
     }
 
     /// Starts the retransmission timer unless it runs (RFC 6298 5.1).

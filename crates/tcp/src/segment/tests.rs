@@ -205,3 +205,27 @@ proptest! {
         prop_assert_eq!(Segment::parse(&buf[..n]).unwrap(), seg);
     }
 }
+
+proptest! {
+    /// The TCP checksum is etherparse's for every length (odd ones included) and
+    /// content, and a segment carrying it sums to zero.
+    #[test]
+    fn tcp_checksum_matches_etherparse(data in proptest::collection::vec(any::<u8>(), 0..3000)) {
+        let (src, dst) = ([10, 0, 0, 1], [192, 168, 7, 200]);
+        let want = Sum16BitWords::new()
+            .add_4bytes(src)
+            .add_4bytes(dst)
+            .add_2bytes([0, IpNumber::TCP.0])
+            .add_2bytes((data.len() as u16).to_be_bytes())
+            .add_slice(&data)
+            .ones_complement();
+        prop_assert_eq!(tcp_checksum(src, dst, &data), want);
+        if data.len() >= 20 {
+            let mut with = data.clone();
+            with[16..18].copy_from_slice(&[0, 0]);
+            let sum = tcp_checksum(src, dst, &with);
+            with[16..18].copy_from_slice(&sum.to_ne_bytes());
+            prop_assert_eq!(tcp_checksum(src, dst, &with), 0);
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! (with the half-open, accept-queue and table bounds), and resets for segments no
 //! connection takes.
 
-use super::{Entry, ListenerId, NoRaw, Rx, Sink, Stack, StackReceiver, Stage};
+use super::{Entry, LinkChecksum, ListenerId, NoRaw, Rx, Sink, Stack, StackReceiver, Stage};
 use crate::conn::{Connection, State};
 use crate::reassembly::Reassembly;
 use crate::segment::{Flags, ParseError, Segment};
@@ -14,15 +14,39 @@ impl Stack {
     /// makes a connection if it is a SYN to a listener, or is answered with a reset.
     /// Pieces of [`super::RxMode::Raw`] connections go to `raw`. A packet that does not
     /// parse is counted and returned as the error; one for an address that is not ours
-    /// is counted and dropped.
+    /// is counted and dropped. Its TCP checksum is verified unless the connections'
+    /// [`crate::Config::checksum_offload`] says the link does.
     pub fn handle_packet<R: StackReceiver>(
         &mut self,
         now: Duration,
         packet: &[u8],
         raw: &mut R,
     ) -> Result<(), ParseError> {
+        let check = if self.cfg.tcp.checksum_offload {
+            LinkChecksum::Good
+        } else {
+            LinkChecksum::Unchecked
+        };
+        self.handle_packet_checked(now, packet, raw, check)
+    }
+
+    /// [`Stack::handle_packet`] with what the link found of the packet's checksums: a
+    /// packet the link marks bad is dropped and counted as a checksum failure, as a
+    /// NIC with receive checksum offload reports it.
+    pub fn handle_packet_checked<R: StackReceiver>(
+        &mut self,
+        now: Duration,
+        packet: &[u8],
+        raw: &mut R,
+        check: LinkChecksum,
+    ) -> Result<(), ParseError> {
         self.stats.packets_in += 1;
-        let seg = match Segment::parse(packet) {
+        let parsed = match check {
+            LinkChecksum::Bad => Err(ParseError::TcpChecksum),
+            LinkChecksum::Good => Segment::parse_with(packet, false),
+            LinkChecksum::Unchecked => Segment::parse(packet),
+        };
+        let seg = match parsed {
             Ok(s) => s,
             Err(e) => {
                 match e {

@@ -118,6 +118,18 @@ pub enum StackEvent {
     Incoming(ListenerId),
 }
 
+/// What the link found of an arriving packet's checksums
+/// ([`Stack::handle_packet_checked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkChecksum {
+    /// Nothing: the stack verifies them.
+    Unchecked,
+    /// The link verified them (or the packet never left a trusted in-process wire).
+    Good,
+    /// The link found the packet damaged: it is dropped and counted.
+    Bad,
+}
+
 /// How a connection's received octets reach the user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RxMode {

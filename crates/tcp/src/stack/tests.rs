@@ -4,7 +4,7 @@
 //! impairments: every run replays.
 
 use super::*;
-use crate::segment::{Flags, Options};
+use crate::segment::{Flags, IPV4_HEADER_LEN, Options, ParseError};
 use crate::seq::SeqNum;
 use crate::sim::{End, Impairments, Wire};
 use std::collections::BTreeMap;
@@ -270,7 +270,12 @@ fn harsh() -> Impairments {
 /// `n` connections from a to b's listener, each carrying its own octets both ways,
 /// then closed by both; returns the world once every slot is free again.
 fn many(imp: Impairments, seed: u64, n: usize, len: usize) -> World {
-    let mut w = World::new(imp, seed, cfg(), cfg());
+    many_with(imp, seed, n, len, cfg())
+}
+
+/// [`many`] with both stacks on `c`.
+fn many_with(imp: Impairments, seed: u64, n: usize, len: usize, c: StackConfig) -> World {
+    let mut w = World::new(imp, seed, c.clone(), c);
     w.b.listener = Some(w.b.stack.listen(server(), 64, RxMode::Stream).unwrap());
     w.b.reply = Box::new(move |i| pattern(len / 2 + i, 1000 + i as u64));
     for i in 0..n {
@@ -330,6 +335,33 @@ fn many_connections_survive_loss_reordering_duplication_and_corruption() {
         retransmitted += w.a.stack.tcp_totals().retransmitted_segments;
     }
     assert!(lost > 100 && corrupted > 20 && retransmitted > 100);
+}
+
+#[test]
+fn with_checksum_offload_segments_leave_unsummed_and_marked_packets_are_dropped() {
+    let mut c = cfg();
+    c.tcp.checksum_offload = true;
+    let w = many_with(Impairments::default(), 3, 4, 20_000, c.clone());
+    check_many(&w, 4, 20_000, 3);
+    // What such a stack sends carries no TCP checksum: a verifying parser refuses it.
+    let mut s = Stack::new(c.clone(), &[ip_a()]);
+    s.connect(Duration::ZERO, None, server(), RxMode::Stream)
+        .unwrap();
+    let mut buf = [0u8; 1500];
+    let n = s.poll_transmit(Duration::ZERO, &mut buf).unwrap();
+    assert_eq!(buf[IPV4_HEADER_LEN + 16..IPV4_HEADER_LEN + 18], [0, 0]);
+    assert_eq!(Segment::parse(&buf[..n]), Err(ParseError::TcpChecksum));
+    assert!(Segment::parse_with(&buf[..n], false).is_ok());
+    // The receiving stack takes the link's word: unverified when good, dropped and
+    // counted when the link marks it bad.
+    let mut b = Stack::new(c, &[ip_b()]);
+    let l = b.listen(server(), 4, RxMode::Stream).unwrap();
+    let marked = b.handle_packet_checked(Duration::ZERO, &buf[..n], &mut NoRaw, LinkChecksum::Bad);
+    assert_eq!(marked, Err(ParseError::TcpChecksum));
+    assert_eq!((b.stats().dropped_checksum, b.half_open(l)), (1, 0));
+    b.handle_packet(Duration::ZERO, &buf[..n], &mut NoRaw)
+        .unwrap();
+    assert_eq!((b.stats().dropped_checksum, b.half_open(l)), (1, 1));
 }
 
 /// A SYN from `src` to `dst`.

@@ -2,7 +2,8 @@
 //! arrived, say when it next needs attention, and (for a link with a descriptor) what
 //! to wait on. [`SimLink`] is a device's port on the in-process [`SimNet`].
 
-use super::simnet::SimNet;
+use super::simnet::{Arrived, SimNet};
+use softrnic_tcp::LinkChecksum;
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::RawFd;
@@ -18,9 +19,10 @@ pub(crate) trait Link: Send {
     /// Sends one IPv4 packet (the link may drop it, as any network may).
     fn send(&mut self, now: Duration, packet: &[u8]);
 
-    /// Hands the packets that have arrived by `now` to `f`, a bounded batch; true when
-    /// more may be waiting (call again after other due work).
-    fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8])) -> bool;
+    /// Hands the packets that have arrived by `now` to `f`, with what the link knows of
+    /// their checksums, a bounded batch; true when more may be waiting (call again
+    /// after other due work).
+    fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8], LinkChecksum)) -> bool;
 
     /// When the link needs [`Link::receive`] or [`Link::handle_timeout`] again by
     /// itself (a delayed packet falls due, a neighbour resolution times out).
@@ -47,7 +49,7 @@ pub(crate) struct SimLink {
     addr: Ipv4Addr,
     /// When the next packet held back by the network (delay, reordering) falls due.
     next: Option<Duration>,
-    batch: Vec<Vec<u8>>,
+    batch: Vec<Arrived>,
     attached: bool,
 }
 
@@ -79,10 +81,16 @@ impl Link for SimLink {
         self.net.send(packet, now);
     }
 
-    fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8])) -> bool {
+    fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8], LinkChecksum)) -> bool {
         self.next = self.net.receive(self.addr, now, &mut self.batch);
-        for p in &self.batch {
-            f(p);
+        for a in &self.batch {
+            // The wire knows what it damaged (checksum offload on a trusted link).
+            let check = if a.damaged {
+                LinkChecksum::Bad
+            } else {
+                LinkChecksum::Good
+            };
+            f(&a.packet, check);
         }
         self.net.recycle(&mut self.batch);
         false

@@ -113,8 +113,10 @@ impl UserTcp {
 /// gained nothing on the simulated network and drew loss probes for an odd last
 /// segment whose ACK waited). On a simulated network, whose ends are softrnic stacks with
 /// round trips of microseconds, the timers of [`softrnic_tcp::Config::fast_link`] (a 5
-/// ms floor under the retransmission timeout); on a frame link, whose peer may be
-/// Linux (ACKs delayed up to 200 ms), the defaults.
+/// ms floor under the retransmission timeout) and checksum offload (the network
+/// checksums for its ends and marks what it damages, as loopback and veth do; a
+/// property of that link: real links keep TCP's checksums); on a frame link, whose
+/// peer may be Linux (ACKs delayed up to 200 ms), the defaults.
 pub fn tcp_for(link: &UserLink) -> softrnic_tcp::Config {
     let base = match link {
         UserLink::Sim(_) => softrnic_tcp::Config::fast_link(),
@@ -125,6 +127,7 @@ pub fn tcp_for(link: &UserLink) -> softrnic_tcp::Config {
         send_buffer: 1 << 20,
         recv_buffer: 1 << 20,
         delayed_ack: None,
+        checksum_offload: matches!(link, UserLink::Sim(_)),
         ..base
     }
 }

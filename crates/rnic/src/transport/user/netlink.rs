@@ -12,6 +12,7 @@ use softrnic_netdev::udp::UdpDevice;
 use softrnic_netdev::{
     FrameDevice, Ingress, Interface, InterfaceConfig, Ipv4Cidr, MacAddr, SendError, Stats,
 };
+use softrnic_tcp::LinkChecksum;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
@@ -120,12 +121,12 @@ impl<D: FrameDevice + Send> Link for NetLink<D> {
         }
     }
 
-    fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8])) -> bool {
+    fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8], LinkChecksum)) -> bool {
         let more = loop {
             match self.iface.receive(now, &mut self.frame) {
                 Ok(Ingress::Packet(p)) => {
                     if p.protocol() == PROTO_TCP {
-                        f(p.bytes());
+                        f(p.bytes(), LinkChecksum::Unchecked);
                     }
                 }
                 Ok(Ingress::Drained) => break false,

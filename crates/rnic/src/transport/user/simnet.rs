@@ -78,8 +78,16 @@ impl std::fmt::Debug for SimNet {
 }
 
 /// A packet on its way: (delivery time, order of sending) first, so that packets due
-/// at the same time keep their order.
-type InFlight = Reverse<(Duration, u64, Vec<u8>)>;
+/// at the same time keep their order; then whether the wire damaged it, and its octets.
+type InFlight = Reverse<(Duration, u64, bool, Vec<u8>)>;
+
+/// A packet taken off the wire: its octets, and whether the wire damaged it. The wire
+/// checksums for its ends (checksum offload, as loopback and veth do: a property of
+/// this in-process link, real links keep TCP's checksums), so it says so itself.
+pub(crate) struct Arrived {
+    pub(crate) packet: Vec<u8>,
+    pub(crate) damaged: bool,
+}
 
 /// See [`SimNet::deliver_inline`].
 type Deliver = Arc<dyn Fn() -> bool + Send + Sync>;
@@ -222,7 +230,8 @@ impl SimNet {
             let mut p = h.spare.pop().unwrap_or_default();
             p.clear();
             p.extend_from_slice(packet);
-            if h.chance(h.imp.corrupt) && !p.is_empty() {
+            let damaged = h.chance(h.imp.corrupt) && !p.is_empty();
+            if damaged {
                 let bit = h.next() as usize % (p.len() * 8);
                 p[bit / 8] ^= 1 << (bit % 8);
                 h.stats.corrupted += 1;
@@ -241,7 +250,7 @@ impl SimNet {
                         && port.queued_bytes + p.len() <= MAX_QUEUED_BYTES =>
                 {
                     port.queued_bytes += p.len();
-                    port.queue.push(Reverse((at, order, p)));
+                    port.queue.push(Reverse((at, order, damaged, p)));
                 }
                 _ => h.stats.queue_drops += 1,
             }
@@ -260,10 +269,10 @@ impl SimNet {
     }
 
     /// Gives packet buffers back for reuse (after [`SimNet::receive`]).
-    pub(crate) fn recycle(&self, bufs: &mut Vec<Vec<u8>>) {
+    pub(crate) fn recycle(&self, bufs: &mut Vec<Arrived>) {
         if let Ok(mut h) = self.hub.lock() {
             let room = MAX_SPARE.saturating_sub(h.spare.len());
-            h.spare.extend(bufs.drain(..).take(room));
+            h.spare.extend(bufs.drain(..).take(room).map(|a| a.packet));
         }
         bufs.clear();
     }
@@ -274,17 +283,17 @@ impl SimNet {
         &self,
         addr: Ipv4Addr,
         now: Duration,
-        out: &mut Vec<Vec<u8>>,
+        out: &mut Vec<Arrived>,
     ) -> Option<Duration> {
         let mut h = self.hub.lock().ok()?;
         let port = h.ports.get_mut(&addr)?;
-        while let Some(Reverse((at, _, _))) = port.queue.peek() {
+        while let Some(Reverse((at, ..))) = port.queue.peek() {
             if *at > now {
                 return Some(*at);
             }
-            if let Some(Reverse((_, _, p))) = port.queue.pop() {
-                port.queued_bytes -= p.len();
-                out.push(p);
+            if let Some(Reverse((_, _, damaged, packet))) = port.queue.pop() {
+                port.queued_bytes -= packet.len();
+                out.push(Arrived { packet, damaged });
             }
         }
         None

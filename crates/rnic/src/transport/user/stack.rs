@@ -90,9 +90,9 @@ impl Inner {
     fn pump(&mut self, now: Duration) -> bool {
         let Inner { stack, link, .. } = self;
         loop {
-            let more = link.receive(now, &mut |p| {
+            let more = link.receive(now, &mut |p, check| {
                 // A packet that does not parse is counted by the stack.
-                let _ = stack.handle_packet(now, p, &mut NoRaw);
+                let _ = stack.handle_packet_checked(now, p, &mut NoRaw, check);
             });
             if !more {
                 break;
@@ -212,6 +212,9 @@ impl UserStack {
             return Err(Error::InvalidArgument("the link's MTU is below IPv4's 68"));
         }
         let mut tcp = cfg.tcp.clone();
+        // Only the in-process network checksums for its ends; a frame link's peer
+        // (Linux) wants real checksums.
+        tcp.checksum_offload &= sim.is_some();
         tcp.mss = tcp.mss.min(u16::try_from(mtu - 40).unwrap_or(u16::MAX));
         if tcp.keepalive.is_none() {
             tcp.keepalive = Some(softrnic_tcp::Keepalive {
