@@ -19,6 +19,24 @@ pub(crate) trait Link: Send {
     /// Sends one IPv4 packet (the link may drop it, as any network may).
     fn send(&mut self, now: Duration, packet: &[u8]);
 
+    /// Sends the packet `fill` writes into a buffer (of the MTU) and returns its
+    /// length; false when `fill` had none. A link whose packets travel in buffers of
+    /// their own has `fill` write straight into one; others use `scratch`.
+    fn send_with(
+        &mut self,
+        now: Duration,
+        scratch: &mut [u8],
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        match fill(scratch) {
+            Some(n) => {
+                self.send(now, &scratch[..n]);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Hands the packets that have arrived by `now` to `f`, with what the link knows of
     /// their checksums, a bounded batch; true when more may be waiting (call again
     /// after other due work).
@@ -50,8 +68,13 @@ pub(crate) struct SimLink {
     /// When the next packet held back by the network (delay, reordering) falls due.
     next: Option<Duration>,
     batch: Vec<Arrived>,
+    /// The network's packet buffers this sender holds, to write packets into.
+    spare: Vec<Vec<u8>>,
     attached: bool,
 }
+
+/// Buffers a sender takes from the network at once (one lock for several packets).
+const TAKE: usize = 16;
 
 impl SimLink {
     /// Takes `addr` on `net`; `wake` runs (in the sender's thread) whenever a packet
@@ -67,6 +90,7 @@ impl SimLink {
             addr,
             next: None,
             batch: Vec::new(),
+            spare: Vec::new(),
             attached: true,
         })
     }
@@ -78,7 +102,37 @@ impl Link for SimLink {
     }
 
     fn send(&mut self, now: Duration, packet: &[u8]) {
-        self.net.send(packet, now);
+        self.send_with(now, &mut [], &mut |buf| {
+            let n = packet.len().min(buf.len());
+            buf[..n].copy_from_slice(&packet[..n]);
+            Some(packet.len())
+        });
+    }
+
+    /// `fill` writes straight into one of the network's packet buffers, which then
+    /// travels to the receiver: the octets are not copied on the wire.
+    fn send_with(
+        &mut self,
+        now: Duration,
+        _scratch: &mut [u8],
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        if self.spare.is_empty() {
+            self.net.take_buffers(TAKE, &mut self.spare);
+        }
+        let Some(mut buf) = self.spare.pop() else {
+            return false;
+        };
+        match fill(&mut buf) {
+            Some(n) => {
+                self.net.send_owned(buf, n, now);
+                true
+            }
+            None => {
+                self.spare.push(buf);
+                false
+            }
+        }
     }
 
     fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8], LinkChecksum)) -> bool {
@@ -90,7 +144,7 @@ impl Link for SimLink {
             } else {
                 LinkChecksum::Good
             };
-            f(&a.packet, check);
+            f(a.packet.octets(), check);
         }
         self.net.recycle(&mut self.batch);
         false

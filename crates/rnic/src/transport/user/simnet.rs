@@ -79,13 +79,28 @@ impl std::fmt::Debug for SimNet {
 
 /// A packet on its way: (delivery time, order of sending) first, so that packets due
 /// at the same time keep their order; then whether the wire damaged it, and its octets.
-type InFlight = Reverse<(Duration, u64, bool, Vec<u8>)>;
+type InFlight = Reverse<(Duration, u64, bool, Packet)>;
+
+/// A packet buffer of the network: `len` octets of `buf` are the packet. Buffers keep
+/// their full length (the MTU) from use to use, so that reusing one for a larger packet
+/// costs no zeroing.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Packet {
+    pub(crate) buf: Vec<u8>,
+    pub(crate) len: usize,
+}
+
+impl Packet {
+    pub(crate) fn octets(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
 
 /// A packet taken off the wire: its octets, and whether the wire damaged it. The wire
 /// checksums for its ends (checksum offload, as loopback and veth do: a property of
 /// this in-process link, real links keep TCP's checksums), so it says so itself.
 pub(crate) struct Arrived {
-    pub(crate) packet: Vec<u8>,
+    pub(crate) packet: Packet,
     pub(crate) damaged: bool,
 }
 
@@ -194,45 +209,68 @@ impl SimNet {
             .map_err(|_| std::io::Error::other("simulated network poisoned"))
     }
 
-    /// Puts an IPv4 packet on the wire at `now` (on the engines' clock).
-    pub(crate) fn send(&self, packet: &[u8], now: Duration) {
-        let Some(dst) = packet
-            .get(16..20)
-            .map(|d| Ipv4Addr::new(d[0], d[1], d[2], d[3]))
-        else {
+    /// Takes up to `n` packet buffers of the network's MTU for a sender to write
+    /// packets into ([`SimNet::send_owned`]): spare ones first, so that no packet
+    /// allocates or touches fresh pages once the network has warmed up.
+    pub(crate) fn take_buffers(&self, n: usize, out: &mut Vec<Vec<u8>>) {
+        let Ok(mut h) = self.hub.lock() else {
             return;
         };
+        let mtu = h.imp.mtu;
+        for _ in 0..n {
+            let mut b = h.spare.pop().unwrap_or_default();
+            if b.len() != mtu {
+                b.resize(mtu, 0);
+            }
+            out.push(b);
+        }
+    }
+
+    /// Puts the packet in the first `len` octets of `buf` (one of
+    /// [`SimNet::take_buffers`]) on the wire at `now` (on the engines' clock): the
+    /// buffer itself travels, the octets are not copied.
+    pub(crate) fn send_owned(&self, buf: Vec<u8>, len: usize, now: Duration) {
         let Ok(mut guard) = self.hub.lock() else {
             return;
         };
         let h = &mut *guard;
         h.stats.packets += 1;
+        let Some(dst) = buf
+            .get(16..20)
+            .filter(|_| len >= 20)
+            .map(|d| Ipv4Addr::new(d[0], d[1], d[2], d[3]))
+        else {
+            h.give_back(buf);
+            return;
+        };
         if !h.ports.contains_key(&dst) {
             h.stats.unroutable += 1;
+            h.give_back(buf);
             return;
         }
-        if packet.len() > h.imp.mtu {
+        if len > h.imp.mtu || len > buf.len() {
             h.stats.too_big += 1;
+            h.give_back(buf);
             return;
         }
         if h.chance(h.imp.loss) {
             h.stats.lost += 1;
+            h.give_back(buf);
             return;
         }
-        let copies = if h.chance(h.imp.duplicate) {
+        let mut copies = vec![buf];
+        if h.chance(h.imp.duplicate) {
             h.stats.duplicated += 1;
-            2
-        } else {
-            1
-        };
+            let mut twin = h.spare.pop().unwrap_or_default();
+            twin.clear();
+            twin.extend_from_slice(&copies[0]);
+            copies.push(twin);
+        }
         let mut later = false;
-        for _ in 0..copies {
-            let mut p = h.spare.pop().unwrap_or_default();
-            p.clear();
-            p.extend_from_slice(packet);
-            let damaged = h.chance(h.imp.corrupt) && !p.is_empty();
+        for mut p in copies {
+            let damaged = h.chance(h.imp.corrupt) && len > 0;
             if damaged {
-                let bit = h.next() as usize % (p.len() * 8);
+                let bit = h.next() as usize % (len * 8);
                 p[bit / 8] ^= 1 << (bit % 8);
                 h.stats.corrupted += 1;
             }
@@ -247,12 +285,16 @@ impl SimNet {
             match h.ports.get_mut(&dst) {
                 Some(port)
                     if port.queue.len() < MAX_QUEUED
-                        && port.queued_bytes + p.len() <= MAX_QUEUED_BYTES =>
+                        && port.queued_bytes + len <= MAX_QUEUED_BYTES =>
                 {
-                    port.queued_bytes += p.len();
-                    port.queue.push(Reverse((at, order, damaged, p)));
+                    port.queued_bytes += len;
+                    port.queue
+                        .push(Reverse((at, order, damaged, Packet { buf: p, len })));
                 }
-                _ => h.stats.queue_drops += 1,
+                _ => {
+                    h.stats.queue_drops += 1;
+                    h.give_back(p);
+                }
             }
         }
         let Some(port) = h.ports.get(&dst) else {
@@ -272,7 +314,8 @@ impl SimNet {
     pub(crate) fn recycle(&self, bufs: &mut Vec<Arrived>) {
         if let Ok(mut h) = self.hub.lock() {
             let room = MAX_SPARE.saturating_sub(h.spare.len());
-            h.spare.extend(bufs.drain(..).take(room).map(|a| a.packet));
+            h.spare
+                .extend(bufs.drain(..).take(room).map(|a| a.packet.buf));
         }
         bufs.clear();
     }
@@ -292,7 +335,7 @@ impl SimNet {
                 return Some(*at);
             }
             if let Some(Reverse((_, _, damaged, packet))) = port.queue.pop() {
-                port.queued_bytes -= packet.len();
+                port.queued_bytes -= packet.len;
                 out.push(Arrived { packet, damaged });
             }
         }
@@ -301,6 +344,13 @@ impl SimNet {
 }
 
 impl Hub {
+    /// Keeps a packet buffer for reuse, if there is room.
+    fn give_back(&mut self, buf: Vec<u8>) {
+        if self.spare.len() < MAX_SPARE {
+            self.spare.push(buf);
+        }
+    }
+
     /// xorshift64*: small, seeded, and good enough to pick packets.
     fn next(&mut self) -> u64 {
         let mut x = self.rng;

@@ -73,16 +73,18 @@ pub(crate) struct Inner {
 impl Inner {
     /// Sends everything the stack has to send.
     pub(crate) fn flush(&mut self, now: Duration) {
-        while let Some(n) = self.stack.poll_transmit(now, &mut self.buf) {
-            self.link.send(now, &self.buf[..n]);
-        }
+        let Inner {
+            stack, link, buf, ..
+        } = self;
+        while link.send_with(now, buf, &mut |out| stack.poll_transmit(now, out)) {}
     }
 
     /// Sends what connection `id` has to send.
     fn flush_conn(&mut self, id: ConnId, now: Duration) {
-        while let Some(n) = self.stack.poll_transmit_for(id, now, &mut self.buf) {
-            self.link.send(now, &self.buf[..n]);
-        }
+        let Inner {
+            stack, link, buf, ..
+        } = self;
+        while link.send_with(now, buf, &mut |out| stack.poll_transmit_for(id, now, out)) {}
     }
 
     /// One turn of the stack thread: packets in, timers, packets out, readiness.
