@@ -1,9 +1,9 @@
 //! RACK (RFC 8985 section 6): loss detection by time instead of by counting. A segment
 //! is taken as lost when a segment sent after it has been delivered and more than a
 //! round trip plus a reordering window has passed since it was sent. The window
-//! starts at a quarter of the minimum round trip once reordering has been seen, grows
-//! by that much each round trip in which the peer reports a duplicate (D-SACK: a
-//! retransmission was not needed), and shrinks back after sixteen recoveries without
+//! starts at a quarter of the minimum round trip once reordering has been seen,
+//! doubles each round trip in which the peer reports a duplicate (D-SACK: a
+//! retransmission was not needed), and halves after each sixteen recoveries without
 //! one. RFC 8985 bounds it by the smoothed round trip; here the bound is the larger of
 //! that and half the retransmission timeout, so that a network which holds packets
 //! back for many round trips (softrnic's in-process network: 200 us against a round
@@ -28,6 +28,10 @@ const MIN_RTT_WINDOW: Duration = Duration::from_secs(30);
 /// Recoveries without a D-SACK after which the reordering window returns to its
 /// smallest size.
 const REO_WND_PERSIST: u32 = 16;
+
+/// The widest reordering window, in quarters of the minimum round trip, less one (it is
+/// bounded by time too: see [`Rack::reo_wnd`]'s `cap`).
+const REO_WND_MAX_STEPS: u32 = 1023;
 
 #[derive(Debug, Default)]
 pub(crate) struct Rack {
@@ -102,17 +106,26 @@ impl Rack {
         }
         if self.dsack_round.is_none() {
             self.dsack_round = Some(nxt);
-            self.reo_wnd_steps = self.reo_wnd_steps.saturating_add(1).min(1024);
+            // The window doubles (RFC 8985 adds a quarter round trip): a network that
+            // holds packets back for many round trips is matched in a few rounds, not
+            // in as many rounds as it holds them back.
+            self.reo_wnd_steps = (2 * self.reo_wnd_steps + 1).min(REO_WND_MAX_STEPS);
             self.reo_wnd_persist = REO_WND_PERSIST;
         }
     }
 
-    /// A recovery (fast or after a timeout) ended.
+    /// A recovery (fast or after a timeout) ended: after sixteen without a D-SACK the
+    /// window halves, and so on down to its smallest size (RFC 8985 resets it at once;
+    /// with real losses beside the reordering, that brought the spurious
+    /// retransmissions back every sixteen losses).
     pub fn recovery_ended(&mut self) {
         if self.reo_wnd_persist > 0 {
             self.reo_wnd_persist -= 1;
             if self.reo_wnd_persist == 0 {
-                self.reo_wnd_steps = 0;
+                self.reo_wnd_steps /= 2;
+                if self.reo_wnd_steps > 0 {
+                    self.reo_wnd_persist = REO_WND_PERSIST;
+                }
             }
         }
     }
