@@ -85,7 +85,7 @@ pub struct UserTcp {
 }
 
 impl UserTcp {
-    /// The device at `addr` on `net`, with the default settings: 1 MiB send and
+    /// The device at `addr` on `net`, with the default settings: 4 MiB send and
     /// receive buffers, segments as large as the network's MTU allows.
     pub fn sim(net: &SimNet, addr: Ipv4Addr) -> UserTcp {
         UserTcp::on(UserLink::Sim(net.clone()), addr, 24)
@@ -118,14 +118,22 @@ impl UserTcp {
 /// property of that link: real links keep TCP's checksums); on a frame link, whose
 /// peer may be Linux (ACKs delayed up to 200 ms), the defaults.
 pub fn tcp_for(link: &UserLink) -> softrnic_tcp::Config {
+    // On the in-process network a hole (a packet lost or held back) takes a round trip
+    // and RACK's reordering window to fill, while the sender goes on at memory speed:
+    // 4 MiB keep it going that long (1 MiB stalled it, and the receiver's thread,
+    // twice as often); pages are touched only as traffic fills them.
+    let buffer = match link {
+        UserLink::Sim(_) => 4 << 20,
+        _ => 1 << 20,
+    };
     let base = match link {
         UserLink::Sim(_) => softrnic_tcp::Config::fast_link(),
         _ => softrnic_tcp::Config::default(),
     };
     softrnic_tcp::Config {
         mss: u16::MAX - 40,
-        send_buffer: 1 << 20,
-        recv_buffer: 1 << 20,
+        send_buffer: buffer,
+        recv_buffer: buffer as u32,
         delayed_ack: None,
         checksum_offload: matches!(link, UserLink::Sim(_)),
         ..base
