@@ -260,6 +260,9 @@ impl Net {
                 t.retransmitted_bytes += s.tcp.retransmitted_bytes;
                 t.fast_retransmits += s.tcp.fast_retransmits;
                 t.timeouts += s.tcp.timeouts;
+                t.spurious_timeouts += s.tcp.spurious_timeouts;
+                t.spurious_retransmits += s.tcp.spurious_retransmits;
+                t.loss_probes += s.tcp.loss_probes;
                 t.dup_acks_in += s.tcp.dup_acks_in;
                 t.out_of_order_in += s.tcp.out_of_order_in;
                 t.dropped_checksum += s.tcp.dropped_checksum + s.stack.dropped_checksum;
@@ -288,6 +291,9 @@ impl Counters {
                 retransmitted_bytes: a.retransmitted_bytes - b.retransmitted_bytes,
                 fast_retransmits: a.fast_retransmits - b.fast_retransmits,
                 timeouts: a.timeouts - b.timeouts,
+                spurious_timeouts: a.spurious_timeouts - b.spurious_timeouts,
+                spurious_retransmits: a.spurious_retransmits - b.spurious_retransmits,
+                loss_probes: a.loss_probes - b.loss_probes,
                 dup_acks_in: a.dup_acks_in - b.dup_acks_in,
                 out_of_order_in: a.out_of_order_in - b.out_of_order_in,
                 dropped_checksum: a.dropped_checksum - b.dropped_checksum,
@@ -323,6 +329,9 @@ impl Counters {
                     "retransmitted_bytes": t.retransmitted_bytes,
                     "fast_retransmits": t.fast_retransmits,
                     "timeouts": t.timeouts,
+                    "spurious_timeouts": t.spurious_timeouts,
+                    "spurious_retransmits": t.spurious_retransmits,
+                    "loss_probes": t.loss_probes,
                     "dup_acks_in": t.dup_acks_in,
                     "out_of_order_in": t.out_of_order_in,
                     "dropped_checksum": t.dropped_checksum,
