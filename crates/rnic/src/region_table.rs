@@ -40,6 +40,16 @@ impl RegionTable {
         s.get(slot)?.as_ref().filter(|r| r.id() == id).cloned()
     }
 
+    /// Runs `f` on the region registered under `id`, if it still is, under its shard's
+    /// read lock: no reference count taken (the transmit path copies small payloads
+    /// this way, one look-up per chunk).
+    pub(crate) fn with<R>(&self, id: RegionId, f: impl FnOnce(&Region) -> R) -> Option<R> {
+        let (shard, slot) = place(id);
+        let s = self.shards[shard].read().ok()?;
+        let r = s.get(slot)?.as_ref().filter(|r| r.id() == id)?;
+        Some(f(r))
+    }
+
     /// A fresh id: a freed slot under its next generation, or a new slot.
     pub(crate) fn reserve(&self) -> Result<RegionId> {
         let mut f = self.free.lock()?;

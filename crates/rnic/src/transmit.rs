@@ -120,35 +120,33 @@ fn transmit_stream(
     let mut moved = false;
     loop {
         let tx = &mut conn.tx;
-        // 1. The next FPDU: small ones are gathered, a large one waits its turn.
+        // 1. The next FPDU: small ones are gathered, a large one waits its turn. The
+        // core builds it in the reused scratch header (nothing allocated per FPDU).
         if tx.pending.is_none() {
-            let mut f = std::mem::take(&mut tx.scratch);
-            let mut has = core.poll_transmit(&mut f);
+            let mut has = core.poll_transmit(&mut tx.scratch);
             if !has {
                 core.run_local_ops(&dev.tpt);
-                has = core.poll_transmit(&mut f);
+                has = core.poll_transmit(&mut tx.scratch);
             }
             if has {
-                let Some(p) = prepare(f, dev) else {
-                    // A region vanished under a queued request: the QP cannot
-                    // continue sending correct data.
-                    core.to_error();
-                    break;
-                };
-                if p.total <= TX_GATHER_MAX && tx.room_for(p.total) {
-                    if !gather(&p, &mut tx.buf) {
+                let total = tx.scratch.wire_len();
+                if total <= TX_GATHER_MAX && tx.room_for(total) {
+                    if !gather(&tx.scratch, &mut tx.buf, dev) {
+                        // A region vanished under a queued request: the QP cannot
+                        // continue sending correct data.
                         core.to_error();
                         break;
                     }
-                    tx.scratch = p.fpdu;
                     stats.tx_fpdus += 1;
                     core.transmit_done();
                     moved = true;
                     continue;
                 }
+                let Some(p) = prepare(std::mem::take(&mut tx.scratch), dev) else {
+                    core.to_error();
+                    break;
+                };
                 tx.pending = Some(p);
-            } else {
-                tx.scratch = f;
             }
         }
         // 2. Gathered octets go first: they were queued before the pending FPDU.
@@ -180,6 +178,7 @@ fn transmit_stream(
                 moved = true;
                 if p.written == p.total {
                     if let Some(p) = tx.pending.take() {
+                        // Its header buffer is the scratch again.
                         tx.scratch = p.fpdu;
                     }
                     stats.tx_fpdus += 1;
@@ -234,18 +233,26 @@ fn prepare(fpdu: TxFpdu, dev: &Shared) -> Option<PendingTx> {
 }
 
 /// Appends a whole FPDU (header, payload copied from registered memory, pad and CRC)
-/// to `out`; false if a region no longer holds the payload's range.
-fn gather(p: &PendingTx, out: &mut Vec<u8>) -> bool {
-    out.extend_from_slice(p.fpdu.header_bytes());
-    for (c, r) in p.fpdu.chunks.iter().zip(&p.regions) {
-        let at = out.len();
-        out.resize(at + c.len, 0);
-        if r.read(c.offset as usize, &mut out[at..]).is_err() {
+/// to `out`; false if a region no longer holds the payload's range (`out` is then left
+/// as it was). The regions are looked up without taking a reference: the payload is
+/// copied at once. The CRC, when negotiated, is computed over the gathered octets.
+fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared) -> bool {
+    let start = out.len();
+    out.extend_from_slice(f.header_bytes());
+    for c in &f.chunks {
+        let copied = dev.with_region(c.region, |r| {
+            r.append_to(c.offset as usize, c.len, out).is_ok()
+        });
+        if copied != Some(true) {
+            out.truncate(start);
             return false;
         }
     }
-    let pad = p.fpdu.pad_len();
-    out.extend_from_slice(&p.trailer[..p.trailer_len.min(pad + 4)]);
+    let pad = f.pad_len();
+    out.extend_from_slice(&[0u8; 3][..pad]);
+    let crc = if f.crc { crc32c(&out[start..]) } else { 0 };
+    let (trailer, trailer_len) = f.trailer(crc);
+    out.extend_from_slice(&trailer[trailer_len - 4..trailer_len]);
     true
 }
 
