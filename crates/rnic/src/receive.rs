@@ -316,6 +316,31 @@ pub(crate) fn feed(
     let mut ctx = ctx_for(dev, &mut src);
     let mut at = 0;
     while at < data.len() {
+        // Whole small FPDUs in the read-ahead (the usual case for small messages) go
+        // through the core's fast path, one call each; the payload is copied under the
+        // region table's read lock, without a reference taken.
+        let mut lost = false;
+        let mut copied = 0;
+        let whole = core.rx_take_fpdu(&data[at..], &mut ctx, &mut |c, bytes| {
+            let ok = dev.with_region(c.region, |r| r.write(c.offset as usize, bytes).is_ok());
+            // A region deregistered after the TPT check: the payload has nowhere to go
+            // (and the TPT entry's bounds are the region's, so `write` cannot fail).
+            debug_assert!(ok != Some(false), "placement outside its region: {c:?}");
+            lost = ok != Some(true);
+            copied += if lost { 0 } else { bytes.len() };
+            !lost
+        });
+        if let Some(n) = whole {
+            stats.rx_copied_bytes += copied as u64;
+            if lost {
+                core.to_error();
+                return Err(());
+            }
+            at += n;
+            staging.after_payload = false;
+            staging.after_internal(core);
+            continue;
+        }
         match core.rx_need() {
             RxNeed::Stopped | RxNeed::Wait => break,
             RxNeed::Internal(n) => {

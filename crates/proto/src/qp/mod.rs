@@ -558,6 +558,24 @@ impl Qp {
         self.rx_step(ctx, |rx, d| rx.filled(n, d));
     }
 
+    /// The fast path for octets read ahead: if `data` begins with a whole FPDU of a
+    /// data message (Write, Read Response, Send) and the stream is at an FPDU boundary,
+    /// takes it in one call, its payload handed to `place` (which returns false if it
+    /// could not place it: then the FPDU is left there, and the I/O layer must fail the
+    /// QP). Returns the octets taken, or `None` when the fast path does not apply (take
+    /// the octets with [`Qp::rx_need`] and its steps, or [`Qp::handle_input`]). The
+    /// outcome, faults included, is the step path's.
+    pub fn rx_take_fpdu(
+        &mut self,
+        data: &[u8],
+        ctx: &mut RxCtx<'_>,
+        place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
+    ) -> Option<usize> {
+        let mut taken = None;
+        self.rx_step(ctx, |rx, d| rx.take_whole(data, d, place, &mut taken));
+        taken
+    }
+
     /// Payload octets were read into the memory [`RxNeed::Place`] named; `placed` is
     /// those octets (the CRC is computed over them while they are hot in cache).
     pub fn rx_placed(&mut self, placed: &[u8]) {
