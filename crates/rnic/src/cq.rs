@@ -370,7 +370,15 @@ impl Cq {
     pub fn poll(&self, out: &mut [Completion]) -> usize {
         let s = &self.shared;
         if !s.hybrid {
-            return s.pop_into(out);
+            let n = s.pop_into(out);
+            if n == 0 && !out.is_empty() {
+                // Engine progress: only an engine thread can add a completion now, and
+                // it may be waiting for this CPU (a busy-polling program thread and
+                // an engine on one CPU otherwise take turns only at the scheduler's
+                // time slice, a millisecond or more: see ARCHITECTURE.md, "Many QPs").
+                std::thread::yield_now();
+            }
+            return n;
         }
         s.polls.poll();
         let n = s.pop_into(out);
