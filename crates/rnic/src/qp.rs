@@ -626,9 +626,18 @@ impl Qp {
 
     /// Posts a receive work request.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.post_recv_batch(std::iter::once(wr))
+    }
+
+    /// Posts a chain of receive work requests under one lock of the QP (as
+    /// `ibv_post_recv` takes a list). Stops at the first refused one: those before it
+    /// are posted.
+    pub fn post_recv_batch(&self, wrs: impl IntoIterator<Item = RecvWr>) -> Result<()> {
         let dev = self.dev()?;
         let mut g = self.shared.lock()?;
-        g.core.post_recv(wr, &dev.tpt)?;
+        for wr in wrs {
+            g.core.post_recv(wr, &dev.tpt)?;
+        }
         if g.core.state() == QpState::Error {
             // A bad receive SGE is a local error: close the connection now (nothing
             // else may wake this QP), so the peer learns.
