@@ -226,18 +226,35 @@ fn receive_stream(
                 match region.io_slice(chunk.offset as usize, chunk.len) {
                     Ok(slice) => {
                         stats.rx_syscalls += 1;
-                        let r = conn.transport.read_into(&slice);
+                        // The payload's last piece: its trailer and the least of the
+                        // next header come in the same call (`readv`), into staging.
+                        let tail = core
+                            .rx_trailer_after_place()
+                            .map(|t| (t + MIN_FPDU_HEADER).min(RX_STAGING_LEN));
+                        let r = match tail {
+                            Some(t) => {
+                                if staging.buf.is_empty() {
+                                    staging.buf = buf_pool::take_staging();
+                                }
+                                conn.transport.read_into_then(&slice, &mut staging.buf[..t])
+                            }
+                            None => conn.transport.read_into(&slice),
+                        };
                         if let Ok(n) = r
                             && n > 0
                         {
-                            core.rx_placed_with(n, |crc| {
-                                // SAFETY: the first `n` octets were just written by
-                                // `read`; the shared view lives only for this CRC
+                            let placed = n.min(chunk.len);
+                            core.rx_placed_with(placed, |crc| {
+                                // SAFETY: the first `placed` octets were just written
+                                // by the read; the shared view lives only for this CRC
                                 // computation.
-                                crc32c_append(crc, unsafe { &slice.as_slice()[..n] })
+                                crc32c_append(crc, unsafe { &slice.as_slice()[..placed] })
                             });
-                            stats.rx_direct_bytes += n as u64;
+                            stats.rx_direct_bytes += placed as u64;
                             staging.after_payload = true;
+                            // What came after the payload is the stream's next octets.
+                            staging.start = 0;
+                            staging.end = n - placed;
                         }
                         r
                     }

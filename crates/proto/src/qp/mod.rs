@@ -591,6 +591,13 @@ impl Qp {
         self.rx.placed_with(n, crc_append);
     }
 
+    /// When [`RxNeed::Place`] names the last piece of the payload: how many trailer
+    /// octets (pad and CRC) follow it, so that an I/O layer can read them in the same
+    /// call as the payload. `None` otherwise.
+    pub fn rx_trailer_after_place(&self) -> Option<usize> {
+        self.rx.trailer_after_place()
+    }
+
     /// Whether the stream is inside an FPDU: some of its octets have arrived, not all.
     /// A stream that ends here was truncated (lost), not closed between messages.
     pub fn rx_mid_fpdu(&self) -> bool {

@@ -92,6 +92,13 @@ impl Receiver {
         self.stream.placed_with(n, crc_append);
     }
 
+    pub(crate) fn trailer_after_place(&self) -> Option<usize> {
+        if self.waiting.is_some() {
+            return None;
+        }
+        self.stream.trailer_after_place()
+    }
+
     pub(crate) fn mid_fpdu(&self) -> bool {
         self.stream.mid_fpdu()
     }

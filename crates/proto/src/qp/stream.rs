@@ -150,6 +150,12 @@ impl RxStream {
         }
     }
 
+    /// While the payload's last destination chunk is wanted: the trailer's octets
+    /// that follow it.
+    pub(crate) fn trailer_after_place(&self) -> Option<usize> {
+        (self.phase == Phase::Payload && self.dest.len() == 1).then(|| self.check.trailer_len())
+    }
+
     /// `n` payload octets were placed into the chunk [`RxNeed::Place`] named;
     /// `crc_append` extends a running CRC32c over them (called only when CRC is on).
     pub(crate) fn placed_with(&mut self, n: usize, crc_append: impl FnOnce(u32) -> u32) {
