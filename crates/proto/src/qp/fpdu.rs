@@ -67,6 +67,12 @@ pub struct TxFpdu {
     pub ulpdu_len: usize,
     /// Whether the CRC must be computed (else the field is zero).
     pub crc: bool,
+    /// Whether writing this FPDU completely finishes something (a message's last
+    /// FPDU, a Read Request, a Terminate): then the I/O layer calls `Qp::transmit_done`
+    /// once it is written, and `Qp::poll_transmit` gives nothing until then. An FPDU
+    /// that does not may be followed by the next one at once (e.g. all of a large
+    /// Write's FPDUs in one `sendmsg`), as long as they are written in order.
+    pub completes: bool,
 }
 
 impl Default for TxFpdu {
@@ -77,6 +83,7 @@ impl Default for TxFpdu {
             chunks: ArrayVec::new(),
             ulpdu_len: 0,
             crc: false,
+            completes: false,
         }
     }
 }

@@ -321,14 +321,19 @@ impl Qp {
     }
 
     /// Fills `out` with the next FPDU to send; false when there is nothing to send now.
-    /// After writing it completely, call [`Qp::transmit_done`]; until then this returns
-    /// false (one FPDU in flight at a time keeps completion ordering exact).
+    /// After writing it completely, call [`Qp::transmit_done`]. If it
+    /// [`completes`](TxFpdu::completes) something, this returns false until then (one
+    /// finishing FPDU in flight at a time keeps completion ordering exact); the FPDUs
+    /// before it may be polled ahead and written together, in order.
     pub fn poll_transmit(&mut self, out: &mut TxFpdu) -> bool {
         let sending = matches!(self.state, QpState::Rts | QpState::Closing);
         self.tx.poll(sending, out)
     }
 
-    /// The FPDU from the last [`Qp::poll_transmit`] has been written completely.
+    /// The FPDU from the last [`Qp::poll_transmit`] has been written completely (with
+    /// FPDUs polled ahead: the one that [`completes`](TxFpdu::completes) something;
+    /// for the others the call is not needed, and does nothing while none is in
+    /// flight).
     pub fn transmit_done(&mut self) {
         if let Some((seq, wr_id, op, total, signaled)) = self.tx.transmit_done() {
             let c = self.out.completion(wr_id, WcStatus::Success, op, total);

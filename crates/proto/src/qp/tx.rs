@@ -244,6 +244,14 @@ impl TxState {
     /// out regardless. One FPDU is in flight at a time (until [`TxState::transmit_done`]),
     /// which keeps completion ordering exact.
     pub(crate) fn poll(&mut self, sending: bool, out: &mut TxFpdu) -> bool {
+        let has = self.poll_next(sending, out);
+        // The FPDU that puts something in flight is the one whose full write
+        // `transmit_done` must wait for; the FPDUs before it complete nothing.
+        out.completes = has && self.in_flight != InFlight::Nothing;
+        has
+    }
+
+    fn poll_next(&mut self, sending: bool, out: &mut TxFpdu) -> bool {
         let tx = self;
         if tx.in_flight != InFlight::Nothing {
             return false;
