@@ -140,7 +140,7 @@ fn transmit_stream(
             None => true,
             Some(p) => !p.fpdu.completes && tx.pending.len() < TX_BATCH,
         };
-        if room {
+        if room && core.may_transmit() {
             let mut has = core.poll_transmit(&mut tx.scratch);
             if !has && tx.pending.is_empty() {
                 core.run_local_ops(&dev.tpt);

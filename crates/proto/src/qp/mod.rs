@@ -330,6 +330,14 @@ impl Qp {
         self.tx.poll(sending, out)
     }
 
+    /// Whether [`Qp::poll_transmit`] (or [`Qp::run_local_ops`]) may have something: false
+    /// when the send queue, the inbound Read queue and the control messages are empty,
+    /// or an FPDU that completes something is still being written. An I/O layer skips
+    /// its transmit bookkeeping on a drive that finds this false.
+    pub fn may_transmit(&self) -> bool {
+        self.tx.may_send()
+    }
+
     /// The FPDU from the last [`Qp::poll_transmit`] has been written completely (with
     /// FPDUs polled ahead: the one that [`completes`](TxFpdu::completes) something;
     /// for the others the call is not needed, and does nothing while none is in

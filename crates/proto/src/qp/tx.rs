@@ -167,6 +167,16 @@ impl TxState {
         self.sq.is_empty() && self.irq.is_empty() && self.in_flight == InFlight::Nothing
     }
 
+    /// Whether [`TxState::poll`] may have an FPDU (or a local operation may run): a
+    /// cheap test for the I/O layer's drives that have nothing to send.
+    pub(crate) fn may_send(&self) -> bool {
+        self.in_flight == InFlight::Nothing
+            && (self.terminate.is_some()
+                || self.rtr.is_some()
+                || !self.irq.is_empty()
+                || !self.sq.is_empty())
+    }
+
     pub(crate) fn queue_terminate(&mut self, cause: TerminateCause, copied: CopiedHeaders) {
         self.terminate = Some((cause, copied));
     }

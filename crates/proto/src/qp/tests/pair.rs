@@ -75,12 +75,15 @@ impl Side {
     /// Serializes the next FPDU, or None.
     pub fn next_fpdu(&mut self) -> Option<Vec<u8>> {
         let mut f = TxFpdu::default();
+        // The I/O layer skips its transmit pass when this is false.
+        let may = self.qp.may_transmit();
         if !self.qp.poll_transmit(&mut f) {
             self.qp.run_local_ops(&self.tpt);
             if !self.qp.poll_transmit(&mut f) {
                 return None;
             }
         }
+        assert!(may, "an FPDU from a QP that said it had nothing to send");
         let mut v = f.header_bytes().to_vec();
         for c in &f.chunks {
             let m = &self.mem[c.region.0 as usize];
