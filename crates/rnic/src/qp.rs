@@ -497,6 +497,8 @@ impl QpShared {
                 CqSide::Recv => self.recv_cq.push(c, c.solicited),
             }
         }
+        // Queues a burst grew give their room back once empty.
+        g.core.shrink_idle_queues();
     }
 
     /// Connects the QP to an established MPA stream: parameters, leftover octets that

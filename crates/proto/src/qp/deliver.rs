@@ -115,6 +115,12 @@ impl Outbox {
         }
     }
 
+    /// Gives back the room of emptied queues that a burst grew.
+    pub(crate) fn shrink_idle(&mut self) {
+        super::tx::shrink_if_idle(&mut self.completions);
+        super::tx::shrink_if_idle(&mut self.events);
+    }
+
     pub(crate) fn poll_completion(&mut self) -> Option<(CqSide, Completion)> {
         self.completions.pop_front()
     }

@@ -511,6 +511,14 @@ impl Qp {
         self.state == QpState::Terminate && self.tx.terminate_done()
     }
 
+    /// Gives back the memory of queues that a burst grew and that are empty now (the
+    /// send queue, the Read queues, completions and events waiting in the QP); the I/O
+    /// layer calls this after delivering. Receive buffers posted stay.
+    pub fn shrink_idle_queues(&mut self) {
+        self.tx.shrink_idle();
+        self.out.shrink_idle();
+    }
+
     /// Next completion for the I/O layer to deliver to the named CQ.
     pub fn poll_completion(&mut self) -> Option<(CqSide, Completion)> {
         self.out.poll_completion()

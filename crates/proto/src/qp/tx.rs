@@ -116,6 +116,19 @@ impl Default for TxState {
     }
 }
 
+/// A queue that is empty keeps at most this many entries' room; beyond, its memory
+/// goes back (a QP that once had 128 Writes outstanding kept about 30 KiB of send
+/// queue for its life).
+pub(crate) const IDLE_QUEUE_KEEP: usize = 32;
+
+/// Frees an empty queue's room if a burst grew it beyond [`IDLE_QUEUE_KEEP`] entries.
+/// Steady small traffic (a ping-pong) never gets there, so it never reallocates.
+pub(crate) fn shrink_if_idle<T>(q: &mut VecDeque<T>) {
+    if q.is_empty() && q.capacity() > IDLE_QUEUE_KEEP {
+        q.shrink_to(0);
+    }
+}
+
 pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
     match op {
         SendOp::Send { .. } => WcOpcode::Send,
@@ -165,6 +178,14 @@ impl TxState {
     /// Nothing left to hand to the transport (graceful close may send FIN).
     pub(crate) fn idle(&self) -> bool {
         self.sq.is_empty() && self.irq.is_empty() && self.in_flight == InFlight::Nothing
+    }
+
+    /// Gives back the memory of empty queues that a burst grew (see
+    /// [`shrink_if_idle`]).
+    pub(crate) fn shrink_idle(&mut self) {
+        shrink_if_idle(&mut self.sq);
+        shrink_if_idle(&mut self.orq);
+        shrink_if_idle(&mut self.irq);
     }
 
     /// Whether [`TxState::poll`] may have an FPDU (or a local operation may run): a
