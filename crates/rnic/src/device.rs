@@ -351,11 +351,6 @@ impl Shared {
         self.regions.get(id)
     }
 
-    /// Runs `f` on a region without taking a reference to it (see [`RegionTable::with`]).
-    pub(crate) fn with_region<R>(&self, id: RegionId, f: impl FnOnce(&Region) -> R) -> Option<R> {
-        self.regions.with(id, f)
-    }
-
     pub(crate) fn reserve_region_id(&self) -> Result<RegionId> {
         self.regions.reserve()
     }

@@ -7,6 +7,7 @@ use crate::buf_pool;
 use crate::close::connection_lost;
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
+use crate::region_table::LastRegion;
 use crate::srq::{SrqShared, SrqSource};
 use softrnic_proto::QpId;
 use softrnic_proto::qp::{Qp as Core, RxCtx, RxNeed};
@@ -331,15 +332,18 @@ pub(crate) fn feed(
 ) -> std::result::Result<usize, ()> {
     let mut src = srq.map(|s| SrqSource { srq: s, dev });
     let mut ctx = ctx_for(dev, &mut src);
+    let mut last = LastRegion::default();
     let mut at = 0;
     while at < data.len() {
         // Whole small FPDUs in the read-ahead (the usual case for small messages) go
-        // through the core's fast path, one call each; the payload is copied under the
-        // region table's read lock, without a reference taken.
+        // through the core's fast path, one call each; `last` keeps the region the
+        // previous one went to, for this read-ahead.
         let mut lost = false;
         let mut copied = 0;
         let whole = core.rx_take_fpdu(&data[at..], &mut ctx, &mut |c, bytes| {
-            let ok = dev.with_region(c.region, |r| r.write(c.offset as usize, bytes).is_ok());
+            let ok = last
+                .get(dev, c.region)
+                .map(|r| r.write(c.offset as usize, bytes).is_ok());
             // A region deregistered after the TPT check: the payload has nowhere to go
             // (and the TPT entry's bounds are the region's, so `write` cannot fail).
             debug_assert!(ok != Some(false), "placement outside its region: {c:?}");

@@ -40,16 +40,6 @@ impl RegionTable {
         s.get(slot)?.as_ref().filter(|r| r.id() == id).cloned()
     }
 
-    /// Runs `f` on the region registered under `id`, if it still is, under its shard's
-    /// read lock: no reference count taken (the transmit path copies small payloads
-    /// this way, one look-up per chunk).
-    pub(crate) fn with<R>(&self, id: RegionId, f: impl FnOnce(&Region) -> R) -> Option<R> {
-        let (shard, slot) = place(id);
-        let s = self.shards[shard].read().ok()?;
-        let r = s.get(slot)?.as_ref().filter(|r| r.id() == id)?;
-        Some(f(r))
-    }
-
     /// A fresh id: a freed slot under its next generation, or a new slot.
     pub(crate) fn reserve(&self) -> Result<RegionId> {
         let mut f = self.free.lock()?;
@@ -94,6 +84,25 @@ impl RegionTable {
             *entry = None;
         }
         self.release(id);
+    }
+}
+
+/// The last region a data-path pass looked up, kept for the length of one call (a
+/// transmit pass, the feeding of one read-ahead), so that a run of FPDUs from or into
+/// one region takes one look-up (a shard lock and a reference count) instead of one
+/// each. It lives only as long as the call, so it never keeps a deregistered region's
+/// memory for longer (the TPT, checked per FPDU, refuses its STag from then on).
+#[derive(Default)]
+pub(crate) struct LastRegion(Option<Arc<Region>>);
+
+impl LastRegion {
+    /// The region registered under `id`, if it still is (or was, at this call's first
+    /// look-up of it).
+    pub(crate) fn get(&mut self, dev: &crate::device::Shared, id: RegionId) -> Option<&Region> {
+        if self.0.as_ref().is_none_or(|r| r.id() != id) {
+            self.0 = dev.region(id);
+        }
+        self.0.as_deref()
     }
 }
 

@@ -9,6 +9,7 @@ use crate::close::connection_lost;
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
 use crate::region::Region;
+use crate::region_table::LastRegion;
 use crate::sys::socket::IoVecs;
 use crate::transport::Transport;
 use arrayvec::ArrayVec;
@@ -130,6 +131,7 @@ fn transmit_stream(
     dev: &Shared,
 ) -> bool {
     let mut moved = false;
+    let mut last = LastRegion::default();
     loop {
         let tx = &mut conn.tx;
         // 1. The next FPDU: small ones are gathered, large ones wait their turn, as
@@ -149,7 +151,7 @@ fn transmit_stream(
             if has {
                 let total = tx.scratch.wire_len();
                 if tx.pending.is_empty() && total <= TX_GATHER_MAX && tx.room_for(total) {
-                    if !gather(&tx.scratch, &mut tx.buf, dev) {
+                    if !gather(&tx.scratch, &mut tx.buf, dev, &mut last) {
                         // A region vanished under a queued request: the QP cannot
                         // continue sending correct data.
                         core.to_error();
@@ -262,15 +264,15 @@ fn prepare(fpdu: TxFpdu, dev: &Shared) -> Option<PendingTx> {
 
 /// Appends a whole FPDU (header, payload copied from registered memory, pad and CRC)
 /// to `out`; false if a region no longer holds the payload's range (`out` is then left
-/// as it was). The regions are looked up without taking a reference: the payload is
-/// copied at once. The CRC, when negotiated, is computed over the gathered octets.
-fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared) -> bool {
+/// as it was). `last` saves a look-up per FPDU from the region the previous one came
+/// from. The CRC, when negotiated, is computed over the gathered octets.
+fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) -> bool {
     let start = out.len();
     out.extend_from_slice(f.header_bytes());
     for c in &f.chunks {
-        let copied = dev.with_region(c.region, |r| {
-            r.append_to(c.offset as usize, c.len, out).is_ok()
-        });
+        let copied = last
+            .get(dev, c.region)
+            .map(|r| r.append_to(c.offset as usize, c.len, out).is_ok());
         if copied != Some(true) {
             out.truncate(start);
             return false;
