@@ -369,11 +369,16 @@ pub fn run_once(a: &CqBenchArgs) -> Result<CqBenchReport, String> {
                 // is on that sender's engine).
                 affinity::pin_thread(cpu).map_err(e2s("pin the probe"))?;
                 let mut sent = 0u64;
-                while !stop.load(Ordering::Acquire) {
+                // At least one probe, however late this thread first runs on a busy
+                // machine: a probe class with no event would report nothing.
+                loop {
                     send(p, 1)?;
                     sent += 1;
                     while p.consumed.load(Ordering::Acquire) < sent {
                         std::hint::spin_loop();
+                    }
+                    if stop.load(Ordering::Acquire) {
+                        break;
                     }
                     // Pacing, not synchronisation: the probe is a low-rate class.
                     std::thread::sleep(every);
@@ -388,7 +393,10 @@ pub fn run_once(a: &CqBenchArgs) -> Result<CqBenchReport, String> {
                     affinity::pin_thread(cpu).map_err(e2s("pin the sender"))?;
                     let mine: Vec<&Link> = links.iter().skip(h).step_by(a.handlers).collect();
                     let mut sent = vec![0u64; mine.len()];
-                    while start.elapsed() < duration {
+                    // The first round fills every window even when this thread first
+                    // runs after the duration is over (a loaded machine): each CQ
+                    // then has at least one event to report.
+                    loop {
                         let mut idle = true;
                         for (j, l) in mine.iter().enumerate() {
                             let free = window - (sent[j] - l.consumed.load(Ordering::Acquire));
@@ -397,6 +405,9 @@ pub fn run_once(a: &CqBenchArgs) -> Result<CqBenchReport, String> {
                                 sent[j] += free;
                                 idle = false;
                             }
+                        }
+                        if start.elapsed() >= duration {
+                            break;
                         }
                         if idle {
                             std::thread::yield_now();

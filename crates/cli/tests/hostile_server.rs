@@ -10,7 +10,7 @@ use softrnic_rnic::*;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-const WAIT: Duration = Duration::from_secs(20);
+const WAIT: Duration = Duration::from_secs(60);
 
 /// A client device with one QP on one CQ.
 struct Client {

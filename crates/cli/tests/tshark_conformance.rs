@@ -150,7 +150,7 @@ fn tshark_decodes_softrnic_traffic_without_errors() {
             count: 3,
             size: c.size,
             verify: true,
-            timeout: Duration::from_secs(30),
+            timeout: Duration::from_secs(60),
             mpa: c.mpa.clone(),
             inject: c.inject,
             ..RpingOpts::default()

@@ -5,7 +5,7 @@
 use softrnic_rnic::*;
 use std::time::Duration;
 
-const WAIT: Duration = Duration::from_secs(10);
+const WAIT: Duration = Duration::from_secs(60);
 
 /// A field of `/proc/self/task/<tid>/status`.
 fn task_status(tid: i32, field: &str) -> String {

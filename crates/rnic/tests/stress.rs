@@ -47,7 +47,7 @@ const ARENA: usize = 32 << 20;
 const GUARD: usize = 8;
 const SENTINEL: u8 = 0xa5;
 /// How long to wait without any completion before declaring a hang.
-const T: Duration = Duration::from_secs(30);
+const T: Duration = Duration::from_secs(60);
 const MIB: usize = 1 << 20;
 const CONNECTORS: usize = 4;
 

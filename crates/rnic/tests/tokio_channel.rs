@@ -10,7 +10,7 @@
 use softrnic_rnic::*;
 use std::time::Duration;
 
-const T: Duration = Duration::from_secs(20);
+const T: Duration = Duration::from_secs(60);
 
 struct Pair {
     rcq: Cq,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Metadata, Subscriber, span};
 
-const WAIT: Duration = Duration::from_secs(10);
+const WAIT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone)]
 struct Recorded {

@@ -208,7 +208,7 @@ impl HostCapture {
     /// Connects to the marker port until a new connection to it is in the file.
     fn mark(&mut self) -> bool {
         let addr = self.marker.local_addr().expect("marker bound");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while std::time::Instant::now() < deadline {
             let _ = std::net::TcpStream::connect(addr);
             for _ in 0..20 {

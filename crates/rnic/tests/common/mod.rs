@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// How long any single wait may take before the test fails.
-pub const WAIT: Duration = Duration::from_secs(20);
+pub const WAIT: Duration = Duration::from_secs(60);
 
 /// One side of a test: a device with one QP.
 pub struct End {
