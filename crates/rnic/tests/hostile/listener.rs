@@ -21,7 +21,12 @@ fn long_request() -> Vec<u8> {
 
 /// A softrnic client connects to `addr`, Writes `pattern` into the buffer the server
 /// advertises and then Sends, so the server knows the Write is in place.
-fn legit_client(addr: SocketAddr, pattern: &[u8]) {
+///
+/// Returns the client: the caller keeps it until the server has seen the Send. A
+/// completion says the octets were handed to TCP, not that they arrived, and dropping a
+/// connected QP is an abortive close (RST), which discards what TCP has not sent yet.
+#[must_use = "dropping the client resets its connection"]
+fn legit_client(addr: SocketAddr, pattern: &[u8]) -> Target {
     let c = Target::new(DeviceConfig::default());
     let conn = c.dev.connect(addr, &c.qp, b"legit").unwrap();
     let adv = conn.peer_private_data();
@@ -57,6 +62,7 @@ fn legit_client(addr: SocketAddr, pattern: &[u8]) {
         wc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
         vec![(1, WcStatus::Success), (2, WcStatus::Success)]
     );
+    c
 }
 
 /// The server side of [`legit_client`] on `t`'s QP: accepts the next request of `l`,
@@ -155,7 +161,7 @@ fn a_prompt_client_is_served_among_200_stalled_connections() {
             }
             (slow, at)
         });
-        legit_client(addr, &pattern);
+        let _client = legit_client(addr, &pattern);
         server.join().unwrap();
         stop.store(true, Ordering::Relaxed);
         let (slow, sent) = trickle.join().unwrap();
@@ -209,7 +215,7 @@ fn stalled_requests_are_dropped_at_the_deadline() {
         assert!(sent < request.len(), "the slowloris was never cut off");
         drop(slow);
         assert_eq!(ended(&mut idle), ErrorKind::ConnectionReset);
-        legit_client(addr, b"after the stalled ones");
+        let _client = legit_client(addr, b"after the stalled ones");
         server.join().unwrap();
     });
     let st = l.stats();
@@ -242,7 +248,7 @@ fn caps_evict_the_oldest_and_refuse_beyond_the_device_limit() {
         for c in &mut stalled {
             c.write_all(b"MPA ID Req").unwrap();
         }
-        legit_client(addr, b"evicting");
+        let _client = legit_client(addr, b"evicting");
         server.join().unwrap();
         // The oldest stalled connection made room for the client.
         assert_eq!(ended(&mut stalled[0]), ErrorKind::ConnectionReset);
@@ -309,7 +315,7 @@ fn what_is_not_mpa_is_dropped_not_returned() {
         half.write_all(&long_request()[..30]).unwrap();
         half.shutdown(std::net::Shutdown::Write).unwrap();
         let _ = ended(&mut half);
-        legit_client(addr, b"after the junk");
+        let _client = legit_client(addr, b"after the junk");
         server.join().unwrap();
     });
     let st = l.stats();
