@@ -195,11 +195,26 @@ fn rping_softrnic_client_to_siw_server() {
     }
 }
 
+/// How long a softrnic server may take to end once the guest's clients have ended.
+const SERVER_LIMIT: Duration = Duration::from_secs(60);
+
+/// The per-client results of [`softrnic_server`], sent when it has served them all.
+struct ServerResults(std::sync::mpsc::Receiver<Vec<Result<u64, RpingError>>>);
+
+impl ServerResults {
+    /// The results, once the guest (whose `output` is shown on failure) has finished:
+    /// a server still waiting for a client that never came fails the test instead of
+    /// hanging it (`serve_one` waits for a client as long as it takes).
+    fn wait(self, output: &str) -> Vec<Result<u64, RpingError>> {
+        self.0.recv_timeout(SERVER_LIMIT).unwrap_or_else(|e| {
+            panic!("the softrnic server did not end within {SERVER_LIMIT:?} ({e}):\n{output}")
+        })
+    }
+}
+
 /// Serves `clients` rping clients one after another on a softrnic device, each with
 /// its own options; returns the listening port and the per-client results.
-fn softrnic_server(
-    cases: Vec<RpingOpts>,
-) -> (u16, std::thread::JoinHandle<Vec<Result<u64, RpingError>>>) {
+fn softrnic_server(cases: Vec<RpingOpts>) -> (u16, ServerResults) {
     let dev = Device::open(DeviceConfig {
         mpa: cases[0].mpa.clone(),
         ..DeviceConfig::default()
@@ -207,13 +222,15 @@ fn softrnic_server(
     .expect("device");
     let l = dev.listen(localhost(0)).expect("listen");
     let port = l.local_addr().expect("bound").port();
-    let h = std::thread::spawn(move || {
-        cases
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let results = cases
             .iter()
             .map(|o| rping::serve_one(&dev, &l, o))
-            .collect()
+            .collect();
+        let _ = tx.send(results);
     });
-    (port, h)
+    (port, ServerResults(rx))
 }
 
 /// siw's `rping -c` against softrnic's server: sizes from smallest to largest, then
@@ -237,12 +254,7 @@ fn rping_siw_client_to_softrnic_server() {
     let f = rig.client("rping-cli", &cmd, &[port], &[]);
     assert!(f.success, "siw rping clients failed:\n{}", f.output);
     assert_eq!(lines(&f.output, "rping-ok"), sizes.len(), "{}", f.output);
-    for (i, r) in server
-        .join()
-        .expect("server thread")
-        .into_iter()
-        .enumerate()
-    {
+    for (i, r) in server.wait(&f.output).into_iter().enumerate() {
         assert_eq!(r.expect("softrnic server"), 2, "client {i}");
     }
     assert_eq!(f.conns.len(), sizes.len());
@@ -274,7 +286,7 @@ fn crc_required_by_siw_client_in_peer_to_peer_mode() {
         &["mpa_crc_required=1", "peer_to_peer=1"],
     );
     assert!(f.success, "{}", f.output);
-    let results = server.join().expect("server thread");
+    let results = server.wait(&f.output);
     assert_eq!(*results[0].as_ref().expect("softrnic server"), 2);
     let c = &f.conns[0];
     let req = request(c);
@@ -327,7 +339,7 @@ fn siw_terminates_bad_remote_access() {
         .collect::<Vec<_>>()
         .join("; ");
     let f = rig.client("term-cli", &cmd, &[port], &[]);
-    let results = server.join().expect("server thread");
+    let results = server.wait(&f.output);
     // One result and one captured connection per fault: the checks below zip them.
     assert_eq!(results.len(), faults.len(), "{}", f.output);
     assert_eq!(
@@ -437,17 +449,25 @@ fn peer_killed_mid_transfer_each_way() {
         .spawn()
         .expect("softrnic rping -s starts");
     let out = victim.stdout.take().expect("piped stdout");
-    let killer = std::thread::spawn(move || {
-        let pings = BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .filter(|l| l.starts_with("server ping data"))
-            .take(3)
-            .count();
-        victim.kill().expect("SIGKILL");
-        let _ = victim.wait();
-        pings
-    });
+    // Shared with this thread, which kills it too once the guest has ended: a server
+    // whose client never came (or left early) would otherwise wait for its third
+    // ping, and the killer thread with it, for ever.
+    let victim = std::sync::Arc::new(std::sync::Mutex::new(victim));
+    let killer = {
+        let victim = victim.clone();
+        std::thread::spawn(move || {
+            let pings = BufReader::new(out)
+                .lines()
+                .map_while(Result::ok)
+                .filter(|l| l.starts_with("server ping data"))
+                .take(3)
+                .count();
+            let mut v = victim.lock().unwrap_or_else(|p| p.into_inner());
+            v.kill().expect("SIGKILL");
+            let _ = v.wait();
+            pings
+        })
+    };
     // siw's client is killed once it printed its third ping (rping -v prints a ping
     // after the server's Write landed), so the kill is mid-transfer by construction.
     let cmd = format!(
@@ -457,10 +477,13 @@ fn peer_killed_mid_transfer_each_way() {
          timeout 120 rping -c -a $HOST_IP -p {port_b} -C 0 -S {RPING_MAX}; echo; echo survivor-rc=$?"
     );
     let f = rig.client("kill-cli", &cmd, &[port_a, port_b], &[]);
+    // Nothing can reach the victim any more; if it is alive, its stdout closes now.
+    let _ = victim.lock().unwrap_or_else(|p| p.into_inner()).kill();
     assert_eq!(
         killer.join().expect("killer thread"),
         3,
-        "softrnic served 3 pings before it was killed"
+        "softrnic served 3 pings before it was killed:\n{}",
+        f.output
     );
     // siw's client noticed softrnic's death and exited by itself, not by `timeout`.
     let rc = f
@@ -475,7 +498,7 @@ fn peer_killed_mid_transfer_each_way() {
         f.output
     );
     // softrnic noticed siw's death: the server ended with the iterations it did.
-    let served = server.join().expect("server thread").remove(0);
+    let served = server.wait(&f.output).remove(0);
     // Either between two pings (the iterations done) or in the middle of one (the
     // step in progress flushed); never another error, never a hang.
     let how = match served {

@@ -84,6 +84,25 @@ fn built_rig() -> Result<PathBuf, String> {
     }
 }
 
+/// Takes the machine's one-guest-at-a-time lock (`guest.lock` in the rig's
+/// directory, as the CLI's interop tests do): guest names and their state under
+/// `$RIG_DIR/run` are shared by every process, so two test runs at once would boot,
+/// stop and read each other's guests. Released when the file closes.
+fn one_guest() -> std::fs::File {
+    let dir = std::env::var_os("RIG_DIR").map_or_else(|| PathBuf::from("/tmp/rig"), PathBuf::from);
+    std::fs::create_dir_all(&dir).expect("the rig's directory");
+    let path = dir.join("guest.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    f.lock()
+        .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+    f
+}
+
 /// Our socket on port P+1 where QEMU can take P (`siw-vm.sh --udp-port P`), bound
 /// before the guest boots so that none of its frames are lost.
 fn our_socket() -> (UdpSocket, u16) {
@@ -144,6 +163,7 @@ fn siw_guest_resolves_and_pings_us_and_answers_ping_and_syn_over_udp_frames() {
         Err(why) => return skip(&why),
     };
     record("ran");
+    let _lock = one_guest();
     let (socket, qemu_port) = our_socket();
     let qemu: SocketAddr = ([127, 0, 0, 1], qemu_port).into();
     let dev = UdpDevice::from_socket(socket, qemu, OUR_MAC).unwrap();

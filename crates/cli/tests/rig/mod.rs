@@ -124,10 +124,42 @@ pub fn rig() -> Option<&'static Rig> {
     }
 }
 
-/// Holds the one-guest-at-a-time lock (guests under software emulation on two CPUs
-/// are slow enough alone).
-pub fn one_guest() -> MutexGuard<'static, ()> {
-    ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner())
+/// The one-guest-at-a-time lock, held by a test for as long as its guest lives.
+pub struct GuestLock {
+    _machine: std::fs::File,
+    _process: MutexGuard<'static, ()>,
+}
+
+/// Takes the one-guest-at-a-time lock: within this test binary (a mutex) and across
+/// every process on the machine (an exclusive lock on `guest.lock` in the rig's
+/// directory). Guest names, and their directories under `$RIG_DIR/run`, are shared
+/// by all processes: two test runs at once (two worktrees, or a run beside CI) would
+/// otherwise boot, stop and read each other's guests. Guests under software
+/// emulation on two CPUs are slow enough alone, too. The lock goes with the process.
+pub fn one_guest() -> GuestLock {
+    let process = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = rig_dir();
+    std::fs::create_dir_all(&dir).expect("the rig's directory");
+    let path = dir.join("guest.lock");
+    let machine = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    machine
+        .lock()
+        .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+    GuestLock {
+        _machine: machine,
+        _process: process,
+    }
+}
+
+/// Where the rig keeps its artifacts and its guests' state (`RIG_DIR`, as the
+/// scripts read it).
+fn rig_dir() -> PathBuf {
+    std::env::var_os("RIG_DIR").map_or_else(|| PathBuf::from("/tmp/rig"), PathBuf::from)
 }
 
 fn text(o: &Output) -> String {
@@ -370,10 +402,7 @@ impl Rig {
     }
 
     fn dir_of(&self, name: &str) -> PathBuf {
-        std::env::var_os("RIG_DIR")
-            .map_or_else(|| PathBuf::from("/tmp/rig"), PathBuf::from)
-            .join("run")
-            .join(name)
+        rig_dir().join("run").join(name)
     }
 }
 
