@@ -230,6 +230,12 @@ impl Qp {
 
     /// Posts a send-queue work request (Send, Write, Read, local invalidate).
     pub fn post_send(&mut self, wr: SendWr, tpt: &Tpt) -> Result<(), PostError> {
+        self.post_send_ref(&wr, tpt)
+    }
+
+    /// [`Qp::post_send`] from a borrowed request: a batch of posts then copies each
+    /// request once, into the send queue, instead of moving it through every call.
+    pub fn post_send_ref(&mut self, wr: &SendWr, tpt: &Tpt) -> Result<(), PostError> {
         match self.state {
             QpState::Rts => {}
             QpState::Terminate | QpState::Error => {
@@ -265,7 +271,7 @@ impl Qp {
             Access::empty()
         };
         let mut chunks = ArrayVec::new();
-        for s in &wr.sgl {
+        for s in wr.sgl.iter() {
             match tpt.check_local(s.lkey, s.addr, u64::from(s.len), need, self.cfg.pd) {
                 Ok(t) => chunks.push(Chunk {
                     region: t.region,
