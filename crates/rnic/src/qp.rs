@@ -651,11 +651,15 @@ impl Qp {
     /// Posts a chain of receive work requests under one lock of the QP (as
     /// `ibv_post_recv` takes a list). Stops at the first refused one: those before it
     /// are posted.
-    pub fn post_recv_batch(&self, wrs: impl IntoIterator<Item = RecvWr>) -> Result<()> {
+    /// The requests may be borrowed (`std::iter::repeat_n(&wr, n)`).
+    pub fn post_recv_batch<W: std::borrow::Borrow<RecvWr>>(
+        &self,
+        wrs: impl IntoIterator<Item = W>,
+    ) -> Result<()> {
         let dev = self.dev()?;
         let mut g = self.shared.lock()?;
         for wr in wrs {
-            g.core.post_recv(wr, &dev.tpt)?;
+            g.core.post_recv_ref(wr.borrow(), &dev.tpt)?;
         }
         if g.core.state() == QpState::Error {
             // A bad receive SGE is a local error: close the connection now (nothing
