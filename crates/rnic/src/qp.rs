@@ -651,11 +651,15 @@ impl Qp {
     /// Posts a chain of receive work requests under one lock of the QP (as
     /// `ibv_post_recv` takes a list). Stops at the first refused one: those before it
     /// are posted.
-    pub fn post_recv_batch(&self, wrs: impl IntoIterator<Item = RecvWr>) -> Result<()> {
+    /// The requests may be borrowed (`std::iter::repeat_n(&wr, n)`).
+    pub fn post_recv_batch<W: std::borrow::Borrow<RecvWr>>(
+        &self,
+        wrs: impl IntoIterator<Item = W>,
+    ) -> Result<()> {
         let dev = self.dev()?;
         let mut g = self.shared.lock()?;
         for wr in wrs {
-            g.core.post_recv(wr, &dev.tpt)?;
+            g.core.post_recv_ref(wr.borrow(), &dev.tpt)?;
         }
         if g.core.state() == QpState::Error {
             // A bad receive SGE is a local error: close the connection now (nothing
@@ -673,12 +677,16 @@ impl Qp {
     }
 
     /// Posts a chain of send-queue work requests, transmitting once after all are queued
-    /// (one doorbell for the batch).
-    pub fn post_send_batch(&self, wrs: impl IntoIterator<Item = SendWr>) -> Result<()> {
+    /// (one doorbell for the batch). The requests may be borrowed (`batch.iter()`): each
+    /// is then copied once, into the send queue.
+    pub fn post_send_batch<W: std::borrow::Borrow<SendWr>>(
+        &self,
+        wrs: impl IntoIterator<Item = W>,
+    ) -> Result<()> {
         let dev = self.dev()?;
         let mut g = self.shared.lock()?;
         for wr in wrs {
-            g.core.post_send(wr, &dev.tpt)?;
+            g.core.post_send_ref(wr.borrow(), &dev.tpt)?;
         }
         // After a post: what was posted goes out and what completed is delivered,
         // without the receive path's `read(2)` (usually an empty one): what arrives is

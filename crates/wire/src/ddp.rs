@@ -200,7 +200,18 @@ impl DdpRepr {
 
     /// Parses the header at the start of `buf`.
     pub fn parse_bytes(buf: &[u8]) -> Result<Self> {
-        Self::parse(&DdpHeader::new_checked(buf)?)
+        // The receive path parses one header per FPDU: the header is checked once and
+        // copied into a fixed array, whose field reads then need no bounds checks.
+        need(buf, CONTROL_LEN)?;
+        let mut h = [0u8; UNTAGGED_HEADER_LEN];
+        if buf[0] & FLAG_TAGGED != 0 {
+            need(buf, TAGGED_HEADER_LEN)?;
+            h[..TAGGED_HEADER_LEN].copy_from_slice(&buf[..TAGGED_HEADER_LEN]);
+        } else {
+            need(buf, UNTAGGED_HEADER_LEN)?;
+            h.copy_from_slice(&buf[..UNTAGGED_HEADER_LEN]);
+        }
+        Self::parse(&DdpHeader { buffer: h })
     }
 
     /// Whether the segment is tagged.

@@ -152,7 +152,9 @@ pub(super) fn post_window(
         let wr = SendWr::new(idx, op, sge);
         if signaled(idx) { wr } else { wr.unsignaled() }
     }));
-    qp.post_send_batch(batch.drain(..))
+    let posted = qp.post_send_batch(batch.iter());
+    batch.clear();
+    posted
 }
 
 pub(super) fn check_wc(c: &Completion, side: &str) -> Result<(), String> {

@@ -457,10 +457,18 @@ fn send_bw_server(
     let index: HashMap<QpId, usize> = eps.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
     let mut empty = 0u32;
     let mut error = None;
+    // Completions come in runs of one QP: the last one found is tried first.
+    let mut last = 0;
     loop {
         let n = cq.poll(&mut wcs);
         for c in &wcs[..n] {
-            let Some(ep) = index.get(&c.qp).and_then(|&i| eps.get_mut(i)) else {
+            if eps.get(last).is_none_or(|e| e.id != c.qp) {
+                let Some(&i) = index.get(&c.qp) else {
+                    continue;
+                };
+                last = i;
+            }
+            let Some(ep) = eps.get_mut(last) else {
                 continue;
             };
             match (c.opcode, c.status) {
@@ -480,7 +488,8 @@ fn send_bw_server(
                 // The batch's receives go back in one post (one lock of the QP).
                 let wr = recv_wr(&ep.buf, size);
                 // Fails only once the QP is closing; the client is done then.
-                let _ = ep.qp.post_recv_batch((0..ep.repost).map(|_| wr.clone()));
+                let n = usize::try_from(ep.repost).unwrap_or(usize::MAX);
+                let _ = ep.qp.post_recv_batch(std::iter::repeat_n(&wr, n));
                 ep.repost = 0;
             }
             if ep.received - ep.reported >= every && ep.credit_outstanding < CREDIT_SLOTS {

@@ -43,8 +43,11 @@ pub(crate) struct Outbox {
     next_seq: u64,
     /// Sequence number of the next send-queue completion to release.
     release: u64,
-    /// Finished send-queue requests waiting for earlier ones (None: unsignaled success).
-    done: BTreeMap<u64, Option<Completion>>,
+    /// Send-queue requests from `release` on, in posting order, while an earlier one is
+    /// unfinished: `None` not finished yet, `Some(None)` an unsignaled success. Posting
+    /// order numbers are dense and the send queue bounded, so a ring indexed by
+    /// `seq - release` does what a map would, without a node per request.
+    done: VecDeque<Option<Option<Completion>>>,
 }
 
 impl Outbox {
@@ -55,7 +58,7 @@ impl Outbox {
             events: VecDeque::new(),
             next_seq: 0,
             release: 0,
-            done: BTreeMap::new(),
+            done: VecDeque::new(),
         }
     }
 
@@ -106,8 +109,20 @@ impl Outbox {
             }
             return;
         }
-        self.done.insert(seq, c);
-        while let Some(c) = self.done.remove(&self.release) {
+        // A sequence number is finished once, and not before it was posted.
+        let Some(at) = seq
+            .checked_sub(self.release)
+            .and_then(|d| usize::try_from(d).ok())
+        else {
+            return;
+        };
+        if at >= self.done.len() {
+            self.done.resize(at + 1, None);
+        }
+        self.done[at] = Some(c);
+        while let Some(Some(c)) = self.done.front() {
+            let c = *c;
+            self.done.pop_front();
             self.release += 1;
             if let Some(c) = c {
                 self.completions.push_back((CqSide::Send, c));
@@ -119,6 +134,7 @@ impl Outbox {
     pub(crate) fn shrink_idle(&mut self) {
         super::tx::shrink_if_idle(&mut self.completions);
         super::tx::shrink_if_idle(&mut self.events);
+        super::tx::shrink_if_idle(&mut self.done);
     }
 
     pub(crate) fn poll_completion(&mut self) -> Option<(CqSide, Completion)> {

@@ -197,6 +197,12 @@ impl Qp {
     /// Posts a receive to the QP's own queue. Allowed from Idle on (receives may be
     /// posted before connecting).
     pub fn post_recv(&mut self, wr: RecvWr, tpt: &Tpt) -> Result<(), PostError> {
+        self.post_recv_ref(&wr, tpt)
+    }
+
+    /// [`Qp::post_recv`] from a borrowed request (a batch reposting one request many
+    /// times copies nothing but the resolved buffer into the queue).
+    pub fn post_recv_ref(&mut self, wr: &RecvWr, tpt: &Tpt) -> Result<(), PostError> {
         if self.on_srq {
             return Err(PostError::SharedRq);
         }
@@ -217,7 +223,7 @@ impl Qp {
         if !self.rq.has_room() {
             return Err(PostError::QueueFull);
         }
-        match RecvWqe::resolve(&wr, tpt, self.cfg.pd) {
+        match RecvWqe::resolve(wr, tpt, self.cfg.pd) {
             Ok(wqe) => self.rq.push(wqe),
             Err(status) => {
                 let c = self.out.completion(wr.wr_id, status, WcOpcode::Recv, 0);
@@ -230,6 +236,12 @@ impl Qp {
 
     /// Posts a send-queue work request (Send, Write, Read, local invalidate).
     pub fn post_send(&mut self, wr: SendWr, tpt: &Tpt) -> Result<(), PostError> {
+        self.post_send_ref(&wr, tpt)
+    }
+
+    /// [`Qp::post_send`] from a borrowed request: a batch of posts then copies each
+    /// request once, into the send queue, instead of moving it through every call.
+    pub fn post_send_ref(&mut self, wr: &SendWr, tpt: &Tpt) -> Result<(), PostError> {
         match self.state {
             QpState::Rts => {}
             QpState::Terminate | QpState::Error => {
@@ -265,7 +277,7 @@ impl Qp {
             Access::empty()
         };
         let mut chunks = ArrayVec::new();
-        for s in &wr.sgl {
+        for s in wr.sgl.iter() {
             match tpt.check_local(s.lkey, s.addr, u64::from(s.len), need, self.cfg.pd) {
                 Ok(t) => chunks.push(Chunk {
                     region: t.region,

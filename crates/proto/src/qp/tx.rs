@@ -157,7 +157,7 @@ impl TxState {
     pub(crate) fn enqueue(
         &mut self,
         seq: u64,
-        wr: SendWr,
+        wr: &SendWr,
         chunks: ArrayVec<Chunk, MAX_SGE>,
         total: u32,
     ) {
