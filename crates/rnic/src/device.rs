@@ -415,10 +415,27 @@ impl Shared {
 }
 
 /// An open RNIC. Cheap to clone; the engine threads stop when the last clone, and every
-/// object created from it, is dropped.
+/// object created from it, is dropped. The device's own TCP (its link: a socket, a
+/// port, a TAP) closes when the last clone is dropped, in that thread: an engine that
+/// happens to hold the device for a moment must not keep the port bound after the
+/// program has let go, or a device opened next on the same port fails.
 #[derive(Clone)]
 pub struct Device {
+    /// Declared first: dropped before `shared`, so its `Drop` still finds the device.
+    _close_link: Arc<CloseLinkOnLastHandle>,
     pub(crate) shared: Arc<Shared>,
+}
+
+/// Shared by a device's handles; stops the own TCP's thread and closes its link when the
+/// last handle goes.
+struct CloseLinkOnLastHandle(std::sync::Weak<Shared>);
+
+impl Drop for CloseLinkOnLastHandle {
+    fn drop(&mut self) {
+        if let Some(user) = self.0.upgrade().as_ref().and_then(|s| s.user.as_ref()) {
+            user.shutdown();
+        }
+    }
 }
 
 impl std::fmt::Debug for Device {
@@ -491,7 +508,10 @@ impl Device {
             e.attach(Arc::downgrade(&shared));
             crate::trace::engine_started(shared.serial, &e.info(i));
         }
-        Ok(Device { shared })
+        Ok(Device {
+            _close_link: Arc::new(CloseLinkOnLastHandle(Arc::downgrade(&shared))),
+            shared,
+        })
     }
 
     /// This device's number in the process (the `dev` field of its tracing events:

@@ -282,3 +282,34 @@ fn every_operation_over_ethernet_frames_in_udp_datagrams() {
     assert!(link.iface.delivered >= 719, "{link:?}");
     assert_eq!(link.tx_dropped, 0, "{link:?}");
 }
+
+/// The own TCP's link belongs to the device's handles: when the program drops its last
+/// `Device`, a UDP frame link's port is free at once, even while an object made from
+/// the device (here a PD) still holds the device's core alive.
+#[test]
+fn dropping_the_last_device_handle_frees_its_udp_port() {
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let open = || {
+        Device::open(DeviceConfig {
+            user_tcp: Some(UserTcp::on(
+                UserLink::Udp {
+                    local: port,
+                    remote: "127.0.0.1:9".parse().unwrap(),
+                },
+                Ipv4Addr::new(10, 9, 0, 1),
+                24,
+            )),
+            ..DeviceConfig::default()
+        })
+    };
+    let dev = open().expect("the port is free");
+    let pd = dev.alloc_pd();
+    assert!(open().is_err(), "a second device cannot bind the same port");
+    drop(dev);
+    let again = open().expect("the port was given back with the last handle");
+    drop(pd);
+    drop(again);
+}

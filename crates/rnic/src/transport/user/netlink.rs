@@ -35,7 +35,10 @@ pub struct NetStats {
 
 /// An [`Interface`] on frame device `D`, as a link.
 pub(crate) struct NetLink<D: FrameDevice> {
-    iface: Interface<D>,
+    /// `None` once the device has closed: the frame device (its socket, its port) is
+    /// given back then, not when the last QP that still names the stack lets go.
+    iface: Option<Interface<D>>,
+    mtu: usize,
     frame: Vec<u8>,
     tx_dropped: u64,
     rx_errors: u64,
@@ -88,7 +91,8 @@ impl<D: FrameDevice> NetLink<D> {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let frame = vec![0; iface.frame_buffer_len()];
         Ok(NetLink {
-            iface,
+            mtu: iface.mtu(),
+            iface: Some(iface),
             frame,
             tx_dropped: 0,
             rx_errors: 0,
@@ -97,8 +101,10 @@ impl<D: FrameDevice> NetLink<D> {
     }
 
     fn publish(&self) {
-        if let Ok(mut s) = self.shared.lock() {
-            s.iface.clone_from(self.iface.stats());
+        if let Ok(mut s) = self.shared.lock()
+            && let Some(iface) = &self.iface
+        {
+            s.iface.clone_from(iface.stats());
             s.tx_dropped = self.tx_dropped;
             s.rx_errors = self.rx_errors;
         }
@@ -107,11 +113,15 @@ impl<D: FrameDevice> NetLink<D> {
 
 impl<D: FrameDevice + Send> Link for NetLink<D> {
     fn mtu(&self) -> usize {
-        self.iface.mtu()
+        self.mtu
     }
 
     fn send(&mut self, now: Duration, packet: &[u8]) {
-        match self.iface.send(now, packet) {
+        let Some(iface) = &mut self.iface else {
+            self.tx_dropped += 1;
+            return;
+        };
+        match iface.send(now, packet) {
             Ok(_) => {}
             // Lost, as on any network: the retransmission timer covers it.
             Err(SendError::DeviceBusy | SendError::QueueFull(_) | SendError::NoRoute(_)) => {
@@ -122,8 +132,11 @@ impl<D: FrameDevice + Send> Link for NetLink<D> {
     }
 
     fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8], LinkChecksum)) -> bool {
+        let Some(iface) = &mut self.iface else {
+            return false;
+        };
         let more = loop {
-            match self.iface.receive(now, &mut self.frame) {
+            match iface.receive(now, &mut self.frame) {
                 Ok(Ingress::Packet(p)) => {
                     if p.protocol() == PROTO_TCP {
                         f(p.bytes(), LinkChecksum::Unchecked);
@@ -142,16 +155,22 @@ impl<D: FrameDevice + Send> Link for NetLink<D> {
     }
 
     fn poll_timeout(&self) -> Option<Duration> {
-        self.iface.poll_timeout()
+        self.iface.as_ref()?.poll_timeout()
     }
 
     fn handle_timeout(&mut self, now: Duration) {
-        self.iface.handle_timeout(now);
+        if let Some(iface) = &mut self.iface {
+            iface.handle_timeout(now);
+        }
     }
 
     fn fd(&self) -> Option<RawFd> {
-        Some(self.iface.device().as_raw_fd())
+        Some(self.iface.as_ref()?.device().as_raw_fd())
     }
 
-    fn detach(&mut self) {}
+    /// Closes the frame device, so a device opened next can bind the same port.
+    fn detach(&mut self) {
+        self.publish();
+        self.iface = None;
+    }
 }

@@ -169,19 +169,30 @@ pub(crate) struct UserStack {
 /// The device's handle: stops the stack thread when the device closes.
 pub(crate) struct UserStackHandle {
     pub(crate) stack: Arc<UserStack>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl Drop for UserStackHandle {
-    fn drop(&mut self) {
+impl UserStackHandle {
+    /// Stops the stack thread and leaves the link (a frame link closes its device).
+    /// Idempotent; a connection still open afterwards sends into nothing.
+    pub(crate) fn shutdown(&self) {
         self.stack.stop.store(true, Ordering::Release);
         let _ = self.stack.wake.set();
-        if let Some(t) = self.thread.take() {
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(t) = thread
+            && t.thread().id() != std::thread::current().id()
+        {
             let _ = t.join();
         }
         if let Ok(mut g) = self.stack.inner.lock() {
             g.link.detach();
         }
+    }
+}
+
+impl Drop for UserStackHandle {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }
 
@@ -274,7 +285,7 @@ impl UserStack {
             .spawn(move || run.run(poll))?;
         Ok(UserStackHandle {
             stack: me,
-            thread: Some(thread),
+            thread: Mutex::new(Some(thread)),
         })
     }
 
