@@ -193,6 +193,25 @@ def table(rows, meta, skipped):
         L.append(f"| softrnic test | {heads} |")
         L.append(f"|---|{rule}|")
         L.extend(ratio_lines)
+    # The 64 B message rate against UCX's tag_bw (issue 12's target: at least 4x)
+    ucx = next((s for s in bw.values() if s["system"] == "ucx-tcp" and s["test"] == "tag_bw"),
+               None)
+    ucx64 = ucx and ucx["rows"].get(64, {}).get("bw_mib_s")
+    if ucx64:
+        L.append("")
+        L.append("## 64 B message rate against UCX tcp tag_bw")
+        L.append("")
+        rate = ucx64 * 2**20 / 64
+        L.append(f"UCX tcp tag_bw at 64 B: {rate / 1e6:.3g} M msg/s. softrnic at 64 B, "
+                 "messages per second and the ratio to it (same size, so the ratio of the "
+                 "bandwidths):")
+        L.append("")
+        L.append("| softrnic test | M msg/s | / UCX tag_bw |")
+        L.append("|---|---|---|")
+        for label, s in bw.items():
+            v = s["rows"].get(64, {}).get("bw_mib_s")
+            if s["system"] == "softrnic" and v:
+                L.append(f"| {label} | {v * 2**20 / 64 / 1e6:.3g} | {v / ucx64:.1f}x |")
     L.append("")
     L.append("Notes: softrnic's latency is perftest's t_typical (the median); UCX's is its "
              "50th percentile (tag_lat and ucp_put_lat are ping-pongs whose round trip "

@@ -10,7 +10,8 @@ use crate::verbs::{Access, PdId, RegionId, STag, WcStatus, stag_index, stag_key}
 use softrnic_wire::terminate::{
     Layer, TerminateCause, ddp_code, ddp_etype, rdmap_code, rdmap_etype,
 };
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// One memory region's entry.
@@ -91,10 +92,40 @@ fn key_other_than(key: u8, old: u8) -> u8 {
 /// (never a device-wide lock), registration and invalidation a write lock on one shard.
 /// STag index 0 is never handed out, so that STag 0 and the RTR messages' dummy STags
 /// never name a region.
-#[derive(Debug, Default)]
+///
+/// Every change to an entry (removal, invalidation, revalidation, and registration)
+/// advances `epoch`; each thread remembers the last entry it looked up with the epoch
+/// it saw ([`LAST`]), and a look-up of the same STag while the epoch has not moved
+/// takes that copy with one atomic load instead of the shard's lock (two atomic
+/// read-modify-writes: on the data path, a check per work request and per FPDU, mostly
+/// of the same STag).
+#[derive(Debug)]
 pub struct Tpt {
     shards: [RwLock<Shard>; SHARDS],
     next_shard: AtomicUsize,
+    /// This table's number among all tables of the process (a thread's remembered
+    /// entry names its table by it, never by address).
+    id: u64,
+    epoch: AtomicU64,
+}
+
+impl Default for Tpt {
+    fn default() -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Tpt {
+            shards: Default::default(),
+            next_shard: AtomicUsize::new(0),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            epoch: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A thread's last look-up: (table id, epoch then, STag, entry or none).
+type Remembered = (u64, u64, STag, Option<TptEntry>);
+
+thread_local! {
+    static LAST: Cell<Option<Remembered>> = const { Cell::new(None) };
 }
 
 /// (shard, slot) of an STag's index, if it can name a region.
@@ -122,10 +153,17 @@ impl Tpt {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self, shard: usize) -> RwLockWriteGuard<'_, Shard> {
-        self.shards[shard]
+    /// A shard to change. The epoch advances as the lock is taken (and is read again
+    /// by every look-up after the change), so no thread keeps using an entry from
+    /// before it.
+    fn write(&self, shard: usize) -> EpochGuard<'_> {
+        let guard = self.shards[shard]
             .write()
-            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner);
+        EpochGuard {
+            guard,
+            epoch: &self.epoch,
+        }
     }
 
     /// Adds a region; returns its STag, or None when the 24-bit index space is used up.
@@ -171,9 +209,25 @@ impl Tpt {
 
     /// The entry whose index the STag names, if the key matches too.
     pub fn get(&self, stag: STag) -> Option<TptEntry> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let last = LAST.try_with(Cell::get).ok().flatten();
+        if let Some((id, seen, s, e)) = last
+            && id == self.id
+            && seen == epoch
+            && s == stag
+        {
+            return e;
+        }
         let (shard, slot) = locate(stag)?;
-        let s = self.read(shard);
-        s.slots.get(slot)?.filter(|e| e.key == stag_key(stag))
+        let e = self
+            .read(shard)
+            .slots
+            .get(slot)?
+            .filter(|e| e.key == stag_key(stag));
+        // Remembered with the epoch read before the look-up: a change made meanwhile
+        // makes the next look-up read the table again.
+        let _ = LAST.try_with(|l| l.set(Some((self.id, epoch, stag, e))));
+        e
     }
 
     /// Number of regions registered.
@@ -344,6 +398,32 @@ impl Tpt {
     }
 }
 
+/// A shard's write lock that advances the table's epoch when it is released, after
+/// the change: a look-up that still sees the old epoch ran before the change ended.
+struct EpochGuard<'a> {
+    guard: RwLockWriteGuard<'a, Shard>,
+    epoch: &'a AtomicU64,
+}
+
+impl std::ops::Deref for EpochGuard<'_> {
+    type Target = Shard;
+    fn deref(&self) -> &Shard {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for EpochGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Shard {
+        &mut self.guard
+    }
+}
+
+impl Drop for EpochGuard<'_> {
+    fn drop(&mut self) {
+        self.epoch.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// Whether rights allow a peer to invalidate the STag (see [`Tpt::invalidate_remote`]).
 pub fn remotely_invalidatable(access: Access) -> bool {
     access.contains(Access::REMOTE_INVALIDATE)
@@ -374,6 +454,51 @@ mod tests {
     }
 
     const TAGGED: RemoteAccess = RemoteAccess::TaggedPlacement;
+
+    /// The entry a thread remembers is used only while nothing changed: every change
+    /// (invalidate, revalidate, remove, a registration) is seen by the next check on
+    /// this thread and on another, and two tables never share a remembered entry.
+    #[test]
+    fn a_remembered_entry_never_outlives_a_change() {
+        let t = Tpt::new();
+        let s = t.insert(entry(1, Access::REMOTE_WRITE)).unwrap();
+        let ok = |t: &Tpt, s| t.check_remote(s, 0x1000, 8, Access::REMOTE_WRITE, PdId(1), TAGGED);
+        assert!(ok(&t, s).is_ok());
+        assert!(ok(&t, s).is_ok(), "the remembered entry");
+        t.invalidate(s, PdId(1)).unwrap();
+        assert!(ok(&t, s).is_err(), "invalidated");
+        let s2 = t.revalidate(s, 0x77).unwrap();
+        assert!(ok(&t, s).is_err(), "the old key stays invalid");
+        assert!(ok(&t, s2).is_ok());
+        // Another thread remembers the entry; a change here reaches its next check.
+        let tr = &t;
+        std::thread::scope(|sc| {
+            let (go, ready) = std::sync::mpsc::channel::<()>();
+            let (done, changed) = std::sync::mpsc::channel::<()>();
+            let h = sc.spawn(move || {
+                assert!(ok(tr, s2).is_ok());
+                go.send(()).unwrap();
+                changed.recv().unwrap();
+                ok(tr, s2)
+            });
+            ready.recv().unwrap();
+            assert!(t.remove(s2).is_some());
+            done.send(()).unwrap();
+            assert!(
+                h.join().unwrap().is_err(),
+                "removed, seen by the other thread"
+            );
+        });
+        assert!(ok(&t, s2).is_err(), "removed");
+        // A second table with an entry under the same STag has its own.
+        let u = Tpt::new();
+        let a = u.insert(entry(1, Access::REMOTE_READ)).unwrap();
+        let b = Tpt::new();
+        assert_eq!(b.insert(entry(1, Access::REMOTE_WRITE)).unwrap(), a);
+        assert!(ok(&b, a).is_ok());
+        assert!(ok(&u, a).is_err(), "the other table's rights");
+        assert!(ok(&b, a).is_ok());
+    }
 
     #[test]
     fn remote_checks_give_exact_causes() {

@@ -287,16 +287,20 @@ impl CqShared {
 
     /// Lets the consumer's thread drive the sockets of the QPs on this CQ (a consumer
     /// that keeps doing so takes them over).
-    fn drive(&self) -> bool {
+    /// A polling consumer's drive of the CQ's QPs: whether anything moved, and whether
+    /// the engines read the sockets (many QPs, see [`CONSUMER_READS_MAX_QPS`]).
+    fn drive(&self) -> (bool, bool) {
         let Some(dev) = self.dev.upgrade() else {
-            return false;
+            return (false, false);
         };
         let ready = self.polls.drive();
+        let list = self.qp_list();
+        let engine_reads = list.len() > CONSUMER_READS_MAX_QPS;
         let mut any = false;
-        for qp in self.qp_list().iter().filter_map(Weak::upgrade) {
-            any |= qp.consumer_progress(&dev, ready);
+        for qp in list.iter().filter_map(Weak::upgrade) {
+            any |= qp.consumer_progress(&dev, ready, engine_reads);
         }
-        any
+        (any, engine_reads)
     }
 
     /// The consumer goes to sleep on this CQ's events: the engines take back the
@@ -314,6 +318,13 @@ impl CqShared {
         }
     }
 }
+
+/// Hybrid progress: a CQ with more QPs than this has the engines read its QPs'
+/// sockets, and its polling consumer only sends what they have queued. Reading each
+/// socket on every poll costs a `read(2)` per QP and poll, most of them empty, while
+/// an engine's one `epoll_wait` finds the ready ones; with few QPs (a latency-bound
+/// ping-pong) the consumer reads and claims the sockets itself (`crate::handoff`).
+pub(crate) const CONSUMER_READS_MAX_QPS: usize = 8;
 
 /// A completion queue.
 #[derive(Clone)]
@@ -370,17 +381,32 @@ impl Cq {
     pub fn poll(&self, out: &mut [Completion]) -> usize {
         let s = &self.shared;
         if !s.hybrid {
-            return s.pop_into(out);
+            let n = s.pop_into(out);
+            if n == 0 && !out.is_empty() {
+                // Engine progress: only an engine thread can add a completion now, and
+                // it may be waiting for this CPU (a busy-polling program thread and
+                // an engine on one CPU otherwise take turns only at the scheduler's
+                // time slice, a millisecond or more: see ARCHITECTURE.md, "Many QPs").
+                std::thread::yield_now();
+            }
+            return n;
         }
         s.polls.poll();
         let n = s.pop_into(out);
         if n > 0 || out.is_empty() {
             return n;
         }
-        if s.drive() {
-            return s.pop_into(out);
+        match s.drive() {
+            (true, _) => s.pop_into(out),
+            (false, engine_reads) => {
+                if engine_reads {
+                    // As in engine progress (above): the engine that will read the
+                    // next message may be waiting for this CPU.
+                    std::thread::yield_now();
+                }
+                0
+            }
         }
-        0
     }
 
     /// One completion, if any.

@@ -325,6 +325,12 @@ fn run(
         }
         timers.take_due(&mut due);
         if events.is_empty() && due.is_empty() {
+            if spinning.is_some() {
+                // Spinning found nothing: let a thread that shares this CPU (a
+                // program polling a CQ) run, instead of holding the CPU for a whole
+                // scheduler time slice.
+                std::thread::yield_now();
+            }
             continue;
         }
         // Hold the device only while working, so dropping it is never blocked by an

@@ -239,10 +239,27 @@ impl QpShared {
     /// A polling consumer's drive (`ready`: it has driven often enough to claim the
     /// socket, see [`crate::handoff`]): progress if nobody else is; true if anything
     /// moved.
-    pub(crate) fn consumer_progress(self: &Arc<Self>, dev: &Shared, ready: bool) -> bool {
+    ///
+    /// With `engine_reads` (a CQ with many QPs, see `cq::CONSUMER_READS_MAX_QPS`), the
+    /// engine keeps the socket and reads it: the consumer only sends what is queued,
+    /// and gives back a socket it had claimed.
+    pub(crate) fn consumer_progress(
+        self: &Arc<Self>,
+        dev: &Shared,
+        ready: bool,
+        engine_reads: bool,
+    ) -> bool {
         let Ok(mut g) = self.inner.try_lock() else {
             return false;
         };
+        if engine_reads {
+            if g.owner.is_claimed() {
+                self.release(&mut g, dev);
+            }
+            let queued =
+                g.core.send_queue_len() > 0 || g.conn.as_ref().is_some_and(|c| !c.tx.is_flushed());
+            return queued && self.progress_pass(&mut g, dev, Pass::TransmitOnly);
+        }
         if let Action::Claim(at) = g.owner.on_consumer_drive(ready, crate::engine::now) {
             self.claim(&mut g, dev, at);
         }
@@ -480,6 +497,8 @@ impl QpShared {
                 CqSide::Recv => self.recv_cq.push(c, c.solicited),
             }
         }
+        // Queues a burst grew give their room back once empty.
+        g.core.shrink_idle_queues();
     }
 
     /// Connects the QP to an established MPA stream: parameters, leftover octets that
@@ -626,9 +645,18 @@ impl Qp {
 
     /// Posts a receive work request.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.post_recv_batch(std::iter::once(wr))
+    }
+
+    /// Posts a chain of receive work requests under one lock of the QP (as
+    /// `ibv_post_recv` takes a list). Stops at the first refused one: those before it
+    /// are posted.
+    pub fn post_recv_batch(&self, wrs: impl IntoIterator<Item = RecvWr>) -> Result<()> {
         let dev = self.dev()?;
         let mut g = self.shared.lock()?;
-        g.core.post_recv(wr, &dev.tpt)?;
+        for wr in wrs {
+            g.core.post_recv(wr, &dev.tpt)?;
+        }
         if g.core.state() == QpState::Error {
             // A bad receive SGE is a local error: close the connection now (nothing
             // else may wake this QP), so the peer learns.

@@ -7,6 +7,7 @@ use crate::buf_pool;
 use crate::close::connection_lost;
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
+use crate::region_table::LastRegion;
 use crate::srq::{SrqShared, SrqSource};
 use softrnic_proto::QpId;
 use softrnic_proto::qp::{Qp as Core, RxCtx, RxNeed};
@@ -226,18 +227,35 @@ fn receive_stream(
                 match region.io_slice(chunk.offset as usize, chunk.len) {
                     Ok(slice) => {
                         stats.rx_syscalls += 1;
-                        let r = conn.transport.read_into(&slice);
+                        // The payload's last piece: its trailer and the least of the
+                        // next header come in the same call (`readv`), into staging.
+                        let tail = core
+                            .rx_trailer_after_place()
+                            .map(|t| (t + MIN_FPDU_HEADER).min(RX_STAGING_LEN));
+                        let r = match tail {
+                            Some(t) => {
+                                if staging.buf.is_empty() {
+                                    staging.buf = buf_pool::take_staging();
+                                }
+                                conn.transport.read_into_then(&slice, &mut staging.buf[..t])
+                            }
+                            None => conn.transport.read_into(&slice),
+                        };
                         if let Ok(n) = r
                             && n > 0
                         {
-                            core.rx_placed_with(n, |crc| {
-                                // SAFETY: the first `n` octets were just written by
-                                // `read`; the shared view lives only for this CRC
+                            let placed = n.min(chunk.len);
+                            core.rx_placed_with(placed, |crc| {
+                                // SAFETY: the first `placed` octets were just written
+                                // by the read; the shared view lives only for this CRC
                                 // computation.
-                                crc32c_append(crc, unsafe { &slice.as_slice()[..n] })
+                                crc32c_append(crc, unsafe { &slice.as_slice()[..placed] })
                             });
-                            stats.rx_direct_bytes += n as u64;
+                            stats.rx_direct_bytes += placed as u64;
                             staging.after_payload = true;
+                            // What came after the payload is the stream's next octets.
+                            staging.start = 0;
+                            staging.end = n - placed;
                         }
                         r
                     }
@@ -314,8 +332,36 @@ pub(crate) fn feed(
 ) -> std::result::Result<usize, ()> {
     let mut src = srq.map(|s| SrqSource { srq: s, dev });
     let mut ctx = ctx_for(dev, &mut src);
+    let mut last = LastRegion::default();
     let mut at = 0;
     while at < data.len() {
+        // Whole small FPDUs in the read-ahead (the usual case for small messages) go
+        // through the core's fast path, one call each; `last` keeps the region the
+        // previous one went to, for this read-ahead.
+        let mut lost = false;
+        let mut copied = 0;
+        let whole = core.rx_take_fpdu(&data[at..], &mut ctx, &mut |c, bytes| {
+            let ok = last
+                .get(dev, c.region)
+                .map(|r| r.write(c.offset as usize, bytes).is_ok());
+            // A region deregistered after the TPT check: the payload has nowhere to go
+            // (and the TPT entry's bounds are the region's, so `write` cannot fail).
+            debug_assert!(ok != Some(false), "placement outside its region: {c:?}");
+            lost = ok != Some(true);
+            copied += if lost { 0 } else { bytes.len() };
+            !lost
+        });
+        if let Some(n) = whole {
+            stats.rx_copied_bytes += copied as u64;
+            if lost {
+                core.to_error();
+                return Err(());
+            }
+            at += n;
+            staging.after_payload = false;
+            staging.after_internal(core);
+            continue;
+        }
         match core.rx_need() {
             RxNeed::Stopped | RxNeed::Wait => break,
             RxNeed::Internal(n) => {

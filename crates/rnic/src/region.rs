@@ -272,6 +272,31 @@ impl Region {
         Ok(())
     }
 
+    /// Appends `len` bytes from the region at `offset` to `out`, without zeroing the
+    /// room first (the transmit path gathers small FPDUs this way).
+    ///
+    /// Safe at any time, as [`Region::read`].
+    pub fn append_to(
+        &self,
+        offset: usize,
+        len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RegionError> {
+        self.check(offset, len)?;
+        out.reserve(len);
+        let at = out.len();
+        // SAFETY: the source range is inside the region (checked) and valid for reads
+        // for `self`'s life. After `reserve`, `out` has room for `len` more bytes at
+        // `at`; that spare capacity belongs to the vector's own allocation, which is not
+        // region memory, so the ranges do not overlap. The copy initialises exactly
+        // those `len` bytes, so `set_len` exposes only initialised bytes.
+        unsafe {
+            ptr::copy_nonoverlapping(self.ptr_at(offset), out.as_mut_ptr().add(at), len);
+            out.set_len(at + len);
+        }
+        Ok(())
+    }
+
     /// Sets `len` bytes at `offset` to `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), RegionError> {
         self.check(offset, len)?;
@@ -560,6 +585,21 @@ mod tests {
         assert_eq!(&out[..5], &data[72..77]);
         assert!(out[5..55].iter().all(|&b| b == 0xee));
         assert_eq!(&out[55..], &data[127..132]);
+    }
+
+    #[test]
+    fn append_to_extends_with_the_region_bytes_and_checks_bounds() {
+        let r = Region::alloc(ID, 4096).unwrap();
+        let data: Vec<u8> = (0..=255u8).cycle().take(300).collect();
+        r.write(1000, &data).unwrap();
+        let mut out = vec![9u8; 3];
+        r.append_to(1000, 300, &mut out).unwrap();
+        assert_eq!(&out[..3], &[9, 9, 9]);
+        assert_eq!(&out[3..], &data[..]);
+        r.append_to(4000, 96, &mut out).unwrap();
+        assert_eq!(out.len(), 399);
+        assert_eq!(r.append_to(4000, 97, &mut out), Err(oob(4000, 97, 4096)));
+        assert_eq!(out.len(), 399, "nothing appended on an error");
     }
 
     #[test]

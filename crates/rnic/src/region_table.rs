@@ -87,6 +87,25 @@ impl RegionTable {
     }
 }
 
+/// The last region a data-path pass looked up, kept for the length of one call (a
+/// transmit pass, the feeding of one read-ahead), so that a run of FPDUs from or into
+/// one region takes one look-up (a shard lock and a reference count) instead of one
+/// each. It lives only as long as the call, so it never keeps a deregistered region's
+/// memory for longer (the TPT, checked per FPDU, refuses its STag from then on).
+#[derive(Default)]
+pub(crate) struct LastRegion(Option<Arc<Region>>);
+
+impl LastRegion {
+    /// The region registered under `id`, if it still is (or was, at this call's first
+    /// look-up of it).
+    pub(crate) fn get(&mut self, dev: &crate::device::Shared, id: RegionId) -> Option<&Region> {
+        if self.0.as_ref().is_none_or(|r| r.id() != id) {
+            self.0 = dev.region(id);
+        }
+        self.0.as_deref()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,18 +1,22 @@
 //! A QP's transmit path on a byte stream: take the FPDUs the protocol core wants sent,
 //! gather small ones into the connection's transmit buffer (many per `send`), and send
-//! each large one with one `sendmsg(2)` that gathers header, registered memory and
-//! trailer without a copy.
+//! large ones with `sendmsg(2)`, which gathers headers, registered memory and trailers
+//! without a copy: all the FPDUs of a large message up to its last one (at most
+//! [`TX_BATCH`]) in one call.
 
 use crate::buf_pool;
 use crate::close::connection_lost;
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
 use crate::region::Region;
+use crate::region_table::LastRegion;
 use crate::sys::socket::IoVecs;
 use crate::transport::Transport;
+use arrayvec::ArrayVec;
 use softrnic_proto::QpId;
 use softrnic_proto::qp::{Qp as Core, TxFpdu};
 use softrnic_wire::crc::{crc32c, crc32c_append};
+use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
 
@@ -29,11 +33,19 @@ pub const TX_GATHER_MAX: usize = 16384;
 /// gathered octet is out, so an idle QP holds none.
 pub(crate) const TX_BUF_LEN: usize = 64 * 1024;
 
+/// Large FPDUs sent together in one `sendmsg` at most: the FPDUs of one message up
+/// to the one that completes it (16 x 65000 octets: a 1 MiB Write in two calls where
+/// the socket takes it).
+pub(crate) const TX_BATCH: usize = 16;
+
+/// Gather-list entries of one FPDU at most: header, payload pieces, trailer.
+const FPDU_IOVECS: usize = softrnic_proto::MAX_SGE + 2;
+
 /// An FPDU ready to go: its header, the regions that hold its payload (kept alive
 /// until it is out), its trailer (pad and CRC), and how much of it is written.
 struct PendingTx {
     fpdu: TxFpdu,
-    regions: Vec<Arc<Region>>,
+    regions: ArrayVec<Arc<Region>, { softrnic_proto::MAX_SGE }>,
     trailer: [u8; 7],
     trailer_len: usize,
     written: usize,
@@ -43,8 +55,9 @@ struct PendingTx {
 /// What a connection has queued for transmission but not yet handed to the stream.
 #[derive(Default)]
 pub(crate) struct TxQueue {
-    /// A large FPDU, sent from registered memory.
-    pending: Option<PendingTx>,
+    /// Large FPDUs, sent from registered memory, in order; only the last may
+    /// complete something (see [`TX_BATCH`]).
+    pending: VecDeque<PendingTx>,
     /// Gathered small FPDUs (see [`TX_GATHER_MAX`]); `sent` octets of it are out. Empty
     /// and unallocated when nothing waits (see [`TX_BUF_LEN`]).
     buf: Vec<u8>,
@@ -56,7 +69,7 @@ pub(crate) struct TxQueue {
 impl TxQueue {
     /// Whether every queued octet is out.
     pub(crate) fn is_flushed(&self) -> bool {
-        self.pending.is_none() && self.sent == self.buf.len()
+        self.pending.is_empty() && self.sent == self.buf.len()
     }
 
     /// Octets of buffer the QP holds now.
@@ -118,40 +131,48 @@ fn transmit_stream(
     dev: &Shared,
 ) -> bool {
     let mut moved = false;
+    let mut last = LastRegion::default();
     loop {
         let tx = &mut conn.tx;
-        // 1. The next FPDU: small ones are gathered, a large one waits its turn.
-        if tx.pending.is_none() {
-            let mut f = std::mem::take(&mut tx.scratch);
-            let mut has = core.poll_transmit(&mut f);
-            if !has {
+        // 1. The next FPDU: small ones are gathered, large ones wait their turn, as
+        // many as may go in one call (those of one message, up to the one that
+        // completes it). The core builds each in the reused scratch header (nothing
+        // allocated per small FPDU).
+        let room = match tx.pending.back() {
+            None => true,
+            Some(p) => !p.fpdu.completes && tx.pending.len() < TX_BATCH,
+        };
+        if room && core.may_transmit() {
+            let mut has = core.poll_transmit(&mut tx.scratch);
+            if !has && tx.pending.is_empty() {
                 core.run_local_ops(&dev.tpt);
-                has = core.poll_transmit(&mut f);
+                has = core.poll_transmit(&mut tx.scratch);
             }
             if has {
-                let Some(p) = prepare(f, dev) else {
-                    // A region vanished under a queued request: the QP cannot
-                    // continue sending correct data.
-                    core.to_error();
-                    break;
-                };
-                if p.total <= TX_GATHER_MAX && tx.room_for(p.total) {
-                    if !gather(&p, &mut tx.buf) {
+                let total = tx.scratch.wire_len();
+                if tx.pending.is_empty() && total <= TX_GATHER_MAX && tx.room_for(total) {
+                    if !gather(&tx.scratch, &mut tx.buf, dev, &mut last) {
+                        // A region vanished under a queued request: the QP cannot
+                        // continue sending correct data.
                         core.to_error();
                         break;
                     }
-                    tx.scratch = p.fpdu;
                     stats.tx_fpdus += 1;
-                    core.transmit_done();
+                    if tx.scratch.completes {
+                        core.transmit_done();
+                    }
                     moved = true;
                     continue;
                 }
-                tx.pending = Some(p);
-            } else {
-                tx.scratch = f;
+                let Some(p) = prepare(std::mem::take(&mut tx.scratch), dev) else {
+                    core.to_error();
+                    break;
+                };
+                tx.pending.push_back(p);
+                continue;
             }
         }
-        // 2. Gathered octets go first: they were queued before the pending FPDU.
+        // 2. Gathered octets go first: they were queued before the pending FPDUs.
         if tx.sent < tx.buf.len() {
             stats.tx_syscalls += 1;
             match conn.transport.send(&tx.buf[tx.sent..]) {
@@ -169,21 +190,29 @@ fn transmit_stream(
                 }
             }
         }
-        // 3. A large FPDU, gathered from registered memory by the kernel.
-        let Some(p) = tx.pending.as_mut() else {
+        // 3. Large FPDUs, gathered from registered memory by the kernel.
+        if tx.pending.is_empty() {
             break;
-        };
+        }
         stats.tx_syscalls += 1;
-        match send_pending(&mut *conn.transport, p) {
-            Ok(n) => {
-                p.written += n;
+        match send_pending(&mut *conn.transport, &tx.pending) {
+            Ok(mut n) => {
                 moved = true;
-                if p.written == p.total {
-                    if let Some(p) = tx.pending.take() {
+                while let Some(p) = tx.pending.front_mut() {
+                    let left = p.total - p.written;
+                    if n < left {
+                        p.written += n;
+                        break;
+                    }
+                    n -= left;
+                    if let Some(p) = tx.pending.pop_front() {
+                        stats.tx_fpdus += 1;
+                        if p.fpdu.completes {
+                            core.transmit_done();
+                        }
+                        // Its header buffer is the scratch again.
                         tx.scratch = p.fpdu;
                     }
-                    stats.tx_fpdus += 1;
-                    core.transmit_done();
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -201,7 +230,7 @@ fn transmit_stream(
 /// Resolves an FPDU's payload to live regions and computes its trailer; `None` if a
 /// region no longer holds the payload's range.
 fn prepare(fpdu: TxFpdu, dev: &Shared) -> Option<PendingTx> {
-    let mut regions = Vec::with_capacity(fpdu.chunks.len());
+    let mut regions = ArrayVec::new();
     for c in &fpdu.chunks {
         let r = dev.region(c.region)?;
         r.check(c.offset as usize, c.len).ok()?;
@@ -234,54 +263,67 @@ fn prepare(fpdu: TxFpdu, dev: &Shared) -> Option<PendingTx> {
 }
 
 /// Appends a whole FPDU (header, payload copied from registered memory, pad and CRC)
-/// to `out`; false if a region no longer holds the payload's range.
-fn gather(p: &PendingTx, out: &mut Vec<u8>) -> bool {
-    out.extend_from_slice(p.fpdu.header_bytes());
-    for (c, r) in p.fpdu.chunks.iter().zip(&p.regions) {
-        let at = out.len();
-        out.resize(at + c.len, 0);
-        if r.read(c.offset as usize, &mut out[at..]).is_err() {
+/// to `out`; false if a region no longer holds the payload's range (`out` is then left
+/// as it was). `last` saves a look-up per FPDU from the region the previous one came
+/// from. The CRC, when negotiated, is computed over the gathered octets.
+fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) -> bool {
+    let start = out.len();
+    out.extend_from_slice(f.header_bytes());
+    for c in &f.chunks {
+        let copied = last
+            .get(dev, c.region)
+            .map(|r| r.append_to(c.offset as usize, c.len, out).is_ok());
+        if copied != Some(true) {
+            out.truncate(start);
             return false;
         }
     }
-    let pad = p.fpdu.pad_len();
-    out.extend_from_slice(&p.trailer[..p.trailer_len.min(pad + 4)]);
+    let pad = f.pad_len();
+    out.extend_from_slice(&[0u8; 3][..pad]);
+    let crc = if f.crc { crc32c(&out[start..]) } else { 0 };
+    let (trailer, trailer_len) = f.trailer(crc);
+    out.extend_from_slice(&trailer[trailer_len - 4..trailer_len]);
     true
 }
 
-/// Writes as much of a pending FPDU as the stream takes.
-fn send_pending(t: &mut dyn Transport, p: &PendingTx) -> io::Result<usize> {
-    let mut iov: [libc::iovec; softrnic_proto::MAX_SGE + 3] = [libc::iovec {
+/// Writes as much of the pending FPDUs, in order, as the stream takes (one call).
+fn send_pending(t: &mut dyn Transport, pending: &VecDeque<PendingTx>) -> io::Result<usize> {
+    let mut iov = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
-    }; softrnic_proto::MAX_SGE + 3];
+    }; TX_BATCH * FPDU_IOVECS];
     let mut n = 0;
-    let mut skip = p.written;
-    let mut push = |ptr: *const u8, len: usize, n: &mut usize| {
-        if skip >= len {
-            skip -= len;
-            return;
-        }
-        iov[*n] = libc::iovec {
-            // SAFETY: `skip < len`, so the pointer stays inside the same buffer.
-            iov_base: unsafe { ptr.add(skip) } as *mut libc::c_void,
-            iov_len: len - skip,
+    for p in pending.iter().take(TX_BATCH) {
+        let mut skip = p.written;
+        let mut push = |ptr: *const u8, len: usize| {
+            if skip >= len {
+                skip -= len;
+                return;
+            }
+            if let Some(slot) = iov.get_mut(n) {
+                *slot = libc::iovec {
+                    // SAFETY: `skip < len`, so the pointer stays inside the same buffer.
+                    iov_base: unsafe { ptr.add(skip) } as *mut libc::c_void,
+                    iov_len: len - skip,
+                };
+                n += 1;
+            }
+            skip = 0;
         };
-        skip = 0;
-        *n += 1;
-    };
-    let header = p.fpdu.header_bytes();
-    push(header.as_ptr(), header.len(), &mut n);
-    for (c, r) in p.fpdu.chunks.iter().zip(&p.regions) {
-        if let Ok(s) = r.io_slice(c.offset as usize, c.len) {
-            push(s.as_ptr(), s.len(), &mut n);
+        let header = p.fpdu.header_bytes();
+        push(header.as_ptr(), header.len());
+        for (c, r) in p.fpdu.chunks.iter().zip(&p.regions) {
+            if let Ok(s) = r.io_slice(c.offset as usize, c.len) {
+                push(s.as_ptr(), s.len());
+            }
         }
+        let pad = p.fpdu.pad_len();
+        push(p.trailer.as_ptr(), p.trailer_len.min(pad + 4));
     }
-    let pad = p.fpdu.pad_len();
-    push(p.trailer.as_ptr(), p.trailer_len.min(pad + 4), &mut n);
-    // SAFETY: every entry points into memory that stays alive and unmoved while `p` is
-    // borrowed (the FPDU header and trailer are owned by `p`; region memory is kept
-    // alive by the Arcs in `p.regions`), and the gather list lives no longer than that.
+    // SAFETY: every entry points into memory that stays alive and unmoved while
+    // `pending` is borrowed (FPDU headers and trailers are owned by its entries; region
+    // memory is kept alive by the Arcs in their `regions`), and the gather list lives
+    // no longer than that.
     let iov = unsafe { IoVecs::new(&iov[..n]) };
     t.send_gather(iov)
 }

@@ -220,3 +220,60 @@ fn a_claimed_qp_disconnects() {
     assert_eq!(status_of(&flushed, 5), WcStatus::WrFlushError);
     assert_eq!(a.qp.state(), QpState::Error);
 }
+
+/// A CQ with more QPs than a consumer reads itself (`CONSUMER_READS_MAX_QPS`): its
+/// polling consumer claims no socket, the engine reads them all, and the consumer's
+/// polls still send what is queued; every message of every QP arrives intact, in
+/// order, and the polls drive no socket reads of their own.
+#[test]
+fn a_consumer_of_many_qps_leaves_the_reads_to_the_engine() {
+    const QPS: usize = 12;
+    let a = end().build();
+    let b = end().build();
+    let size = 48;
+    let mut pairs = Vec::new();
+    for _ in 0..QPS {
+        let qa = a.dev.create_qp(&a.pd, QpInit::new(&a.cq, 16, 16)).unwrap();
+        let qb = b.dev.create_qp(&b.pd, QpInit::new(&b.cq, 16, 16)).unwrap();
+        connect_qps((&a.dev, &qa), (&b.dev, &qb));
+        pairs.push((qa, qb));
+    }
+    let src = a.pd.alloc_mr(QPS * size, Access::empty()).unwrap();
+    let dst = b.pd.alloc_mr(QPS * 8 * size, Access::LOCAL_WRITE).unwrap();
+    claim_by_polling(&a.cq);
+    claim_by_polling(&b.cq);
+    for round in 0..8 {
+        for (i, (qa, qb)) in pairs.iter().enumerate() {
+            let at = (i * 8 + round) * size;
+            qb.post_recv(RecvWr::new(at as u64, [dst.sge(at, size)]))
+                .unwrap();
+            src.write(i * size, &pattern(size, at as u64)).unwrap();
+            qa.post_send(SendWr::send(at as u64, [src.sge(i * size, size)]))
+                .unwrap();
+        }
+        // Both ends poll from this one thread; the sends complete at a, the receives
+        // at b.
+        let mut got = Vec::new();
+        let mut spins = 0u64;
+        while got.len() < QPS {
+            let _ = a.cq.poll_one();
+            if let Some(c) = b.cq.poll_one() {
+                assert_eq!((c.status, c.byte_len as usize), (WcStatus::Success, size));
+                got.push(c.wr_id);
+            }
+            spins += 1;
+            assert!(spins < 500_000_000, "receives missing: {got:?}");
+        }
+        for at in got {
+            let mut v = vec![0; size];
+            dst.read(at as usize, &mut v).unwrap();
+            assert_eq!(v, pattern(size, at), "message at {at}");
+        }
+    }
+    let reads: u64 = pairs.iter().map(|(_, qb)| qb.stats().rx_syscalls).sum();
+    let messages = (QPS * 8) as u64;
+    assert!(
+        reads <= 2 * messages + 4 * QPS as u64,
+        "{reads} reads for {messages} messages: the polls read the sockets"
+    );
+}

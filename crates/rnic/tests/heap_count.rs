@@ -2,10 +2,9 @@
 //! what is allocated, grown, shrunk and freed once started, and passes every block
 //! through to the system allocator intact.
 //!
-//! The counts are the whole process's, so this binary has no test harness
-//! (`harness = false`): libtest's main thread allocates its bookkeeping for a test it
-//! has just spawned, which on a busy machine happens while that test already runs and
-//! used to show in the exact counts below. Here `main` is the only thread.
+//! The count is process-wide, so this binary has no test harness (`harness = false` in
+//! Cargo.toml): libtest's own thread may allocate while a test runs, which made the
+//! exact counts below fail now and then on a busy machine. `main` runs alone.
 
 use softrnic_rnic::heap_count::{self, CountingAlloc};
 
@@ -14,12 +13,12 @@ static HEAP: CountingAlloc = CountingAlloc;
 
 fn main() {
     counts_net_octets_through_alloc_realloc_and_free();
-    println!("heap_count: counts_net_octets_through_alloc_realloc_and_free ok");
+    println!("heap_count: counts_net_octets_through_alloc_realloc_and_free ... ok");
 }
 
 fn counts_net_octets_through_alloc_realloc_and_free() {
     assert!(heap_count::start(), "installed: the probe was counted");
-    // No other thread runs in this process: every count below is this code's.
+    // No other thread runs in this process.
     let base = heap_count::net();
     let allocs = heap_count::allocations();
     let mut v: Vec<u8> = Vec::with_capacity(1 << 20);

@@ -158,3 +158,38 @@ fn send_with_invalidate_solicited_and_local_invalidate() {
     );
     assert!(!mine.is_valid());
 }
+
+/// A chain of receives posted in one call (`post_recv_batch`) takes the Sends in
+/// order, each into its own buffer, and a bad SGE in the chain stops it there: the
+/// receives before it are posted, it completes in error, and the QP fails.
+#[test]
+fn receives_posted_as_a_chain_take_sends_in_order() {
+    let (a, b) = end().queues(16, 16).pair();
+    let src = a.pd.alloc_mr(3 * 100, Access::empty()).unwrap();
+    let data = pattern(300, 9);
+    src.write(0, &data).unwrap();
+    let dst = b.pd.alloc_mr(300, Access::LOCAL_WRITE).unwrap();
+    b.qp.post_recv_batch((0..3u64).map(|i| RecvWr::new(50 + i, [dst.sge(i as usize * 100, 100)])))
+        .unwrap();
+    a.qp.post_send_batch((0..3u64).map(|i| SendWr::send(i, [src.sge(i as usize * 100, 100)])))
+        .unwrap();
+    let r = take(&b.cq, 3);
+    let got: Vec<_> = r.iter().map(|c| (c.wr_id, c.status, c.byte_len)).collect();
+    assert_eq!(
+        got,
+        (0..3u64)
+            .map(|i| (50 + i, WcStatus::Success, 100))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(dst.to_vec(), data);
+    let ro = b.pd.alloc_mr(8, Access::empty()).unwrap();
+    b.qp.post_recv_batch([
+        RecvWr::new(60, [dst.sge(0, 8)]),
+        RecvWr::new(61, [ro.sge(0, 8)]),
+    ])
+    .unwrap();
+    let c = one(&b.cq);
+    assert_eq!((c.wr_id, c.status), (61, WcStatus::LocalProtectionError));
+    assert_eq!(b.qp.state(), QpState::Error);
+    assert_eq!(status_of(&drained(&b.cq), 60), WcStatus::WrFlushError);
+}

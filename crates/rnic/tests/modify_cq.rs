@@ -269,7 +269,13 @@ fn moves_under_load(progress: ProgressMode, seed: u64) {
             state,
         );
     });
-    // Exact accounting per CQ.
+    // Exact accounting per CQ. The scope joined the channel's consumer, so its
+    // acknowledgements are in; a callback's event is acknowledged by its dispatcher
+    // just after the callback returns, so wait for the last of those.
+    wait_until("every handled event acknowledged", || {
+        cons.iter()
+            .all(|c| c.cq.event_counts().acked == c.handled.load(Ordering::Relaxed))
+    });
     for (i, c) in cons.iter().enumerate() {
         let e = c.cq.event_counts();
         let handled = c.handled.load(Ordering::Relaxed);

@@ -292,6 +292,64 @@ fn delayed_acks_cover_two_segments_or_wait_40_ms() {
 }
 
 #[test]
+fn freed_receive_space_is_announced_at_once_with_delayed_acks() {
+    // A 16 KiB window of 1000-octet segments, ACKs delayed 40 ms; the reader is slow.
+    let mut n = Net::new(cfg(), cfg());
+    n.established();
+    n.b.reading = false;
+    let data = pattern(40_000, 21);
+    n.a.outbox.extend(&data[..2000]);
+    n.run_until(1000 * MS, |n| {
+        n.b.rx.readable() == 2000 && n.a.conn.unacknowledged() == 0
+    });
+    // Freeing a little while the sender knows a large window is not worth a segment.
+    let mut buf = vec![0u8; 8000];
+    assert_eq!(n.b.rx.read_from(&mut n.b.conn, &mut buf[..1000]), 1000);
+    n.b.got.extend_from_slice(&buf[..1000]);
+    let quiet = n.now;
+    n.a.outbox.extend(&data[2000..15_000]);
+    // Fifteen segments in all: the last one's ACK waits for the delayed-ACK timer,
+    // and then a knows a window of 2384 octets.
+    n.run_until(1000 * MS, |n| {
+        n.b.rx.readable() == 14_000 && n.a.conn.unacknowledged() == 0
+    });
+    assert!(n.sent(Side::B, |l| l.at == quiet).is_empty());
+    let known = n
+        .sent(Side::B, |l| l.flags == Flags::ACK)
+        .last()
+        .unwrap()
+        .window;
+    assert_eq!(known, 16 * 1024 - 14_000);
+    // The reader frees 8000 octets while its window is still larger than a segment:
+    // the sender hears of it at once, not with the next (delayed) ACK.
+    assert_eq!(n.b.rx.read_from(&mut n.b.conn, &mut buf), 8000);
+    n.b.got.extend_from_slice(&buf);
+    let freed = n.now;
+    n.a.outbox.extend(&data[15_000..]);
+    n.step();
+    n.b.reading = true;
+    n.run_until(1000 * MS, |n| n.b.got.len() == 40_000);
+    assert_bytes(&n.b.got, &data);
+    let update = n.sent(Side::B, |l| l.at == freed && l.len == 0);
+    assert_eq!(
+        update.len(),
+        1,
+        "one window update when the space was freed"
+    );
+    assert_eq!(usize::from(update[0].window), 16 * 1024 - 14_000 + 8000);
+    // No data segment of a waited for B's delayed-ACK timer (40 ms): the rest took a
+    // few round trips of 2 ms.
+    let data_times: Vec<Duration> = n
+        .sent(Side::A, |l| l.len > 0 && l.at >= freed)
+        .iter()
+        .map(|l| l.at)
+        .collect();
+    let longest = data_times.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    assert!(longest < 40 * MS, "the sender stalled for {longest:?}");
+    assert_eq!(n.a.conn.stats().timeouts, 0);
+}
+
+#[test]
 fn acks_are_immediate_without_delay() {
     let c = Config {
         delayed_ack: None,

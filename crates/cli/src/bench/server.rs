@@ -53,6 +53,8 @@ struct SEp {
     /// The client's metadata (its exposed buffer).
     peer: Meta,
     received: u64,
+    /// send_bw: receives completed in this poll batch, to post again.
+    repost: u64,
     reported: u64,
     credit_outstanding: usize,
     next_slot: usize,
@@ -308,6 +310,7 @@ fn serve_round(
             src,
             peer: m,
             received: 0,
+            repost: 0,
             reported: 0,
             credit_outstanding: 0,
             next_slot: 0,
@@ -463,8 +466,7 @@ fn send_bw_server(
             match (c.opcode, c.status) {
                 (WcOpcode::Recv, WcStatus::Success) => {
                     ep.received += 1;
-                    // Fails only once the QP is closing; the client is done then.
-                    let _ = ep.qp.post_recv(recv_wr(&ep.buf, size));
+                    ep.repost += 1;
                 }
                 (WcOpcode::Write, _) => ep.credit_outstanding -= 1,
                 (_, WcStatus::WrFlushError) => {}
@@ -474,6 +476,13 @@ fn send_bw_server(
             }
         }
         for ep in eps.iter_mut() {
+            if ep.repost > 0 {
+                // The batch's receives go back in one post (one lock of the QP).
+                let wr = recv_wr(&ep.buf, size);
+                // Fails only once the QP is closing; the client is done then.
+                let _ = ep.qp.post_recv_batch((0..ep.repost).map(|_| wr.clone()));
+                ep.repost = 0;
+            }
             if ep.received - ep.reported >= every && ep.credit_outstanding < CREDIT_SLOTS {
                 let Some(src) = &ep.src else { continue };
                 let off = ep.next_slot * CREDIT_LEN;

@@ -3,6 +3,7 @@
 //! itself (length field, pad, CRC) is `softrnic_wire::mpa`'s, on both paths.
 
 use crate::verbs::*;
+use arrayvec::ArrayVec;
 use softrnic_wire::ddp::{DdpRepr, UNTAGGED_HEADER_LEN};
 use softrnic_wire::mpa;
 use softrnic_wire::rdmap::READ_REQUEST_LEN;
@@ -19,12 +20,13 @@ pub struct Chunk {
 }
 
 /// Appends to `out` the chunks covering `len` octets from `skip` on into the memory that
-/// `pieces` name in order (a work request's SGEs, a Read source, a receive buffer).
+/// `pieces` name in order (a work request's SGEs, a Read source, a receive buffer): at
+/// most as many chunks as there are pieces.
 pub(crate) fn covering(
     pieces: impl IntoIterator<Item = Chunk>,
     mut skip: usize,
     mut len: usize,
-    out: &mut Vec<Chunk>,
+    out: &mut impl Extend<Chunk>,
 ) {
     for c in pieces {
         if len == 0 {
@@ -35,11 +37,11 @@ pub(crate) fn covering(
             continue;
         }
         let take = (c.len - skip).min(len);
-        out.push(Chunk {
+        out.extend(Some(Chunk {
             region: c.region,
             offset: c.offset + skip as u64,
             len: take,
-        });
+        }));
         skip = 0;
         len -= take;
     }
@@ -58,12 +60,19 @@ pub struct TxFpdu {
     pub header: [u8; MAX_TX_HEADER],
     /// Octets of `header` in use.
     pub header_len: usize,
-    /// Payload, in order.
-    pub chunks: Vec<Chunk>,
+    /// Payload, in order: a work request's SGEs or a Read source (at most [`MAX_SGE`]),
+    /// held inline so that building an FPDU allocates nothing.
+    pub chunks: ArrayVec<Chunk, MAX_SGE>,
     /// ULPDU length (header after the MPA length, plus payload).
     pub ulpdu_len: usize,
     /// Whether the CRC must be computed (else the field is zero).
     pub crc: bool,
+    /// Whether writing this FPDU completely finishes something (a message's last
+    /// FPDU, a Read Request, a Terminate): then the I/O layer calls `Qp::transmit_done`
+    /// once it is written, and `Qp::poll_transmit` gives nothing until then. An FPDU
+    /// that does not may be followed by the next one at once (e.g. all of a large
+    /// Write's FPDUs in one `sendmsg`), as long as they are written in order.
+    pub completes: bool,
 }
 
 impl Default for TxFpdu {
@@ -71,9 +80,10 @@ impl Default for TxFpdu {
         TxFpdu {
             header: [0; MAX_TX_HEADER],
             header_len: 0,
-            chunks: Vec::with_capacity(MAX_SGE + 1),
+            chunks: ArrayVec::new(),
             ulpdu_len: 0,
             crc: false,
+            completes: false,
         }
     }
 }

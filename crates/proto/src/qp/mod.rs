@@ -321,14 +321,27 @@ impl Qp {
     }
 
     /// Fills `out` with the next FPDU to send; false when there is nothing to send now.
-    /// After writing it completely, call [`Qp::transmit_done`]; until then this returns
-    /// false (one FPDU in flight at a time keeps completion ordering exact).
+    /// After writing it completely, call [`Qp::transmit_done`]. If it
+    /// [`completes`](TxFpdu::completes) something, this returns false until then (one
+    /// finishing FPDU in flight at a time keeps completion ordering exact); the FPDUs
+    /// before it may be polled ahead and written together, in order.
     pub fn poll_transmit(&mut self, out: &mut TxFpdu) -> bool {
         let sending = matches!(self.state, QpState::Rts | QpState::Closing);
         self.tx.poll(sending, out)
     }
 
-    /// The FPDU from the last [`Qp::poll_transmit`] has been written completely.
+    /// Whether [`Qp::poll_transmit`] (or [`Qp::run_local_ops`]) may have something: false
+    /// when the send queue, the inbound Read queue and the control messages are empty,
+    /// or an FPDU that completes something is still being written. An I/O layer skips
+    /// its transmit bookkeeping on a drive that finds this false.
+    pub fn may_transmit(&self) -> bool {
+        self.tx.may_send()
+    }
+
+    /// The FPDU from the last [`Qp::poll_transmit`] has been written completely (with
+    /// FPDUs polled ahead: the one that [`completes`](TxFpdu::completes) something;
+    /// for the others the call is not needed, and does nothing while none is in
+    /// flight).
     pub fn transmit_done(&mut self) {
         if let Some((seq, wr_id, op, total, signaled)) = self.tx.transmit_done() {
             let c = self.out.completion(wr_id, WcStatus::Success, op, total);
@@ -498,6 +511,14 @@ impl Qp {
         self.state == QpState::Terminate && self.tx.terminate_done()
     }
 
+    /// Gives back the memory of queues that a burst grew and that are empty now (the
+    /// send queue, the Read queues, completions and events waiting in the QP); the I/O
+    /// layer calls this after delivering. Receive buffers posted stay.
+    pub fn shrink_idle_queues(&mut self) {
+        self.tx.shrink_idle();
+        self.out.shrink_idle();
+    }
+
     /// Next completion for the I/O layer to deliver to the named CQ.
     pub fn poll_completion(&mut self) -> Option<(CqSide, Completion)> {
         self.out.poll_completion()
@@ -558,6 +579,24 @@ impl Qp {
         self.rx_step(ctx, |rx, d| rx.filled(n, d));
     }
 
+    /// The fast path for octets read ahead: if `data` begins with a whole FPDU of a
+    /// data message (Write, Read Response, Send) and the stream is at an FPDU boundary,
+    /// takes it in one call, its payload handed to `place` (which returns false if it
+    /// could not place it: then the FPDU is left there, and the I/O layer must fail the
+    /// QP). Returns the octets taken, or `None` when the fast path does not apply (take
+    /// the octets with [`Qp::rx_need`] and its steps, or [`Qp::handle_input`]). The
+    /// outcome, faults included, is the step path's.
+    pub fn rx_take_fpdu(
+        &mut self,
+        data: &[u8],
+        ctx: &mut RxCtx<'_>,
+        place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
+    ) -> Option<usize> {
+        let mut taken = None;
+        self.rx_step(ctx, |rx, d| rx.take_whole(data, d, place, &mut taken));
+        taken
+    }
+
     /// Payload octets were read into the memory [`RxNeed::Place`] named; `placed` is
     /// those octets (the CRC is computed over them while they are hot in cache).
     pub fn rx_placed(&mut self, placed: &[u8]) {
@@ -571,6 +610,13 @@ impl Qp {
     /// is called only when CRC is on).
     pub fn rx_placed_with(&mut self, n: usize, crc_append: impl FnOnce(u32) -> u32) {
         self.rx.placed_with(n, crc_append);
+    }
+
+    /// When [`RxNeed::Place`] names the last piece of the payload: how many trailer
+    /// octets (pad and CRC) follow it, so that an I/O layer can read them in the same
+    /// call as the payload. `None` otherwise.
+    pub fn rx_trailer_after_place(&self) -> Option<usize> {
+        self.rx.trailer_after_place()
     }
 
     /// Whether the stream is inside an FPDU: some of its octets have arrived, not all.

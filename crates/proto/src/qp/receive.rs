@@ -92,6 +92,13 @@ impl Receiver {
         self.stream.placed_with(n, crc_append);
     }
 
+    pub(crate) fn trailer_after_place(&self) -> Option<usize> {
+        if self.waiting.is_some() {
+            return None;
+        }
+        self.stream.trailer_after_place()
+    }
+
     pub(crate) fn mid_fpdu(&self) -> bool {
         self.stream.mid_fpdu()
     }
@@ -126,6 +133,54 @@ impl Receiver {
                 self.deliver_deferred(d)
             }
         }
+    }
+
+    /// The fast path for octets read ahead: takes the whole FPDU at the front of `data`
+    /// (a data message: Write, Read Response or Send) with one step for its length
+    /// field and header, its payload handed to `place`, and its trailer; the same
+    /// checks and outcomes as the step path ([`Receiver::filled`]). `taken` is set to
+    /// the octets taken once the header is in (the whole FPDU, or fewer if `place`
+    /// returned false, or receive processing stopped or waits for a buffer); it stays
+    /// `None` when `data` does not begin with such an FPDU, and then nothing changed.
+    pub(crate) fn take_whole(
+        &mut self,
+        data: &[u8],
+        d: &mut RxDeps<'_>,
+        place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
+        taken: &mut Option<usize>,
+    ) -> Res {
+        if self.waiting.is_some() {
+            return Ok(());
+        }
+        let Some((h, rest, mut at, wire_len)) = self.stream.take_whole_header(data) else {
+            return Ok(());
+        };
+        *taken = Some(at);
+        self.on_header(h, rest, d)?;
+        while at < wire_len {
+            match self.need() {
+                RxNeed::Place(c) => {
+                    let k = c.len.min(wire_len - at);
+                    let bytes = &data[at..at + k];
+                    if !place(Chunk { len: k, ..c }, bytes) {
+                        break;
+                    }
+                    self.stream
+                        .placed_with(k, |crc| softrnic_wire::crc::crc32c_append(crc, bytes));
+                    at += k;
+                }
+                RxNeed::Internal(n) => {
+                    let k = n.min(wire_len - at);
+                    self.stream.buffer()[..k].copy_from_slice(&data[at..at + k]);
+                    at += k;
+                    *taken = Some(at);
+                    self.filled(k, d)?;
+                }
+                RxNeed::Stopped | RxNeed::Wait => break,
+            }
+            *taken = Some(at);
+        }
+        Ok(())
     }
 
     fn fail(&mut self, cause: TerminateCause) -> Fatal {

@@ -150,6 +150,12 @@ impl RxStream {
         }
     }
 
+    /// While the payload's last destination chunk is wanted: the trailer's octets
+    /// that follow it.
+    pub(crate) fn trailer_after_place(&self) -> Option<usize> {
+        (self.phase == Phase::Payload && self.dest.len() == 1).then(|| self.check.trailer_len())
+    }
+
     /// `n` payload octets were placed into the chunk [`RxNeed::Place`] named;
     /// `crc_append` extends a running CRC32c over them (called only when CRC is on).
     pub(crate) fn placed_with(&mut self, n: usize, crc_append: impl FnOnce(u32) -> u32) {
@@ -259,6 +265,42 @@ impl RxStream {
             c.read_request = Some(r);
         }
         c
+    }
+
+    /// The fast path for octets read ahead: if the stream is at an FPDU boundary and
+    /// `data` begins with a whole FPDU whose header parses, takes its length field and
+    /// DDP header in one step (exactly as the two [`RxStream::filled`] steps would) and
+    /// returns the header, the octets left in the ULPDU, the octets taken and the
+    /// FPDU's length on the wire. Only data messages (Write, Read Response, Send) go
+    /// this way. `None` leaves the stream untouched: the step path then takes the
+    /// octets and reports any fault in them.
+    pub(crate) fn take_whole_header(
+        &mut self,
+        data: &[u8],
+    ) -> Option<(DdpRepr, usize, usize, usize)> {
+        if !self.at_boundary() || data.len() < PREFIX_LEN {
+            return None;
+        }
+        let ulpdu_len = usize::from(u16::from_be_bytes([data[0], data[1]]));
+        let wire_len = mpa::fpdu_len(ulpdu_len);
+        let header_len = ddp::header_len_of(data[mpa::ULPDU_LEN_LEN]);
+        let end = mpa::ULPDU_LEN_LEN + header_len;
+        if data.len() < wire_len || ulpdu_len < header_len || end > BUF_LEN {
+            return None;
+        }
+        let h = DdpRepr::parse_bytes(&data[mpa::ULPDU_LEN_LEN..end]).ok()?;
+        if !(matches!(h.opcode, Opcode::Write | Opcode::ReadResponse) || h.opcode.is_send()) {
+            return None;
+        }
+        self.buf[..end].copy_from_slice(&data[..end]);
+        self.check = FpduCheck::begin([data[0], data[1]], self.crc_on);
+        self.header_len = header_len;
+        self.phase = Phase::Header;
+        self.have = end;
+        self.want = end;
+        self.position += end as u64;
+        self.header = Some(h);
+        Some((h, ulpdu_len - header_len, end, wire_len))
     }
 
     fn on_prefix(&mut self) -> WireResult<()> {

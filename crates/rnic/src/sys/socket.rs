@@ -23,6 +23,33 @@ pub(crate) fn read_into(fd: RawFd, dst: &RegionSlice<'_>) -> io::Result<usize> {
     }
 }
 
+/// Reads from `fd` into region memory and, once that is full, on into `tail`
+/// (`readv(2)`): a payload and the octets that follow it in one call. At most
+/// `dst.len() + tail.len()` octets.
+pub(crate) fn read_into_then(
+    fd: RawFd,
+    dst: &RegionSlice<'_>,
+    tail: &mut [u8],
+) -> io::Result<usize> {
+    let iov = [
+        dst.as_iovec(),
+        libc::iovec {
+            iov_base: tail.as_mut_ptr().cast(),
+            iov_len: tail.len(),
+        },
+    ];
+    // SAFETY: the first entry is a bounds-checked view of live region memory (as in
+    // `read_into`), the second the unique borrow `tail`; both stay alive and are
+    // written only by the kernel, at most their lengths, during the call. No Rust
+    // reference to the region memory is formed.
+    let n = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// Sends `buf` (without SIGPIPE: a closed peer is an `EPIPE` error).
 pub(crate) fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     // SAFETY: the pointer and length describe the initialised octets of `buf`, which the

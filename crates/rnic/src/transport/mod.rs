@@ -32,6 +32,13 @@ pub(crate) trait Transport: mio::event::Source + Send {
 
     /// Reads into region memory, for payload placed without a copy.
     fn read_into(&mut self, dst: &RegionSlice<'_>) -> io::Result<usize>;
+    /// Reads into region memory and, once it is full, on into `tail` (a payload and the
+    /// trailer and header after it, in one call where the stream allows). By default
+    /// [`Transport::read_into`] alone: `tail` untouched.
+    fn read_into_then(&mut self, dst: &RegionSlice<'_>, tail: &mut [u8]) -> io::Result<usize> {
+        let _ = tail;
+        self.read_into(dst)
+    }
 
     /// Sends from `buf`.
     fn send(&mut self, buf: &[u8]) -> io::Result<usize>;

@@ -66,6 +66,16 @@ impl Transport for PolledTransport {
         r
     }
 
+    fn read_into_then(&mut self, dst: &RegionSlice<'_>, tail: &mut [u8]) -> io::Result<usize> {
+        if self.skip() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let offered = dst.len() + tail.len();
+        let r = self.inner.read_into_then(dst, tail);
+        self.note(&r, offered);
+        r
+    }
+
     fn send(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.inner.send(buf)
     }

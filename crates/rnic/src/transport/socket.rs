@@ -37,6 +37,10 @@ impl Transport for SocketTransport {
         sys::socket::read_into(self.sock.as_raw_fd(), dst)
     }
 
+    fn read_into_then(&mut self, dst: &RegionSlice<'_>, tail: &mut [u8]) -> io::Result<usize> {
+        sys::socket::read_into_then(self.sock.as_raw_fd(), dst, tail)
+    }
+
     fn send(&mut self, buf: &[u8]) -> io::Result<usize> {
         sys::socket::send(self.sock.as_raw_fd(), buf)
     }

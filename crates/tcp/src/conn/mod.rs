@@ -327,7 +327,7 @@ impl Connection {
     pub fn release(&mut self, n: usize) {
         let in_order = self.rx.nxt.saturating_sub(1);
         self.rx.released = (self.rx.released + n as u64).min(in_order);
-        if self.state.is_synchronized() && self.rx.open_window(self.tx.mss) {
+        if self.state.is_synchronized() && self.rx.window_update_due(self.tx.mss) {
             self.rx.ack_now = true;
         }
     }

@@ -201,7 +201,7 @@ impl Connection {
     ) -> Segment<'static> {
         self.rx.open_window(self.tx.mss);
         let mut seg = self.bare(remote, seq, flags);
-        seg.window = self.rx.window_field();
+        seg.window = self.rx.announce_window();
         if self.tx.sack_ok && (!self.rx.ooo.is_empty() || self.rx.dsack.is_some()) {
             let mss_left = (self.tx.mss as usize).saturating_sub(payload);
             let room_left = room.saturating_sub(IPV4_HEADER_LEN + TCP_HEADER_LEN + payload);

@@ -22,8 +22,10 @@ pub(crate) struct Rx {
     pub released: u64,
     /// Receive buffer size: the window's bound.
     cap: u64,
-    /// Right edge of the window we have offered; never moves left.
+    /// Right edge of the window we may offer; never moves left.
     pub right: u64,
+    /// Right edge as last announced to the peer: the window it knows.
+    announced: u64,
     /// Our window scale shift.
     pub wscale: u8,
     /// Kept out-of-order ranges (positions), above `nxt`.
@@ -71,6 +73,7 @@ impl Rx {
             released: 0,
             cap: u64::from(cap),
             right: 0,
+            announced: 0,
             wscale: 0,
             ooo: RangeSet::new(max_ranges),
             fin: None,
@@ -90,6 +93,9 @@ impl Rx {
         self.irs = irs;
         self.nxt = 1;
         self.right = 1 + self.cap;
+        // The SYN's window field is not scaled, so it may say less than the buffer;
+        // the first ACK says the rest (not worth a segment of its own).
+        self.announced = self.right;
     }
 
     pub fn seq(&self, pos: u64) -> SeqNum {
@@ -117,24 +123,39 @@ impl Rx {
     }
 
     /// Moves the right edge when the buffer has room for it, avoiding silly windows
-    /// (RFC 9293 3.8.6.2.2): only by at least a segment or half the buffer. Returns
-    /// whether the offered window opened from (nearly) nothing, worth an update now.
-    pub fn open_window(&mut self, mss: u64) -> bool {
+    /// (RFC 9293 3.8.6.2.2): only by at least a segment or half the buffer.
+    pub fn open_window(&mut self, mss: u64) {
         let limit = self.limit();
-        if limit <= self.right {
-            return false;
-        }
-        let step = mss.min(self.cap / 2).max(1);
-        let was = self.window();
-        if limit - self.right >= step {
+        if limit > self.right && limit - self.right >= self.sws_step(mss) {
             self.right = limit;
         }
-        was < step && self.window() >= step
     }
 
-    /// The window field to send.
-    pub fn window_field(&self) -> u16 {
-        (self.window() >> self.wscale).min(u64::from(u16::MAX)) as u16
+    /// The least a window may open by (RFC 9293 3.8.6.2.2): a segment, or half the
+    /// buffer if that is less.
+    fn sws_step(&self, mss: u64) -> u64 {
+        mss.min(self.cap / 2).max(1)
+    }
+
+    /// After the layer above gave octets back: whether a window update is worth a
+    /// segment of its own now, rather than waiting for the next ACK (which a delayed
+    /// ACK may hold back while the sender, short of window, has nothing to send). It
+    /// is when the window the peer knows would grow by at least the silly-window step
+    /// and at least double (as Linux decides after a read), so a reader that frees
+    /// space a little at a time sends few updates, and a sender that is short of
+    /// window hears of the space at once.
+    pub fn window_update_due(&mut self, mss: u64) -> bool {
+        self.open_window(mss);
+        let known = self.announced.saturating_sub(self.nxt);
+        let offer = self.window();
+        offer >= known + self.sws_step(mss) && offer >= 2 * known
+    }
+
+    /// The window field to send; the peer will know the window it says.
+    pub fn announce_window(&mut self) -> u16 {
+        let field = (self.window() >> self.wscale).min(u64::from(u16::MAX));
+        self.announced = self.announced.max(self.nxt + (field << self.wscale));
+        field as u16
     }
 
     /// Offers a segment's payload (at position `start`) to `sink` and records what it

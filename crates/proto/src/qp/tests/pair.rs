@@ -75,12 +75,15 @@ impl Side {
     /// Serializes the next FPDU, or None.
     pub fn next_fpdu(&mut self) -> Option<Vec<u8>> {
         let mut f = TxFpdu::default();
+        // The I/O layer skips its transmit pass when this is false.
+        let may = self.qp.may_transmit();
         if !self.qp.poll_transmit(&mut f) {
             self.qp.run_local_ops(&self.tpt);
             if !self.qp.poll_transmit(&mut f) {
                 return None;
             }
         }
+        assert!(may, "an FPDU from a QP that said it had nothing to send");
         let mut v = f.header_bytes().to_vec();
         for c in &f.chunks {
             let m = &self.mem[c.region.0 as usize];
@@ -110,12 +113,32 @@ impl Side {
         while !rest.is_empty() {
             let (part, tail) = rest.split_at(cut.next(rest.len()));
             rest = tail;
-            let mem = &mut self.mem;
-            self.qp
-                .handle_input(part, &mut RxCtx::new(&self.tpt), &mut |c, data| {
-                    let r = &mut mem[c.region.0 as usize];
-                    r[c.offset as usize..c.offset as usize + data.len()].copy_from_slice(data);
-                });
+            self.take(part);
+        }
+    }
+
+    /// Takes one read's octets as the I/O layer does: whole FPDUs of data messages by
+    /// the fast path ([`Qp::rx_take_fpdu`]) while it applies, the rest step by step
+    /// ([`Qp::handle_input`]). Reads of whole FPDUs thus test the fast path, reads cut
+    /// inside FPDUs the steps, and both must end alike.
+    fn take(&mut self, mut part: &[u8]) {
+        let mem = &mut self.mem;
+        let mut place = |c: Chunk, data: &[u8]| {
+            let r = &mut mem[c.region.0 as usize];
+            r[c.offset as usize..c.offset as usize + data.len()].copy_from_slice(data);
+        };
+        while !part.is_empty() {
+            let ctx = &mut RxCtx::new(&self.tpt);
+            match self.qp.rx_take_fpdu(part, ctx, &mut |c, data| {
+                place(c, data);
+                true
+            }) {
+                Some(n) if n > 0 => part = &part[n..],
+                _ => {
+                    self.qp.handle_input(part, ctx, &mut place);
+                    break;
+                }
+            }
         }
     }
 }

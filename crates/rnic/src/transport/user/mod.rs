@@ -109,10 +109,9 @@ impl UserTcp {
 /// The TCP settings a device's own TCP starts from on `link`: buffers for a fast link
 /// (the window and the send buffer bound how much is in flight), the MSS of the
 /// largest IPv4 packet (capped to the link's MTU when the stack starts), and an ACK for
-/// every segment (with segments of up to 64 KiB an ACK costs little, and a delayed one
-/// stalled the sender: a window update the receiver made while reading is only
-/// announced with the next ACK, so a sender short of window waited for the
-/// delayed-ACK timer). On a simulated network, whose ends are softrnic stacks with
+/// every segment (with segments of up to 64 KiB an ACK costs little; delaying them
+/// gained nothing on the simulated network and drew loss probes for an odd last
+/// segment whose ACK waited). On a simulated network, whose ends are softrnic stacks with
 /// round trips of microseconds, the timers of [`softrnic_tcp::Config::fast_link`] (a 5
 /// ms floor under the retransmission timeout); on a frame link, whose peer may be
 /// Linux (ACKs delayed up to 200 ms), the defaults.
