@@ -8,6 +8,36 @@
 //! answer `WouldBlock` while it still has data to give (or room to take): the QP stops
 //! at `WouldBlock` and waits for an event that would never come.
 
+/// Implements `mio::event::Source` for a transport by handing registration to one of
+/// its fields (the socket, or the transport it wraps): readiness is that field's.
+macro_rules! source_via {
+    ($ty:ty, $field:ident) => {
+        impl mio::event::Source for $ty {
+            fn register(
+                &mut self,
+                registry: &mio::Registry,
+                token: mio::Token,
+                interests: mio::Interest,
+            ) -> std::io::Result<()> {
+                self.$field.register(registry, token, interests)
+            }
+
+            fn reregister(
+                &mut self,
+                registry: &mio::Registry,
+                token: mio::Token,
+                interests: mio::Interest,
+            ) -> std::io::Result<()> {
+                self.$field.reregister(registry, token, interests)
+            }
+
+            fn deregister(&mut self, registry: &mio::Registry) -> std::io::Result<()> {
+                self.$field.deregister(registry)
+            }
+        }
+    };
+}
+
 pub(crate) mod fault;
 pub(crate) mod pcap;
 pub(crate) mod polled;

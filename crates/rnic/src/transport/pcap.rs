@@ -18,7 +18,6 @@ use super::Transport;
 use crate::region::RegionSlice;
 use crate::sys::socket::IoVecs;
 use etherparse::{PacketBuilder, TcpOptionElement};
-use mio::{Interest, Registry, Token};
 use pcap_file::DataLink;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use std::fs::File;
@@ -477,26 +476,4 @@ impl Transport for PcapTransport {
     }
 }
 
-impl mio::event::Source for PcapTransport {
-    fn register(
-        &mut self,
-        registry: &Registry,
-        token: Token,
-        interests: Interest,
-    ) -> io::Result<()> {
-        self.inner.register(registry, token, interests)
-    }
-
-    fn reregister(
-        &mut self,
-        registry: &Registry,
-        token: Token,
-        interests: Interest,
-    ) -> io::Result<()> {
-        self.inner.reregister(registry, token, interests)
-    }
-
-    fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
-        self.inner.deregister(registry)
-    }
-}
+source_via!(PcapTransport, inner);

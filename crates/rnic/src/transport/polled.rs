@@ -12,7 +12,6 @@
 use super::Transport;
 use crate::region::RegionSlice;
 use crate::sys::socket::IoVecs;
-use mio::{Interest, Registry, Token};
 use std::io;
 use std::net::Shutdown;
 use std::sync::Arc;
@@ -93,26 +92,4 @@ impl Transport for PolledTransport {
     }
 }
 
-impl mio::event::Source for PolledTransport {
-    fn register(
-        &mut self,
-        registry: &Registry,
-        token: Token,
-        interests: Interest,
-    ) -> io::Result<()> {
-        self.inner.register(registry, token, interests)
-    }
-
-    fn reregister(
-        &mut self,
-        registry: &Registry,
-        token: Token,
-        interests: Interest,
-    ) -> io::Result<()> {
-        self.inner.reregister(registry, token, interests)
-    }
-
-    fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
-        self.inner.deregister(registry)
-    }
-}
+source_via!(PolledTransport, inner);

@@ -5,7 +5,6 @@ use super::stream::ConnStream;
 use crate::region::RegionSlice;
 use crate::sys;
 use crate::sys::socket::IoVecs;
-use mio::{Interest, Registry, Token};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
@@ -58,29 +57,7 @@ impl Transport for SocketTransport {
     }
 }
 
-impl mio::event::Source for SocketTransport {
-    fn register(
-        &mut self,
-        registry: &Registry,
-        token: Token,
-        interests: Interest,
-    ) -> io::Result<()> {
-        self.sock.register(registry, token, interests)
-    }
-
-    fn reregister(
-        &mut self,
-        registry: &Registry,
-        token: Token,
-        interests: Interest,
-    ) -> io::Result<()> {
-        self.sock.reregister(registry, token, interests)
-    }
-
-    fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
-        self.sock.deregister(registry)
-    }
-}
+source_via!(SocketTransport, sock);
 
 /// A kernel TCP connection in streaming mode, before it carries FPDUs: blocking, every
 /// call bounded by the caller's deadline.
