@@ -101,6 +101,11 @@ pub struct DeviceConfig {
     /// TCP/IP headers) into this pcap file, created when the device opens. Complete
     /// once the device and its QPs are dropped.
     pub pcap: Option<std::path::PathBuf>,
+    /// Kernel socket send buffer, in octets, for all the device's kernel TCP
+    /// connections together (see `socket_buffers.rs`): each gets an equal share, from
+    /// 4 MiB (Linux's own tuning, kept up to 16 connections by default) down to 64
+    /// KiB. 0 leaves every socket to Linux's tuning.
+    pub socket_send_budget: u64,
     /// Run connections over softrnic's own TCP on this link instead of kernel TCP
     /// (`None`, the default): `connect` and `listen` then use the device's address
     /// there. See [`crate::UserTcp`].
@@ -131,6 +136,7 @@ impl Default for DeviceConfig {
             max_registered: 1 << 40,
             fault: None,
             pcap: None,
+            socket_send_budget: 64 << 20,
             user_tcp: None,
         }
     }
@@ -235,6 +241,9 @@ pub struct DeviceUsage {
     pub registered: u64,
     /// MPA exchanges in progress (listeners' and connects').
     pub mpa_exchanges: usize,
+    /// Each kernel TCP connection's share of
+    /// [`DeviceConfig::socket_send_budget`], in octets; 0 while Linux tunes them.
+    pub socket_send_share: u64,
 }
 
 /// An event the device reports asynchronously.
@@ -337,6 +346,8 @@ pub(crate) struct Shared {
     pub(crate) cq_entries: Arc<Budget>,
     /// Octets of all memory regions ([`DeviceConfig::max_registered`]).
     pub(crate) registered: Arc<Budget>,
+    /// Kernel socket send buffers ([`DeviceConfig::socket_send_budget`]).
+    pub(crate) socket_buffers: Arc<crate::socket_buffers::SocketBuffers>,
     /// The device's own TCP ([`DeviceConfig::user_tcp`]), with its thread.
     pub(crate) user: Option<crate::transport::user::stack::UserStackHandle>,
 }
@@ -486,6 +497,7 @@ impl Device {
         let shared = Arc::new(Shared {
             user,
             pcap,
+            socket_buffers: crate::socket_buffers::SocketBuffers::new(cfg.socket_send_budget),
             cfg,
             serial,
             tpt: Tpt::new(),
@@ -667,6 +679,7 @@ impl Device {
             cq_entries: s.cq_entries.used(),
             registered: s.registered.used(),
             mpa_exchanges: s.exchanges.used() as usize,
+            socket_send_share: s.socket_buffers.share(),
         }
     }
 

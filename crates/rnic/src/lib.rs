@@ -65,6 +65,7 @@ pub mod qp;
 mod receive;
 pub mod region;
 mod region_table;
+mod socket_buffers;
 pub mod srq;
 pub mod srq_pool;
 mod sys;

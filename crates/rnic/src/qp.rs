@@ -513,7 +513,7 @@ impl QpShared {
         rec: Option<ConnRecorder>,
     ) -> Result<()> {
         let mut transport: Box<dyn Transport> = Box::new(PolledTransport::new(
-            stream.into_transport(dev.cfg.keepalive)?,
+            stream.into_transport(dev.cfg.keepalive, &dev.socket_buffers)?,
             self.claimed.clone(),
         ));
         if let Some(rec) = rec {

@@ -343,6 +343,10 @@ pub struct BenchArgs {
     /// run anywhere).
     #[arg(long)]
     pub pin_engines: bool,
+    /// Kernel socket send buffer shared by each device's connections (e.g. 64M; 0
+    /// leaves every socket to Linux's tuning) [default: the device default, 64 MiB].
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub socket_send_budget: Option<usize>,
     /// Sleep on completion events instead of busy-polling (perftest's -e): each side
     /// arms its CQs and waits on a completion channel; the engine threads do all the
     /// socket work (progress mode engine) and block at once when idle (engine spin 0
@@ -514,6 +518,8 @@ pub struct BenchConfig {
     pub engine_spin: Option<Duration>,
     /// Loopback: engine threads pinned to their side's CPU.
     pub pin_engines: bool,
+    /// Kernel socket send buffer shared by a device's connections.
+    pub socket_send_budget: Option<usize>,
     /// Server thread busy-polls in the one-sided tests.
     pub server_poll: bool,
     /// Both sides sleep on completion events; engine progress, no spinning.
@@ -667,6 +673,7 @@ impl BenchConfig {
                 .or(a.events.then_some(0))
                 .map(Duration::from_micros),
             pin_engines: a.pin_engines,
+            socket_send_budget: a.socket_send_budget,
             server_poll: a.server_poll,
             events: a.events,
             idle_timeout: Duration::from_secs(a.idle_timeout.max(1)),
@@ -715,6 +722,9 @@ impl BenchConfig {
         };
         if let Some(s) = self.engine_spin {
             c.engine_spin = s;
+        }
+        if let Some(b) = self.socket_send_budget {
+            c.socket_send_budget = b as u64;
         }
         // A frame link (one device per process); a simulated network is set per side.
         c.user_tcp = self.net.frame_link().ok().flatten();

@@ -168,6 +168,22 @@ pub(crate) fn set_linger_zero(fd: RawFd) {
     }
 }
 
+/// Sets the socket's send buffer to `octets` (Linux doubles it for its bookkeeping and
+/// caps it at `net.core.wmem_max`); this turns off Linux's own tuning of that socket.
+pub(crate) fn set_send_buffer(fd: RawFd, octets: u64) {
+    let v = libc::c_int::try_from(octets).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a valid socket fd and a correctly sized, initialised int option value.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
 /// The socket's TCP maximum segment size, if the kernel reports one.
 pub(crate) fn tcp_mss(fd: RawFd) -> Option<usize> {
     let mut v: libc::c_int = 0;

@@ -3,26 +3,37 @@
 use super::Transport;
 use super::stream::ConnStream;
 use crate::region::RegionSlice;
+use crate::socket_buffers::{Seat, SocketBuffers};
 use crate::sys;
 use crate::sys::socket::IoVecs;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A connected kernel TCP socket.
 pub(crate) struct SocketTransport {
     sock: mio::net::TcpStream,
+    /// Its share of the device's send buffer budget, applied before a send.
+    seat: Seat,
 }
 
 impl SocketTransport {
-    /// Takes over a connected stream: non-blocking, and with Nagle's algorithm off
-    /// (an FPDU is sent whole, and a small one must not wait for an ACK).
-    pub(crate) fn new(sock: std::net::TcpStream) -> io::Result<SocketTransport> {
+    /// Takes over a connected stream: non-blocking, with Nagle's algorithm off (an FPDU
+    /// is sent whole, and a small one must not wait for an ACK), and a seat in the
+    /// device's send buffer budget.
+    pub(crate) fn new(
+        sock: std::net::TcpStream,
+        buffers: &Arc<SocketBuffers>,
+    ) -> io::Result<SocketTransport> {
         sock.set_nonblocking(true)?;
         sock.set_nodelay(true)?;
+        let mut seat = buffers.join();
+        seat.apply(sock.as_raw_fd());
         Ok(SocketTransport {
             sock: mio::net::TcpStream::from_std(sock),
+            seat,
         })
     }
 }
@@ -41,10 +52,12 @@ impl Transport for SocketTransport {
     }
 
     fn send(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.seat.apply(self.sock.as_raw_fd());
         sys::socket::send(self.sock.as_raw_fd(), buf)
     }
 
     fn send_gather(&mut self, iov: IoVecs<'_>) -> io::Result<usize> {
+        self.seat.apply(self.sock.as_raw_fd());
         sys::socket::sendmsg(self.sock.as_raw_fd(), iov)
     }
 
@@ -116,10 +129,64 @@ impl ConnStream for KernelStream {
         sys::socket::set_linger_zero(self.0.as_raw_fd());
     }
 
-    fn into_transport(self: Box<Self>, keepalive: Duration) -> io::Result<Box<dyn Transport>> {
+    fn into_transport(
+        self: Box<Self>,
+        keepalive: Duration,
+        buffers: &Arc<SocketBuffers>,
+    ) -> io::Result<Box<dyn Transport>> {
         sys::socket::set_keepalive(self.0.as_raw_fd(), keepalive);
         self.0.set_read_timeout(None)?;
         self.0.set_write_timeout(None)?;
-        Ok(Box::new(SocketTransport::new(self.0)?))
+        Ok(Box::new(SocketTransport::new(self.0, buffers)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::socket_buffers::MIN_SHARE;
+    use std::net::TcpListener;
+
+    fn send_buffer(t: &SocketTransport) -> libc::c_int {
+        let mut v: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: a valid socket fd and a correctly sized out-parameter pair.
+        let r = unsafe {
+            libc::getsockopt(
+                t.sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0);
+        v
+    }
+
+    fn transport(buffers: &Arc<SocketBuffers>) -> (SocketTransport, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (SocketTransport::new(a, buffers).unwrap(), b)
+    }
+
+    #[test]
+    fn a_socket_takes_its_share_of_the_budget_on_its_next_send() {
+        // 1 MiB for all: 16 connections share 64 KiB each, one alone takes 1 MiB.
+        let buffers = SocketBuffers::new(1 << 20);
+        let (mut t, _peer) = transport(&buffers);
+        let tuned = send_buffer(&t);
+        assert_eq!(tuned, 2 << 20, "alone: all of it, doubled by Linux");
+        let others: Vec<_> = (0..15).map(|_| buffers.join()).collect();
+        assert_eq!(buffers.share(), MIN_SHARE);
+        assert_eq!(send_buffer(&t), tuned, "nothing changes before a send");
+        assert_eq!(t.send(b"x").unwrap(), 1);
+        // Linux doubles what it is given, for its bookkeeping.
+        assert_eq!(send_buffer(&t), 2 * MIN_SHARE as libc::c_int);
+        drop(others);
+        assert_eq!(buffers.share(), 1 << 20);
+        assert_eq!(t.send(b"y").unwrap(), 1);
+        assert_eq!(send_buffer(&t), 2 << 20);
     }
 }

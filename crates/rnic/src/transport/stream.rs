@@ -5,8 +5,10 @@
 //! the octets.
 
 use super::Transport;
+use crate::socket_buffers::SocketBuffers;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A connected stream in streaming mode, as the connection manager drives it.
@@ -43,7 +45,12 @@ pub(crate) trait ConnStream: Send + std::fmt::Debug {
 
     /// The stream in RDMA mode: non-blocking, for the QP's engine, with TCP keepalive
     /// probing after `keepalive` of silence.
-    fn into_transport(self: Box<Self>, keepalive: Duration) -> io::Result<Box<dyn Transport>>;
+    /// Kernel sockets take a seat in the device's send buffer budget, `buffers`.
+    fn into_transport(
+        self: Box<Self>,
+        keepalive: Duration,
+        buffers: &Arc<SocketBuffers>,
+    ) -> io::Result<Box<dyn Transport>>;
 }
 
 /// A [`ConnStream`] seen as `io::Read` whose every read ends by one deadline, for the

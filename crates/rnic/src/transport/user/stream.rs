@@ -5,6 +5,7 @@
 
 use super::stack::{UserStack, to_io};
 use super::transport::UserTransport;
+use crate::socket_buffers::SocketBuffers;
 use crate::transport::Transport;
 use crate::transport::stream::ConnStream;
 use softrnic_tcp::{ConnId, StackError};
@@ -118,7 +119,11 @@ impl ConnStream for UserStream {
         }
     }
 
-    fn into_transport(mut self: Box<Self>, _keepalive: Duration) -> io::Result<Box<dyn Transport>> {
+    fn into_transport(
+        mut self: Box<Self>,
+        _keepalive: Duration,
+        _buffers: &Arc<SocketBuffers>,
+    ) -> io::Result<Box<dyn Transport>> {
         // Keep-alive was set for every connection when the stack started.
         let id = self.id()?;
         let t = UserTransport::new(self.stack.clone(), id)?;
