@@ -20,6 +20,8 @@ pub(crate) struct UserStream {
     id: Option<ConnId>,
     local: SocketAddrV4,
     peer: SocketAddrV4,
+    /// The QP's FPDUs carry markers (see [`ConnStream::frames_marked`]).
+    marked: bool,
 }
 
 impl std::fmt::Debug for UserStream {
@@ -44,6 +46,7 @@ impl UserStream {
             id: Some(id),
             local,
             peer,
+            marked: false,
         }
     }
 
@@ -118,10 +121,14 @@ impl ConnStream for UserStream {
         }
     }
 
+    fn frames_marked(&mut self) {
+        self.marked = true;
+    }
+
     fn into_transport(mut self: Box<Self>, _keepalive: Duration) -> io::Result<Box<dyn Transport>> {
         // Keep-alive was set for every connection when the stack started.
         let id = self.id()?;
-        let t = UserTransport::new(self.stack.clone(), id)?;
+        let t = UserTransport::new(self.stack.clone(), id, self.marked)?;
         self.id = None;
         Ok(Box::new(t))
     }
