@@ -338,6 +338,16 @@ impl ConnRequest {
         self.accept_with(qp, cfg)
     }
 
+    /// As [`ConnRequest::accept`], and if the initiator asked for markers in what it
+    /// receives, asks for them in what we receive too: markers both ways at the
+    /// initiator's choice (the benchmark servers serve a `--markers` client so).
+    pub fn accept_echoing_markers(self, qp: &Qp, private_data: &[u8]) -> Result<Connection> {
+        let mut cfg = self.dev.shared.cfg.mpa.clone();
+        cfg.private_data = private_data.to_vec();
+        cfg.markers |= self.request.markers;
+        self.accept_with(qp, cfg)
+    }
+
     /// Accepts with explicit MPA settings.
     pub fn accept_with(self, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
         self.dev.check_qp(qp)?;
