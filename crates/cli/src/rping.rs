@@ -63,6 +63,10 @@ pub struct RpingArgs {
     /// (and refuse a peer that does not).
     #[arg(long, value_enum, default_value_t = CrcArg::Off)]
     pub crc: CrcArg,
+    /// MPA markers (RFC 5044): ask the peer to insert them in what it sends us. A
+    /// server asks back when its client asks, so a client's `--markers` means both ways.
+    #[arg(long)]
+    pub markers: bool,
     /// Our inbound RDMA Read depth, announced in the MPA frame (RFC 6581).
     #[arg(long, default_value_t = 1)]
     pub ird: u16,
@@ -156,6 +160,7 @@ impl RpingArgs {
             },
             ird: self.ird,
             ord: self.ord,
+            markers: self.markers,
             peer_to_peer: self.p2p,
             rtr_types: rtr,
             ..MpaConfig::default()
@@ -676,6 +681,7 @@ pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
     let req = l.accept()?;
     let mut cfg = opts.mpa.clone();
     cfg.private_data.clear();
+    cfg.markers |= req.request().markers;
     req.accept_with(&e.qp, cfg)?;
     adv.write(0, &Advert::of(&buf, opts.size).to_bytes())?;
     let mut i = 0;

@@ -200,6 +200,17 @@ fn qp_input_seeds_reach_their_paths() {
             .find(|(_, c)| c.wr_id == RECV_WR_ID + 1);
         assert_eq!(second.unwrap().1.invalidated, Some(stag(WRITE_TARGET)));
         assert_eq!(&o.memory[WRITE_TARGET][..200], &peer(SOURCE)[..200]);
+
+        // The same two with markers both ways (stream cut into 1 to 8 octet reads): the
+        // same outcome, and what the QP sent (its Read Response and Terminate) is
+        // marked, as the check of every sent FPDU verified.
+        let m = qp_seed(&format!("mixed_markers-{tag}"));
+        assert_eq!((m.fatal, m.terminates_sent), (o.fatal, 1));
+        assert_eq!(&m.memory[WRITE_TARGET][..200], &peer(SOURCE)[..200]);
+        assert_eq!(&m.sent[..4], &[0, 0, 0, 0], "the leading marker");
+        let m = qp_seed(&format!("write_markers-{tag}"));
+        assert_eq!(&m.memory[WRITE_TARGET][16..3016], &peer(SOURCE)[..3000]);
+        assert_eq!(m.placed, 3000);
     }
 }
 

@@ -285,3 +285,41 @@ fn write_lat_loopback_pcap_decodes() {
     assert_eq!(count(&conns[0].to_client, Opcode::Write), 55);
     tshark_decodes_cleanly(&pcap, fpdus(&conns));
 }
+
+#[test]
+fn write_bw_with_markers_pcap_decodes_with_every_marker_checked() {
+    const N: u64 = 20;
+    // (size, FPDUs per Write): loopback FPDUs of 65000 octets, markers included.
+    let sizes = [(64u64, 1), (4096, 1), (200_000, 4)];
+    let pcap = scratch("write_bw_markers.pcap");
+    let o = Command::new(BIN)
+        .args([
+            "write_bw",
+            "--loopback",
+            "-n",
+            "20",
+            "-s",
+            "64,4096,200000",
+            "--crc",
+            "--markers",
+            "--quiet",
+        ])
+        .arg("--pcap")
+        .arg(&pcap)
+        .output()
+        .expect("write_bw runs");
+    ok("write_bw", o);
+    // The decoder strips every marker and checks its FPDU pointer (a bad one stops the
+    // direction with an error, which decodes_cleanly rejects), and checks every CRC.
+    let conns = decodes_cleanly(&pcap, true);
+    assert_eq!(conns.len(), sizes.len());
+    for (c, (size, fpdus_per_write)) in conns.iter().zip(sizes) {
+        assert_eq!(c.markers, (true, true), "markers both ways");
+        assert_eq!(
+            count(&c.to_server, Opcode::Write),
+            N as usize * fpdus_per_write
+        );
+        assert_eq!(c.to_server.payload_bytes, N * size, "size {size}");
+        assert!(c.to_client.fpdus > 0, "the Read Responses came back marked");
+    }
+}

@@ -24,8 +24,8 @@ use crate::transport::pcap::ConnRecorder;
 use crate::transport::socket::KernelStream;
 use crate::transport::stream::{ConnStream, ReadBy};
 use softrnic_proto::cm::{
-    CmError, ConnectRequest, Initiator, InitiatorProgress, MpaConfig, Negotiated, RefusalReason,
-    Responder, ResponderProgress,
+    CmError, ConnectRequest, Initiator, InitiatorProgress, MpaConfig, Negotiated, Responder,
+    ResponderProgress,
 };
 use softrnic_proto::qp::{QpParams, RtrKind};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -105,11 +105,6 @@ impl Device {
     }
 
     fn qp_params(&self, s: &dyn ConnStream, n: &Negotiated) -> Result<QpParams> {
-        if (n.markers_rx || n.markers_tx) && !s.supports_markers() {
-            return Err(Error::InvalidArgument(
-                "MPA markers are not supported on kernel TCP sockets",
-            ));
-        }
         let kind = |k: softrnic_proto::cm::RtrType| match k {
             softrnic_proto::cm::RtrType::Send => RtrKind::Send,
             softrnic_proto::cm::RtrType::Write => RtrKind::Write,
@@ -133,6 +128,8 @@ impl Device {
             ird: n.ird,
             ord: n.ord,
             max_fpdu,
+            markers_tx: n.markers_tx,
+            markers_rx: n.markers_rx,
             send_rtr: n.rtr.filter(|r| r.we_send).map(|r| kind(r.kind)),
             await_rtr: n.rtr.is_some_and(|r| !r.we_send),
             close_timeout: self.shared.cfg.close_timeout,
@@ -341,6 +338,16 @@ impl ConnRequest {
         self.accept_with(qp, cfg)
     }
 
+    /// As [`ConnRequest::accept`], and if the initiator asked for markers in what it
+    /// receives, asks for them in what we receive too: markers both ways at the
+    /// initiator's choice (the benchmark servers serve a `--markers` client so).
+    pub fn accept_echoing_markers(self, qp: &Qp, private_data: &[u8]) -> Result<Connection> {
+        let mut cfg = self.dev.shared.cfg.mpa.clone();
+        cfg.private_data = private_data.to_vec();
+        cfg.markers |= self.request.markers;
+        self.accept_with(qp, cfg)
+    }
+
     /// Accepts with explicit MPA settings.
     pub fn accept_with(self, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
         self.dev.check_qp(qp)?;
@@ -351,18 +358,7 @@ impl ConnRequest {
 
     fn accept_checked(mut self, qp: &Qp, cfg: MpaConfig) -> Result<Connection> {
         let serial = self.dev.shared.serial;
-        let accepted = if self.request.markers && !self.stream.supports_markers() {
-            // Kernel TCP sockets do not say where segments start, so no markers.
-            match self.responder.reject(&self.request, &[]) {
-                Ok(reply) => Err(CmError::Refused {
-                    reply,
-                    reason: RefusalReason::Markers,
-                }),
-                Err(e) => Err(e),
-            }
-        } else {
-            self.responder.accept(&self.request, &cfg)
-        };
+        let accepted = self.responder.accept(&self.request, &cfg);
         let (reply, negotiated) = match accepted {
             Ok(v) => v,
             Err(CmError::Refused { reply, reason }) => {

@@ -512,6 +512,10 @@ impl QpShared {
         leftover: &[u8],
         rec: Option<ConnRecorder>,
     ) -> Result<()> {
+        let mut stream = stream;
+        if params.markers_tx {
+            stream.frames_marked();
+        }
         let mut transport: Box<dyn Transport> = Box::new(PolledTransport::new(
             stream.into_transport(dev.cfg.keepalive, &dev.socket_buffers)?,
             self.claimed.clone(),

@@ -48,6 +48,9 @@ struct PendingTx {
     regions: ArrayVec<Arc<Region>, { softrnic_proto::MAX_SGE }>,
     trailer: [u8; 7],
     trailer_len: usize,
+    /// With markers: the whole FPDU as framed (markers inserted among its payload, so
+    /// it is copied, not gathered); empty otherwise.
+    marked: Vec<u8>,
     written: usize,
     total: usize,
 }
@@ -64,6 +67,8 @@ pub(crate) struct TxQueue {
     sent: usize,
     /// An FPDU header buffer, reused.
     scratch: TxFpdu,
+    /// With markers: a marked FPDU's payload, collected before it is framed.
+    payload: Vec<u8>,
 }
 
 impl TxQueue {
@@ -151,7 +156,12 @@ fn transmit_stream(
             if has {
                 let total = tx.scratch.wire_len();
                 if tx.pending.is_empty() && total <= TX_GATHER_MAX && tx.room_for(total) {
-                    if !gather(&tx.scratch, &mut tx.buf, dev, &mut last) {
+                    let gathered = if tx.scratch.marker_pos.is_some() {
+                        gather_marked(&tx.scratch, &mut tx.buf, &mut tx.payload, dev, &mut last)
+                    } else {
+                        gather(&tx.scratch, &mut tx.buf, dev, &mut last)
+                    };
+                    if !gathered {
                         // A region vanished under a queued request: the QP cannot
                         // continue sending correct data.
                         core.to_error();
@@ -236,6 +246,24 @@ fn prepare(fpdu: TxFpdu, dev: &Shared) -> Option<PendingTx> {
         r.check(c.offset as usize, c.len).ok()?;
         regions.push(r);
     }
+    if fpdu.marker_pos.is_some() {
+        // Markers fall among the payload's octets: the FPDU is framed in one buffer.
+        let mut payload = Vec::with_capacity(fpdu.payload_len());
+        for (c, r) in fpdu.chunks.iter().zip(&regions) {
+            r.append_to(c.offset as usize, c.len, &mut payload).ok()?;
+        }
+        let mut marked = Vec::with_capacity(fpdu.wire_len());
+        fpdu.emit_marked(&payload, &mut marked);
+        return Some(PendingTx {
+            total: marked.len(),
+            fpdu,
+            regions,
+            trailer: [0; 7],
+            trailer_len: 0,
+            marked,
+            written: 0,
+        });
+    }
     let mut crc = 0;
     if fpdu.crc {
         crc = crc32c(fpdu.header_bytes());
@@ -257,6 +285,7 @@ fn prepare(fpdu: TxFpdu, dev: &Shared) -> Option<PendingTx> {
         regions,
         trailer,
         trailer_len,
+        marked: Vec::new(),
         written: 0,
         total,
     })
@@ -286,6 +315,28 @@ fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) ->
     true
 }
 
+/// [`gather`] for an FPDU with markers: its payload is collected in `payload` (reused)
+/// and the FPDU framed by the wire crate's framer, markers and CRC included.
+fn gather_marked(
+    f: &TxFpdu,
+    out: &mut Vec<u8>,
+    payload: &mut Vec<u8>,
+    dev: &Shared,
+    last: &mut LastRegion,
+) -> bool {
+    payload.clear();
+    for c in &f.chunks {
+        let copied = last
+            .get(dev, c.region)
+            .map(|r| r.append_to(c.offset as usize, c.len, payload).is_ok());
+        if copied != Some(true) {
+            return false;
+        }
+    }
+    f.emit_marked(payload, out);
+    true
+}
+
 /// Writes as much of the pending FPDUs, in order, as the stream takes (one call).
 fn send_pending(t: &mut dyn Transport, pending: &VecDeque<PendingTx>) -> io::Result<usize> {
     let mut iov = [libc::iovec {
@@ -295,6 +346,16 @@ fn send_pending(t: &mut dyn Transport, pending: &VecDeque<PendingTx>) -> io::Res
     let mut n = 0;
     for p in pending.iter().take(TX_BATCH) {
         let mut skip = p.written;
+        if !p.marked.is_empty() {
+            if skip < p.marked.len() && n < iov.len() {
+                iov[n] = libc::iovec {
+                    iov_base: p.marked[skip..].as_ptr() as *mut libc::c_void,
+                    iov_len: p.marked.len() - skip,
+                };
+                n += 1;
+            }
+            continue;
+        }
         let mut push = |ptr: *const u8, len: usize| {
             if skip >= len {
                 skip -= len;
@@ -321,7 +382,8 @@ fn send_pending(t: &mut dyn Transport, pending: &VecDeque<PendingTx>) -> io::Res
         push(p.trailer.as_ptr(), p.trailer_len.min(pad + 4));
     }
     // SAFETY: every entry points into memory that stays alive and unmoved while
-    // `pending` is borrowed (FPDU headers and trailers are owned by its entries; region
+    // `pending` is borrowed (FPDU headers, trailers and marked FPDUs are owned by its
+    // entries; region
     // memory is kept alive by the Arcs in their `regions`), and the gather list lives
     // no longer than that.
     let iov = unsafe { IoVecs::new(&iov[..n]) };

@@ -42,6 +42,13 @@ pub fn marked_len(start: u64, len: usize) -> usize {
     (pos - start) as usize
 }
 
+/// The longest unmarked FPDU that stays within `max` octets once its markers are
+/// inserted, wherever in the stream it starts: room for one marker per 512 octets and
+/// one more (RFC 5044 sizes the MULPDU the same way, from the EMSS).
+pub fn unmarked_budget(max: usize) -> usize {
+    max.saturating_sub(MARKER_LEN * (max.div_ceil(MARKER_SPACING as usize) + 1))
+}
+
 /// The FPDUPTR a marker at `marker_pos` carries inside the FPDU starting at `fpdu_start`.
 pub fn fpdu_pointer(fpdu_start: u64, marker_pos: u64) -> u16 {
     // A leading marker sits before the ULPDU Length field, which is then 4 octets later.
@@ -112,6 +119,20 @@ mod tests {
         assert_eq!(marked_len(4, 512), 516); // crosses one marker
         assert_eq!(marked_len(0, 1024), 1024 + 12); // markers at 0, 512, 1024
         assert_eq!(marked_len(100, 0), 0);
+    }
+
+    #[test]
+    fn budget_keeps_marked_fpdus_within_max() {
+        for max in (64..=4200).chain([65535, 65543]) {
+            let budget = unmarked_budget(max);
+            // FPDUs are multiples of 4 long and start at multiples of 4.
+            let longest = budget / 4 * 4;
+            for start in (0..1024u64).step_by(4) {
+                let marked = marked_len(start, longest);
+                assert!(marked <= max, "max {max}, start {start}: {marked}");
+            }
+        }
+        assert_eq!(unmarked_budget(1448), 1448 - 16);
     }
 
     #[test]

@@ -314,6 +314,10 @@ pub struct BenchArgs {
     /// Require MPA CRC32c.
     #[arg(long)]
     pub crc: bool,
+    /// MPA markers (RFC 5044) both ways: each side asks the other for them (a softrnic
+    /// server asks back when the client asks).
+    #[arg(long)]
+    pub markers: bool,
     /// Also run the same pattern over plain TCP right before each softrnic run (every
     /// TCP discipline: blocking, busy-polling and, for bandwidth, batching), and print
     /// the ratio softrnic/TCP per size against the strongest of them.
@@ -502,6 +506,8 @@ pub struct BenchConfig {
     pub mode: Mode,
     /// MPA CRC required.
     pub crc: bool,
+    /// MPA markers asked for.
+    pub markers: bool,
     /// TCP baseline.
     pub baseline: Option<Baseline>,
     /// TCP baseline stream with TCP_NODELAY.
@@ -658,6 +664,7 @@ impl BenchConfig {
             port: a.port,
             mode,
             crc: a.crc,
+            markers: a.markers,
             baseline: a.baseline,
             tcp_nodelay: a.tcp_nodelay,
             json: a.json,
@@ -731,6 +738,7 @@ impl BenchConfig {
         if self.crc {
             c.mpa.crc = CrcPolicy::Required;
         }
+        c.mpa.markers = self.markers;
         c.mpa.ird = 128;
         c.mpa.ord = 128;
         c

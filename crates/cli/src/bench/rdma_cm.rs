@@ -598,8 +598,10 @@ pub fn serve(
             "{peer}: not a perftest -R client (MPA private data present; start the client with -R)"
         ));
     }
-    req.accept_with(&ctrl.qp, mpa(cfg, 0))
-        .map_err(e2s("accept"))?;
+    let mut m = mpa(cfg, 0);
+    // A client that asks for markers gets them both ways.
+    m.markers |= req.request().markers;
+    req.accept_with(&ctrl.qp, m).map_err(e2s("accept"))?;
     let (peer_version, cycle, softrnic_peer) = opening(&mut ctrl)?;
     let (pd, cq) = new_test_cq(dev, cfg)?;
     let mut qps = Vec::new();
@@ -607,8 +609,9 @@ pub fn serve(
     for i in 0..usize::from(cfg.qps) {
         let t = test_qp(dev, &pd, cq.for_qp(i), cfg, Side::Server, size, cycle)?;
         let req = listener.accept().map_err(e2s("accept test QP"))?;
-        req.accept_with(&t.qp, m.clone())
-            .map_err(e2s("accept test QP"))?;
+        let mut m = m.clone();
+        m.markers |= req.request().markers;
+        req.accept_with(&t.qp, m).map_err(e2s("accept test QP"))?;
         qps.push(t);
     }
     let mut s = Session {

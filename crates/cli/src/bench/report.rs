@@ -346,6 +346,7 @@ impl<'a> Reporter<'a> {
             "iterations": m.iterations(),
             "qps": c.qps,
             "crc": c.crc,
+            "markers": c.markers,
             "loopback": c.mode == Mode::Loopback,
         });
         if transport == "softrnic"

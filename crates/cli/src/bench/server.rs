@@ -301,7 +301,8 @@ fn serve_round(
             len: buf.len() as u64,
             ..m
         };
-        req.accept(&qp, &reply.encode()).map_err(e2s("accept"))?;
+        req.accept_echoing_markers(&qp, &reply.encode())
+            .map_err(e2s("accept"))?;
         let id = qp.id();
         eps.push(SEp {
             qp,

@@ -44,6 +44,16 @@ impl Peer {
         let mut out = Vec::new();
         let mut f = TxFpdu::default();
         while self.qp.poll_transmit(&mut f) {
+            if f.marker_pos.is_some() {
+                let mut payload = Vec::new();
+                for c in &f.chunks {
+                    let m = &self.mem[c.region.0 as usize];
+                    payload.extend_from_slice(&m[c.offset as usize..c.offset as usize + c.len]);
+                }
+                f.emit_marked(&payload, &mut out);
+                self.qp.transmit_done();
+                continue;
+            }
             let start = out.len();
             out.extend_from_slice(f.header_bytes());
             for c in &f.chunks {
@@ -181,7 +191,23 @@ pub fn qp_input_seeds() -> Vec<(String, Vec<u8>)> {
             post_read: true,
             ..setup
         };
-        seed("mixed", busy, sent(params(crc, 1448), mixed));
+        seed("mixed", busy, sent(params(crc, 1448), mixed.clone()));
+        // The same with RFC 5044 markers both ways, FPDUs of 512 octets (a marker in
+        // most of them) and the stream cut into pieces of 1 to 8 octets.
+        let marked = Setup {
+            markers: true,
+            max_fpdu_choice: 2,
+            chunking: 3,
+            ..busy
+        };
+        let p = QpParams {
+            markers_tx: true,
+            markers_rx: true,
+            ..params(crc, 512)
+        };
+        seed("mixed_markers", marked, sent(p, mixed));
+        let wr = write(1, sge(SOURCE, 0, 3000), WRITE_TARGET, 16);
+        seed("write_markers", marked, sent(p, [wr]));
     }
     v
 }

@@ -19,7 +19,7 @@ use softrnic_proto::qp::{Chunk, CqSide, Qp, QpConfig, QpParams, RxCtx, RxNeed, T
 use softrnic_proto::tpt::{Tpt, TptEntry};
 use softrnic_proto::{Access, Completion, PdId, QpId, RecvWr, RegionId, STag, SendWr, Sge};
 use softrnic_wire::crc::crc32c;
-use softrnic_wire::mpa::Deframer;
+use softrnic_wire::mpa::{MAX_FPDU_LEN, parse_fpdu};
 use softrnic_wire::{Body, TerminateCause, Ulpdu};
 use std::collections::BTreeMap;
 
@@ -171,6 +171,9 @@ pub struct Setup {
     pub receives: usize,
     /// Index into the largest-FPDU choices (1448, 64, 512, 9000).
     pub max_fpdu_choice: u8,
+    /// RFC 5044 markers both ways: the input is a marked stream, and what the QP
+    /// sends is marked.
+    pub markers: bool,
     /// 0 feeds the stream in one piece; n > 0 cuts it into pieces of 1 to 2^min(n, 12)
     /// octets, the sizes drawn from `chunk_seed`.
     pub chunking: u8,
@@ -189,6 +192,7 @@ impl Default for Setup {
             ord: 4,
             receives: RECEIVES,
             max_fpdu_choice: 0,
+            markers: false,
             chunking: 0,
             chunk_seed: 0,
         }
@@ -208,6 +212,7 @@ impl Setup {
             ord: u16::from(b[1] >> 4),
             receives: usize::from(b[2] & 3).min(RECEIVES),
             max_fpdu_choice: (b[2] >> 2) & 3,
+            markers: b[2] & 0x10 != 0,
             chunk_seed: b[3],
         }
     }
@@ -221,7 +226,9 @@ impl Setup {
                 | u8::from(self.post_send_write) << 3
                 | (self.chunking & 0x0f) << 4,
             (self.ird.min(15) as u8) | (self.ord.min(15) as u8) << 4,
-            (self.receives.min(RECEIVES) as u8) | (self.max_fpdu_choice & 3) << 2,
+            (self.receives.min(RECEIVES) as u8)
+                | (self.max_fpdu_choice & 3) << 2
+                | u8::from(self.markers) << 4,
             self.chunk_seed,
         ]
     }
@@ -235,6 +242,8 @@ impl Setup {
             max_fpdu: MAX_FPDU[usize::from(self.max_fpdu_choice & 3)],
             send_rtr: None,
             await_rtr: self.await_rtr,
+            markers_tx: self.markers,
+            markers_rx: self.markers,
             ..QpParams::default()
         }
     }
@@ -467,7 +476,7 @@ impl Run {
                 break;
             }
             let wire = self.serialize(&f);
-            self.check_sent(&wire);
+            self.check_sent(&wire, f.marker_pos);
             self.outcome.sent.extend_from_slice(&wire);
             self.qp.transmit_done();
             self.outcome.fpdus_sent += 1;
@@ -490,6 +499,12 @@ impl Run {
             2 + f.ulpdu_len,
             "header and payload make the ULPDU"
         );
+        if f.marker_pos.is_some() {
+            let mut marked = Vec::new();
+            f.emit_marked(&v[f.header_len..], &mut marked);
+            assert_eq!(marked.len(), f.wire_len());
+            return marked;
+        }
         v.resize(v.len() + f.pad_len(), 0);
         let (trailer, n) = f.trailer(crc32c(&v));
         v.extend_from_slice(&trailer[f.pad_len()..n]);
@@ -499,9 +514,18 @@ impl Run {
 
     /// A transmitted FPDU deframes (CRC included) and parses; a Terminate's cause is the
     /// one the QP reports.
-    fn check_sent(&mut self, wire: &[u8]) {
-        let mut d = Deframer::new(false, self.crc);
-        let fpdu = d.next(wire, &mut []).expect("a sent FPDU deframes");
+    fn check_sent(&mut self, wire: &[u8], marker_pos: Option<u64>) {
+        let mut scratch = vec![
+            0u8;
+            if marker_pos.is_some() {
+                MAX_FPDU_LEN
+            } else {
+                0
+            }
+        ];
+        let fpdu = parse_fpdu(wire, marker_pos, self.crc, &mut scratch)
+            .and_then(|f| f.check_crc().map(|()| f))
+            .expect("a sent FPDU deframes, markers and CRC checked");
         assert_eq!(fpdu.consumed, wire.len());
         let u = Ulpdu::parse(fpdu.ulpdu).expect("a sent ULPDU parses");
         if let Body::Terminate(t) = u.body {

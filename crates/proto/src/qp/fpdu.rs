@@ -73,6 +73,10 @@ pub struct TxFpdu {
     /// that does not may be followed by the next one at once (e.g. all of a large
     /// Write's FPDUs in one `sendmsg`), as long as they are written in order.
     pub completes: bool,
+    /// With RFC 5044 markers on: the position of the FPDU's first octet in the marked
+    /// stream (octets since the first FPDU). Such an FPDU is framed by
+    /// [`TxFpdu::emit_marked`], not gathered.
+    pub marker_pos: Option<u64>,
 }
 
 impl Default for TxFpdu {
@@ -84,6 +88,7 @@ impl Default for TxFpdu {
             ulpdu_len: 0,
             crc: false,
             completes: false,
+            marker_pos: None,
         }
     }
 }
@@ -105,9 +110,32 @@ impl TxFpdu {
         mpa::fpdu_trailer(self.ulpdu_len, if self.crc { crc } else { 0 })
     }
 
-    /// Total octets on the wire.
+    /// Total octets on the wire (markers included).
     pub fn wire_len(&self) -> usize {
-        mpa::fpdu_len(self.ulpdu_len)
+        let plain = mpa::fpdu_len(self.ulpdu_len);
+        match self.marker_pos {
+            None => plain,
+            Some(at) => softrnic_wire::markers::marked_len(at, plain),
+        }
+    }
+
+    /// Appends the whole FPDU with its markers to `out` by the wire crate's framer:
+    /// length field, the header's DDP/RDMAP octets, `payload` (the octets its chunks
+    /// name, in order), pad, markers where the stream position puts them, and the CRC
+    /// over all of them. Without markers it frames the FPDU all the same.
+    pub fn emit_marked(&self, payload: &[u8], out: &mut Vec<u8>) {
+        let start = out.len();
+        out.resize(start + self.wire_len(), 0);
+        let ulp = &self.header_bytes()[mpa::ULPDU_LEN_LEN..];
+        // Sized above with the framer's own length; the ULPDU fits its field (the
+        // transmit path sizes it), so this cannot fail.
+        let n = mpa::emit_fpdu(
+            &[ulp, payload],
+            self.crc,
+            self.marker_pos,
+            &mut out[start..],
+        );
+        debug_assert_eq!(n.ok(), Some(out.len() - start), "FPDU framed to its length");
     }
 
     /// The octets of the header in use.

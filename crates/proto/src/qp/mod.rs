@@ -124,6 +124,9 @@ pub struct Qp {
     /// The cause once the QP has failed.
     fatal: Option<(TerminateCause, bool)>,
     closer: Closer,
+    /// With markers on in what we send: where the next FPDU starts in the marked
+    /// stream.
+    tx_marked_pos: u64,
 }
 
 impl Qp {
@@ -140,6 +143,7 @@ impl Qp {
             out: Outbox::new(cfg.id),
             fatal: None,
             closer: Closer::default(),
+            tx_marked_pos: 0,
         }
     }
 
@@ -190,7 +194,8 @@ impl Qp {
         self.params = params;
         self.state = QpState::Rts;
         self.tx.start(&params);
-        self.rx.start(params.crc, params.await_rtr);
+        self.rx
+            .start(params.crc, params.markers_rx, params.await_rtr);
         Ok(())
     }
 
@@ -339,7 +344,14 @@ impl Qp {
     /// before it may be polled ahead and written together, in order.
     pub fn poll_transmit(&mut self, out: &mut TxFpdu) -> bool {
         let sending = matches!(self.state, QpState::Rts | QpState::Closing);
-        self.tx.poll(sending, out)
+        let has = self.tx.poll(sending, out);
+        if has && self.params.markers_tx {
+            // FPDUs are written in the order they are polled: each starts where the
+            // previous one ended in the marked stream.
+            out.marker_pos = Some(self.tx_marked_pos);
+            self.tx_marked_pos += out.wire_len() as u64;
+        }
+        has
     }
 
     /// Whether [`Qp::poll_transmit`] (or [`Qp::run_local_ops`]) may have something: false
@@ -708,7 +720,9 @@ impl Qp {
         }
         let pos = self.rx.position();
         if seq > pos {
-            let crc = self.params.crc;
+            // Out-of-order placement finds FPDUs by their CRC at a segment's start;
+            // with markers, segments are taken in order only.
+            let crc = self.params.crc && !self.params.markers_rx;
             let mut taken = false;
             self.rx_step(ctx, |rx, d| {
                 taken = rx.take_ahead(seq, data, crc, d, place);

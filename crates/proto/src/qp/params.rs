@@ -16,8 +16,12 @@ pub struct QpParams {
     pub ird: u16,
     /// Outbound Reads outstanding at most; more wait in the send queue.
     pub ord: u16,
-    /// Largest FPDU to send (the TCP MSS by default).
+    /// Largest FPDU to send (the TCP MSS by default), markers included.
     pub max_fpdu: usize,
+    /// RFC 5044 markers in what we send (the peer set M in its frame).
+    pub markers_tx: bool,
+    /// RFC 5044 markers in what we receive (we set M in ours).
+    pub markers_rx: bool,
     /// RFC 6581 peer-to-peer: this side sends the RTR message first.
     pub send_rtr: Option<RtrKind>,
     /// RFC 6581 peer-to-peer: this side must receive the RTR before it transmits.
@@ -34,6 +38,8 @@ impl Default for QpParams {
             ird: 16,
             ord: 16,
             max_fpdu: 1448,
+            markers_tx: false,
+            markers_rx: false,
             send_rtr: None,
             await_rtr: false,
             close_timeout: DEFAULT_CLOSE_TIMEOUT,

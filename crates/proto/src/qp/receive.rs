@@ -64,8 +64,8 @@ pub(crate) struct Receiver {
 type Res = Result<(), Fatal>;
 
 impl Receiver {
-    pub(crate) fn start(&mut self, crc: bool, await_rtr: bool) {
-        self.stream.start(crc);
+    pub(crate) fn start(&mut self, crc: bool, markers: bool, await_rtr: bool) {
+        self.stream.start(crc, markers);
         self.await_rtr = await_rtr;
     }
 

@@ -10,6 +10,8 @@
 //! caller, which answers each [`Step::Header`] with [`RxStream::expect_body`] or
 //! [`RxStream::expect_payload`].
 
+mod markers;
+
 use super::fpdu::{Chunk, CopiedHeaders};
 use crate::verbs::MAX_SGE;
 use softrnic_wire::ddp::{self, DdpRepr, UNTAGGED_HEADER_LEN};
@@ -88,6 +90,8 @@ pub(crate) struct RxStream {
     placed_bytes: u64,
     /// Octets of the stream taken so far: the sequence number of the next one.
     position: u64,
+    /// RFC 5044 markers in this stream (`None`: off).
+    marks: Option<markers::RxMarks>,
 }
 
 impl Default for RxStream {
@@ -106,17 +110,30 @@ impl Default for RxStream {
             trailer_at: 0,
             placed_bytes: 0,
             position: 0,
+            marks: None,
         }
     }
 }
 
 impl RxStream {
-    pub(crate) fn start(&mut self, crc_on: bool) {
-        self.crc_on = crc_on;
+    /// Starts the stream with CRC and markers as negotiated. With markers the CRC is
+    /// kept by the marker side (it covers the markers, in stream order), so the
+    /// per-FPDU check only frames.
+    pub(crate) fn start(&mut self, crc_on: bool, markers: bool) {
+        self.crc_on = crc_on && !markers;
+        self.marks = markers.then(|| markers::RxMarks::new(crc_on));
     }
 
     /// What the stream needs next.
     pub(crate) fn need(&self) -> RxNeed {
+        if self.marks.is_some() {
+            return self.need_marked();
+        }
+        self.need_unmarked()
+    }
+
+    /// What the stream needs next, markers aside.
+    fn need_unmarked(&self) -> RxNeed {
         match self.phase {
             Phase::Stopped => RxNeed::Stopped,
             Phase::Payload => match self.dest.first() {
@@ -129,12 +146,18 @@ impl RxStream {
 
     /// Where the octets [`RxNeed::Internal`] asks for go.
     pub(crate) fn buffer(&mut self) -> &mut [u8] {
+        if self.marks.is_some() && self.in_marker() {
+            return self.marker_buffer();
+        }
         let (have, want) = (self.have, self.want);
         &mut self.buf[have..want]
     }
 
     /// `n` octets were written into [`RxStream::buffer`].
     pub(crate) fn filled(&mut self, n: usize) -> WireResult<Step> {
+        if self.marks.is_some() && self.marked_filled(n)? {
+            return Ok(Step::More);
+        }
         let n = n.min(self.want - self.have);
         self.have += n;
         self.position += n as u64;
@@ -163,7 +186,10 @@ impl RxStream {
             return;
         };
         let n = n.min(front.len);
-        self.check.update_with(crc_append);
+        match &mut self.marks {
+            Some(m) => m.update_with(crc_append),
+            None => self.check.update_with(crc_append),
+        }
         front.len -= n;
         front.offset += n as u64;
         if front.len == 0 {
@@ -278,7 +304,8 @@ impl RxStream {
         &mut self,
         data: &[u8],
     ) -> Option<(DdpRepr, usize, usize, usize)> {
-        if !self.at_boundary() || data.len() < PREFIX_LEN {
+        // With markers, FPDUs are taken step by step (a marker may sit anywhere).
+        if !self.at_boundary() || data.len() < PREFIX_LEN || self.marks.is_some() {
             return None;
         }
         let ulpdu_len = usize::from(u16::from_be_bytes([data[0], data[1]]));
@@ -347,5 +374,8 @@ impl RxStream {
         self.header_len = 0;
         self.dest.clear();
         self.payload_len = 0;
+        if let Some(m) = &mut self.marks {
+            m.next_fpdu(self.position);
+        }
     }
 }

@@ -140,7 +140,15 @@ pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
 
 impl TxState {
     pub(crate) fn start(&mut self, p: &QpParams) {
-        let ulpdu = mpa::max_ulpdu_for(p.max_fpdu.max(64)).unwrap_or(42);
+        // Markers we insert take room in the FPDU too: size the ULPDU so that the
+        // marked FPDU still fits, wherever it starts.
+        let max_fpdu = p.max_fpdu.max(64);
+        let budget = if p.markers_tx {
+            softrnic_wire::markers::unmarked_budget(max_fpdu)
+        } else {
+            max_fpdu
+        };
+        let ulpdu = mpa::max_ulpdu_for(budget).unwrap_or(42);
         self.tagged_max = (ulpdu - TAGGED_HEADER_LEN) as u32;
         self.untagged_max = (ulpdu - UNTAGGED_HEADER_LEN) as u32;
         self.crc = p.crc;

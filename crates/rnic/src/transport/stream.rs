@@ -30,11 +30,11 @@ pub(crate) trait ConnStream: Send + std::fmt::Debug {
     /// to it (RFC 5044).
     fn mss(&self) -> Option<usize>;
 
-    /// Whether FPDUs can carry MPA markers on this stream: markers sit at fixed
-    /// positions of the TCP sequence space, which only a TCP of our own can know.
-    fn supports_markers(&self) -> bool {
-        false
-    }
+    /// The FPDUs this end sends will carry MPA markers: a transport that finds FPDU
+    /// boundaries in what it is handed (to align them with segments) must count them.
+    /// Markers themselves need nothing of the stream: they sit at fixed positions from
+    /// the first FPDU octet, which the QP counts on both paths.
+    fn frames_marked(&mut self) {}
 
     /// Ends both directions gracefully (after a Reject).
     fn shutdown(&mut self) -> io::Result<()>;

@@ -84,6 +84,23 @@ impl Side {
             }
         }
         assert!(may, "an FPDU from a QP that said it had nothing to send");
+        if f.marker_pos.is_some() {
+            // Markers: the wire crate's framer, as the I/O layer uses it.
+            let mut payload = Vec::new();
+            for c in &f.chunks {
+                let m = &self.mem[c.region.0 as usize];
+                payload.extend_from_slice(&m[c.offset as usize..c.offset as usize + c.len]);
+            }
+            let mut v = Vec::new();
+            f.emit_marked(&payload, &mut v);
+            assert!(
+                f.chunks.is_empty() || v.len() <= self.qp.params().max_fpdu,
+                "a marked FPDU of {} octets beyond the FPDU size",
+                v.len()
+            );
+            self.qp.transmit_done();
+            return Some(v);
+        }
         let mut v = f.header_bytes().to_vec();
         for c in &f.chunks {
             let m = &self.mem[c.region.0 as usize];
@@ -203,6 +220,9 @@ pub(super) struct Link {
     crossed: u64,
     /// A FIN (or a close) from a / from b has reached the other side.
     fin_from: [bool; 2],
+    /// Every octet a and b sent, when `record` is set.
+    pub record: bool,
+    pub recorded: [Vec<u8>; 2],
 }
 
 impl Link {
@@ -214,6 +234,8 @@ impl Link {
             now: Duration::ZERO,
             crossed: 0,
             fin_from: [false; 2],
+            record: false,
+            recorded: [Vec::new(), Vec::new()],
         }
     }
 
@@ -238,6 +260,9 @@ impl Link {
                     && let Some(f) = from.next_fpdu()
                 {
                     moved = true;
+                    if self.record {
+                        self.recorded[dir].extend_from_slice(&f);
+                    }
                     if !self.deliver(&f, to, &mut cut) {
                         from.qp.transport_lost();
                         from.gone = true;

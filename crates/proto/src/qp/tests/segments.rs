@@ -82,11 +82,15 @@ impl Side {
 /// to `b`; returns the two sides, with `b`'s receives posted, the posts made, and the
 /// regions: (b's Send target, b's Write target, a's source).
 fn workload(crc: bool) -> (Side, Side, [STag; 3]) {
-    let p = QpParams {
+    workload_with(QpParams {
         crc,
         max_fpdu: 256,
         ..Default::default()
-    };
+    })
+}
+
+/// [`workload`] on connections with parameters `p`.
+fn workload_with(p: QpParams) -> (Side, Side, [STag; 3]) {
     let (mut a, mut b) = pair(p);
     let (src, sbase) = a.reg(20_000, Access::empty(), 1);
     let (rdst, rbase) = b.reg(12_000, Access::LOCAL_WRITE, 2);
@@ -213,4 +217,29 @@ fn after_to_error_nothing_more_is_taken_or_placed() {
         assert_eq!(b.segment(*seq, f), SegmentOutcome::Stopped);
     }
     assert_eq!(b.region(wdst), &before[..], "nothing placed after to_error");
+}
+
+#[test]
+fn with_markers_segments_are_taken_in_order_only() {
+    let p = QpParams {
+        crc: true,
+        max_fpdu: 256,
+        markers_tx: true,
+        markers_rx: true,
+        ..Default::default()
+    };
+    let (mut ra, mut rb, [rd, wd, _]) = workload_with(p);
+    pump(&mut ra, &mut rb, false);
+    let want_cb = rb.completions();
+    assert_eq!(want_cb.len(), 3);
+    for seed in 0..10u64 {
+        let (mut a, mut b, [rdst, wdst, _]) = workload_with(p);
+        let segs = segments(&mut a);
+        // A marked stream's segments are found by position, in order: none ahead.
+        assert_eq!(deliver_shuffled(&mut b, segs, seed, 8), 0, "seed {seed}");
+        assert_eq!(b.region(rdst), rb.region(rd), "seed {seed}: Send data");
+        assert_eq!(b.region(wdst), rb.region(wd), "seed {seed}: Write data");
+        assert_eq!(b.completions(), want_cb, "seed {seed}");
+        assert_eq!(b.qp.state(), QpState::Rts);
+    }
 }

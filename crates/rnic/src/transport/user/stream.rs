@@ -21,6 +21,8 @@ pub(crate) struct UserStream {
     id: Option<ConnId>,
     local: SocketAddrV4,
     peer: SocketAddrV4,
+    /// The QP's FPDUs carry markers (see [`ConnStream::frames_marked`]).
+    marked: bool,
 }
 
 impl std::fmt::Debug for UserStream {
@@ -45,6 +47,7 @@ impl UserStream {
             id: Some(id),
             local,
             peer,
+            marked: false,
         }
     }
 
@@ -119,6 +122,10 @@ impl ConnStream for UserStream {
         }
     }
 
+    fn frames_marked(&mut self) {
+        self.marked = true;
+    }
+
     fn into_transport(
         mut self: Box<Self>,
         _keepalive: Duration,
@@ -126,7 +133,7 @@ impl ConnStream for UserStream {
     ) -> io::Result<Box<dyn Transport>> {
         // Keep-alive was set for every connection when the stack started.
         let id = self.id()?;
-        let t = UserTransport::new(self.stack.clone(), id)?;
+        let t = UserTransport::new(self.stack.clone(), id, self.marked)?;
         self.id = None;
         Ok(Box::new(t))
     }

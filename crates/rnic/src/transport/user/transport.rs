@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// Where the FPDU boundaries are in what the QP hands over: each FPDU starts with its
-/// ULPDU length (MPA, no markers). Octets are taken whole FPDU by whole FPDU as TCP
+/// ULPDU length (MPA), after the marker that sits there when markers are on. Octets are taken whole FPDU by whole FPDU as TCP
 /// records; a buffer that ends inside an FPDU has that part queued as plain octets,
 /// and the rest of the FPDU follows at the next call.
 #[derive(Debug, Default)]
@@ -43,9 +43,36 @@ pub(crate) struct Framer {
     /// plain octets from then on. Alignment is an optimisation, never needed for
     /// correctness.
     lost: bool,
+    /// With markers: the stream position (octets since the first FPDU) of the next
+    /// octet, which says where markers are.
+    marked: Option<u64>,
 }
 
 impl Framer {
+    fn new(marked: bool) -> Framer {
+        Framer {
+            marked: marked.then_some(0),
+            ..Framer::default()
+        }
+    }
+
+    /// Octets of a marker before the next FPDU's length field.
+    fn lead(&self) -> usize {
+        match self.marked {
+            Some(pos) if softrnic_wire::markers::is_marker_pos(pos) => {
+                softrnic_wire::markers::MARKER_LEN
+            }
+            _ => 0,
+        }
+    }
+
+    /// `n` more octets were queued.
+    fn count(&mut self, n: usize) {
+        if let Some(pos) = &mut self.marked {
+            *pos += n as u64;
+        }
+    }
+
     /// Queues as much of `buf` as fits; `WouldBlock` when nothing does.
     fn queue(&mut self, st: &mut Stack, id: ConnId, buf: &[u8]) -> Result<usize, StackError> {
         let mut taken = 0;
@@ -58,13 +85,18 @@ impl Framer {
                     .inspect(|&n| {
                         self.carry -= n;
                     })
-            } else if rest.len() < softrnic_wire::mpa::ULPDU_LEN_LEN {
+            } else if rest.len() < self.lead() + softrnic_wire::mpa::ULPDU_LEN_LEN {
                 self.lost = true;
                 st.send(id, rest)
             } else {
-                let len = softrnic_wire::mpa::fpdu_len(usize::from(u16::from_be_bytes([
-                    rest[0], rest[1],
+                let at = self.lead();
+                let plain = softrnic_wire::mpa::fpdu_len(usize::from(u16::from_be_bytes([
+                    rest[at],
+                    rest[at + 1],
                 ])));
+                let len = self
+                    .marked
+                    .map_or(plain, |pos| softrnic_wire::markers::marked_len(pos, plain));
                 if rest.len() >= len {
                     st.send_record(id, &rest[..len]).map(|()| len)
                 } else {
@@ -74,7 +106,10 @@ impl Framer {
             };
             match r {
                 Ok(0) => break,
-                Ok(n) => taken += n,
+                Ok(n) => {
+                    taken += n;
+                    self.count(n);
+                }
                 Err(StackError::WouldBlock) if taken > 0 => break,
                 Err(e) => return Err(e),
             }
@@ -119,6 +154,7 @@ impl Framer {
             };
         });
         result?;
+        self.count(take);
         if !whole || take < total {
             self.lost = true;
         }
@@ -138,14 +174,18 @@ pub(crate) struct UserTransport {
 }
 
 impl UserTransport {
-    /// Takes connection `id` into RDMA mode.
-    pub(crate) fn new(stack: Arc<UserStack>, id: ConnId) -> io::Result<UserTransport> {
+    /// Takes connection `id` into RDMA mode; `marked`: the FPDUs sent carry markers.
+    pub(crate) fn new(
+        stack: Arc<UserStack>,
+        id: ConnId,
+        marked: bool,
+    ) -> io::Result<UserTransport> {
         let signal = Arc::new(Signal::new()?);
         stack.lock()?.signals.insert(id, signal.clone());
         Ok(UserTransport {
             stack,
             id,
-            framer: Framer::default(),
+            framer: Framer::new(marked),
             signal,
             abort: false,
         })
