@@ -171,6 +171,16 @@ impl Receiver {
                 }
                 RxNeed::Internal(n) => {
                     let k = n.min(wire_len - at);
+                    if let Some(step) = self.stream.take_trailer(&data[at..at + k]) {
+                        // The trailer, checked where it lies: the FPDU is done.
+                        at += k;
+                        *taken = Some(at);
+                        if let Step::Done(h, len) = step.map_err(|e| self.fail_wire(e))? {
+                            self.deliver(h, len, d)?;
+                            self.deliver_deferred(d)?;
+                        }
+                        continue;
+                    }
                     self.stream.buffer()[..k].copy_from_slice(&data[at..at + k]);
                     at += k;
                     *taken = Some(at);

@@ -303,6 +303,30 @@ impl RxStream {
         Some((h, ulpdu_len - header_len, end, wire_len))
     }
 
+    /// The fast path's trailer: when the stream waits for the whole trailer of the FPDU
+    /// in progress and `trailer` is exactly that, checks it where it lies (no copy into
+    /// the internal buffer) with the outcome [`RxStream::filled`] would have. `None`
+    /// when the stream is elsewhere; nothing changed then.
+    pub(crate) fn take_trailer(&mut self, trailer: &[u8]) -> Option<WireResult<Step>> {
+        if self.phase != Phase::Trailer
+            || self.have != self.trailer_at
+            || trailer.len() != self.want - self.have
+        {
+            return None;
+        }
+        self.position += trailer.len() as u64;
+        self.have = self.want;
+        if let Err(e) = self.check.finish(trailer) {
+            return Some(Err(e));
+        }
+        let Some(h) = self.header else {
+            return Some(Ok(Step::More));
+        };
+        let len = self.payload_len;
+        self.reset();
+        Some(Ok(Step::Done(h, len)))
+    }
+
     fn on_prefix(&mut self) -> WireResult<()> {
         self.check = FpduCheck::begin([self.buf[0], self.buf[1]], self.crc_on);
         let ulpdu_len = self.check.ulpdu_len();

@@ -813,4 +813,5 @@ fn terminate_carries_the_offending_headers() {
 
 mod closing;
 mod hostile;
+mod runs;
 mod segments;
