@@ -7,7 +7,7 @@
 //! A Send or Write completes once its last FPDU has been handed to the transport
 //! (`Qp::transmit_done`), so its buffers are never reused while still being sent.
 
-use super::fpdu::{Chunk, CopiedHeaders, TxFpdu, covering};
+use super::fpdu::{Chunk, CopiedHeaders, TxFpdu, covering, covering_sges};
 use super::params::{QpParams, RtrKind};
 use crate::verbs::*;
 use arrayvec::ArrayVec;
@@ -483,12 +483,7 @@ impl TxState {
                         mo: e.sent,
                     },
                 };
-                covering(
-                    e.chunks.iter().copied(),
-                    e.sent as usize,
-                    n as usize,
-                    &mut out.chunks,
-                );
+                covering_sges(&e.chunks, e.sent as usize, n as usize, &mut out.chunks);
                 out.set_header(&h, &[], n as usize);
                 e.sent += n;
                 if last {
@@ -508,12 +503,7 @@ impl TxState {
                         to: remote_addr.wrapping_add(u64::from(e.sent)),
                     },
                 };
-                covering(
-                    e.chunks.iter().copied(),
-                    e.sent as usize,
-                    n as usize,
-                    &mut out.chunks,
-                );
+                covering_sges(&e.chunks, e.sent as usize, n as usize, &mut out.chunks);
                 out.set_header(&h, &[], n as usize);
                 e.sent += n;
                 if last {
@@ -542,8 +532,12 @@ impl TxState {
                 None
             }
             InFlight::SqHead => {
-                let e = self.sq.pop_front()?;
-                Some((e.seq, e.wr_id, wc_opcode(&e.op), e.total, e.signaled))
+                // The fields, read in place: moving the whole entry out (its SGE
+                // array is most of it) cost a copy per message.
+                let e = self.sq.front()?;
+                let done = (e.seq, e.wr_id, wc_opcode(&e.op), e.total, e.signaled);
+                self.sq.pop_front();
+                Some(done)
             }
         }
     }
