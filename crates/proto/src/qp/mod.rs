@@ -34,6 +34,7 @@ use crate::verbs::*;
 use arrayvec::ArrayVec;
 use close::{Closer, Facts, Next};
 use deliver::Outbox;
+pub use receive::RxRun;
 use receive::{Fatal, Receiver, RxDeps};
 use softrnic_wire::TerminateCause;
 use softrnic_wire::terminate::Layer;
@@ -607,6 +608,22 @@ impl Qp {
         let mut taken = None;
         self.rx_step(ctx, |rx, d| rx.take_whole(data, d, place, &mut taken));
         taken
+    }
+
+    /// [`Qp::rx_take_fpdu`] for a run: up to `max` whole data FPDUs at the front of
+    /// `data` in one call (a read-ahead of small messages taken in one pass), with the
+    /// same outcome as taking them one by one. `None` when the first octets are not
+    /// such an FPDU; a run that stops early says so ([`RxRun::complete`]).
+    pub fn rx_take_run(
+        &mut self,
+        data: &[u8],
+        max: usize,
+        ctx: &mut RxCtx<'_>,
+        place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
+    ) -> Option<RxRun> {
+        let mut run = RxRun::default();
+        self.rx_step(ctx, |rx, d| rx.take_run(data, max, d, place, &mut run));
+        (run.taken > 0).then_some(run)
     }
 
     /// Payload octets were read into the memory [`RxNeed::Place`] named; `placed` is

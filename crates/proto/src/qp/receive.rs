@@ -63,6 +63,18 @@ pub(crate) struct Receiver {
 
 type Res = Result<(), Fatal>;
 
+/// What [`crate::qp::Qp::rx_take_run`] took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxRun {
+    /// Octets taken from the front of the data.
+    pub taken: usize,
+    /// Whole FPDUs among them.
+    pub fpdus: usize,
+    /// Whether the octets taken are exactly those FPDUs (false: the last octets
+    /// taken begin an FPDU that was not taken whole).
+    pub complete: bool,
+}
+
 impl Receiver {
     pub(crate) fn start(&mut self, crc: bool, await_rtr: bool) {
         self.stream.start(crc);
@@ -189,6 +201,38 @@ impl Receiver {
                 RxNeed::Stopped | RxNeed::Wait => break,
             }
             *taken = Some(at);
+        }
+        Ok(())
+    }
+
+    /// A run of whole data FPDUs at the front of `data`, at most `max` of them, each
+    /// taken as [`Receiver::take_whole`] takes one, in one call: the read-ahead of a
+    /// stream of small messages is taken in one pass. Stops at the first octets that
+    /// are not a whole data FPDU (a control message, a cut FPDU: left for the step
+    /// path), after an FPDU that was not taken whole (placement refused, receive
+    /// stopped or waiting: `run.complete` is false), or at a fault (returned, with
+    /// `run` counting what was taken up to and including the faulty FPDU's header).
+    pub(crate) fn take_run(
+        &mut self,
+        data: &[u8],
+        max: usize,
+        d: &mut RxDeps<'_>,
+        place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
+        run: &mut RxRun,
+    ) -> Res {
+        run.complete = true;
+        while run.fpdus < max && run.taken < data.len() {
+            let mut one = None;
+            let r = self.take_whole(&data[run.taken..], d, place, &mut one);
+            let Some(n) = one else {
+                return r;
+            };
+            run.taken += n;
+            if r.is_err() || !self.stream.at_boundary() {
+                run.complete = false;
+                return r;
+            }
+            run.fpdus += 1;
         }
         Ok(())
     }
