@@ -277,7 +277,7 @@ impl Qp {
         } else {
             Access::empty()
         };
-        let mut chunks = ArrayVec::new();
+        let mut chunks = ArrayVec::<Chunk, MAX_SGE>::new();
         for s in wr.sgl.iter() {
             match tpt.check_local(s.lkey, s.addr, u64::from(s.len), need, self.cfg.pd) {
                 Ok(t) => chunks.push(Chunk {
@@ -297,7 +297,7 @@ impl Qp {
         }
         let seq = self.out.next_send_seq();
         let local_op = matches!(wr.op, SendOp::LocalInvalidate { .. });
-        self.tx.enqueue(seq, wr, chunks, total as u32);
+        self.tx.enqueue(seq, wr, &chunks, total as u32);
         if local_op {
             // Executes in order with the rest of the send queue, needing no wire.
             self.run_local_ops(tpt);

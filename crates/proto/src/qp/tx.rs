@@ -163,21 +163,18 @@ impl TxState {
         self.sq.len() + self.orq.len()
     }
 
-    pub(crate) fn enqueue(
-        &mut self,
-        seq: u64,
-        wr: &SendWr,
-        chunks: ArrayVec<Chunk, MAX_SGE>,
-        total: u32,
-    ) {
+    pub(crate) fn enqueue(&mut self, seq: u64, wr: &SendWr, chunks: &[Chunk], total: u32) {
         if self.sq.capacity() == 0 {
             self.sq.reserve_exact(std::mem::take(&mut self.sq_room));
         }
+        // The entry goes in with no chunks and gets them in place: moving a full
+        // `ArrayVec` (room for MAX_SGE chunks, most of the entry) by value cost a copy
+        // of the whole array per post, however few SGEs the request has.
         self.sq.push_back(SqEntry {
             seq,
             wr_id: wr.wr_id,
             op: wr.op,
-            chunks,
+            chunks: ArrayVec::new(),
             total,
             signaled: wr.signaled,
             fence: wr.fence,
@@ -185,6 +182,10 @@ impl TxState {
             msn: 0,
             sink: wr.sgl.first().map_or((0, 0), |s| (s.lkey, s.addr)),
         });
+        if let Some(e) = self.sq.back_mut() {
+            // At most MAX_SGE chunks: the caller built them in an array of that size.
+            let _ = e.chunks.try_extend_from_slice(chunks);
+        }
     }
 
     /// Nothing left to hand to the transport (graceful close may send FIN).
