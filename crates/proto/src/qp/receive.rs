@@ -54,7 +54,6 @@ pub(crate) struct Receiver {
     /// RFC 6581: transmission waits for the peer's RTR message.
     await_rtr: bool,
     deferred: Deferred,
-    scratch: Vec<Chunk>,
     /// A Send header whose message the receive source asked to wait for a buffer
     /// (back-pressure): (header, payload length). The stream reads nothing until
     /// [`Receiver::retry`] binds one.
@@ -320,15 +319,15 @@ impl Receiver {
             self.stream.expect_payload(std::iter::empty(), 0);
             return Ok(());
         }
-        let mut dest = std::mem::take(&mut self.scratch);
-        dest.clear();
         let seg = SendSegment { msn, mo, len };
+        // The chunks go straight into the stream's destination list.
+        let dest = self.stream.payload_dest();
         let r = self
             .untagged
-            .send_dest(d.qp, seg, Arrival::InStream, d.buffers, &mut dest);
-        let r = match r {
+            .send_dest(d.qp, seg, Arrival::InStream, d.buffers, dest);
+        match r {
             Ok(()) => {
-                self.stream.expect_payload(dest.drain(..), len);
+                self.stream.expect_payload_in_dest(len);
                 Ok(())
             }
             Err(UntaggedFault::Wait) => {
@@ -344,9 +343,7 @@ impl Receiver {
                 d.out.recv(c);
                 Err(self.fail(place::ddp_untagged(ddp_code::untagged::TOO_LONG)))
             }
-        };
-        self.scratch = dest;
-        r
+        }
     }
 
     fn on_body(&mut self, h: DdpRepr, d: &mut RxDeps<'_>) -> Res {

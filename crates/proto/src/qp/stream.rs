@@ -205,6 +205,26 @@ impl RxStream {
         }
     }
 
+    /// The destination list of the payload to come, emptied, for the caller to fill in
+    /// place before [`RxStream::expect_payload_in_dest`] (no list built elsewhere and
+    /// copied over).
+    pub(crate) fn payload_dest(&mut self) -> &mut Vec<Chunk> {
+        self.dest.clear();
+        &mut self.dest
+    }
+
+    /// [`RxStream::expect_payload`] for a destination written by way of
+    /// [`RxStream::payload_dest`].
+    pub(crate) fn expect_payload_in_dest(&mut self, len: usize) {
+        self.check.update(&self.buf[mpa::ULPDU_LEN_LEN..self.have]);
+        self.dest.retain(|c| c.len > 0);
+        self.payload_len = len;
+        self.phase = Phase::Payload;
+        if self.dest.is_empty() {
+            self.enter_trailer();
+        }
+    }
+
     /// The control body received ([`Step::Body`]).
     pub(crate) fn body(&self) -> &[u8] {
         &self.buf[mpa::ULPDU_LEN_LEN + self.header_len..self.want]
