@@ -224,8 +224,8 @@ impl Qp {
         if !self.rq.has_room() {
             return Err(PostError::QueueFull);
         }
-        match RecvWqe::resolve(wr, tpt, self.cfg.pd) {
-            Ok(wqe) => self.rq.push(wqe),
+        match self.rq.push_resolved(wr, tpt, self.cfg.pd) {
+            Ok(()) => {}
             Err(status) => {
                 let c = self.out.completion(wr.wr_id, status, WcOpcode::Recv, 0);
                 self.out.recv(c);

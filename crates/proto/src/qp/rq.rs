@@ -31,19 +31,24 @@ impl RecvWqe {
     /// `pd` with LOCAL_WRITE, in bounds). The caller checked the SGE count against its
     /// queue's maximum.
     pub fn resolve(wr: &RecvWr, tpt: &Tpt, pd: PdId) -> Result<RecvWqe, WcStatus> {
-        let mut sges = arrayvec::ArrayVec::new();
-        let mut total = 0u64;
+        let mut wqe = RecvWqe {
+            wr_id: wr.wr_id,
+            sges: arrayvec::ArrayVec::new(),
+            total: 0,
+        };
+        wqe.resolve_into(wr, tpt, pd)?;
+        Ok(wqe)
+    }
+
+    /// Fills this (empty) entry's SGEs and total from `wr`: see [`RecvWqe::resolve`].
+    fn resolve_into(&mut self, wr: &RecvWr, tpt: &Tpt, pd: PdId) -> Result<(), WcStatus> {
         for s in &wr.sgl {
             let t = tpt.check_local(s.lkey, s.addr, u64::from(s.len), Access::LOCAL_WRITE, pd)?;
             // An Sgl holds at most MAX_SGE elements, as the array does.
-            sges.push((t.region, t.offset, s.len));
-            total += u64::from(s.len);
+            let _ = self.sges.try_push((t.region, t.offset, s.len));
+            self.total += u64::from(s.len);
         }
-        Ok(RecvWqe {
-            wr_id: wr.wr_id,
-            sges,
-            total,
-        })
+        Ok(())
     }
 }
 
@@ -95,6 +100,25 @@ impl Rq {
     /// Appends a buffer (the caller checked [`Rq::has_room`]).
     pub fn push(&mut self, wqe: RecvWqe) {
         self.queue.push_back(wqe);
+    }
+
+    /// Resolves `wr` (as [`RecvWqe::resolve`]) into a new entry at the back, built in
+    /// place rather than moved in (the caller checked [`Rq::has_room`]); on a fault
+    /// nothing is added.
+    pub fn push_resolved(&mut self, wr: &RecvWr, tpt: &Tpt, pd: PdId) -> Result<(), WcStatus> {
+        self.queue.push_back(RecvWqe {
+            wr_id: wr.wr_id,
+            sges: arrayvec::ArrayVec::new(),
+            total: 0,
+        });
+        let r = match self.queue.back_mut() {
+            Some(wqe) => wqe.resolve_into(wr, tpt, pd),
+            None => Ok(()),
+        };
+        if r.is_err() {
+            self.queue.pop_back();
+        }
+        r
     }
 
     /// Buffers posted and not yet taken.
