@@ -145,3 +145,56 @@ impl RecvSource for Rq {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tpt::TptEntry;
+    use crate::verbs::Sge;
+
+    /// A receive resolved in place lands whole; one whose second SGE fails the TPT
+    /// check leaves no entry behind (no half-built receive for the next Send).
+    #[test]
+    fn a_receive_that_fails_its_check_leaves_no_entry() {
+        let tpt = Tpt::new();
+        let mut entry = TptEntry {
+            pd: PdId(1),
+            key: 1,
+            base: 0x1000,
+            len: 100,
+            access: Access::LOCAL_WRITE,
+            region: RegionId(3),
+            valid: true,
+        };
+        let rw = tpt.insert(entry).unwrap();
+        entry.access = Access::empty();
+        let ro = tpt.insert(entry).unwrap();
+        let sge = |lkey, addr, len| Sge { addr, len, lkey };
+        let mut rq = Rq::new(4);
+        rq.push_resolved(
+            &RecvWr::new(7, [sge(rw, 0x1000, 40), sge(rw, 0x1028, 60)]),
+            &tpt,
+            PdId(1),
+        )
+        .unwrap();
+        assert_eq!(
+            rq.push_resolved(
+                &RecvWr::new(8, [sge(rw, 0x1000, 8), sge(ro, 0x1000, 8)]),
+                &tpt,
+                PdId(1),
+            ),
+            Err(WcStatus::LocalProtectionError)
+        );
+        assert_eq!(rq.len(), 1);
+        let Grant::Buffer(w) = rq.take(QpId(1), false) else {
+            panic!("the first receive is there");
+        };
+        assert_eq!(w.wr_id, 7);
+        assert_eq!(w.total, 100);
+        assert_eq!(
+            w.sges.as_slice(),
+            &[(RegionId(3), 0, 40), (RegionId(3), 0x28, 60)]
+        );
+        assert_eq!(rq.take(QpId(1), false), Grant::Empty);
+    }
+}
