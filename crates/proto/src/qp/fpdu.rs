@@ -49,6 +49,7 @@ pub(crate) fn covering(
 
 /// [`covering`] for a work request's SGEs, with the one-SGE case (most small
 /// messages) done without the general walk.
+#[inline]
 pub(crate) fn covering_sges(
     sges: &[Chunk],
     skip: usize,
