@@ -255,70 +255,22 @@ impl Tpt {
         pd: PdId,
         kind: RemoteAccess,
     ) -> Result<Target, TerminateCause> {
-        let (invalid, bounds, not_assoc, wrap) = match kind {
-            RemoteAccess::TaggedPlacement => (
-                TerminateCause::new(
-                    Layer::Ddp,
-                    ddp_etype::TAGGED_BUFFER,
-                    ddp_code::tagged::INVALID_STAG,
-                ),
-                TerminateCause::new(
-                    Layer::Ddp,
-                    ddp_etype::TAGGED_BUFFER,
-                    ddp_code::tagged::BASE_BOUNDS,
-                ),
-                TerminateCause::new(
-                    Layer::Ddp,
-                    ddp_etype::TAGGED_BUFFER,
-                    ddp_code::tagged::STAG_NOT_ASSOCIATED,
-                ),
-                TerminateCause::new(
-                    Layer::Ddp,
-                    ddp_etype::TAGGED_BUFFER,
-                    ddp_code::tagged::TO_WRAP,
-                ),
-            ),
-            RemoteAccess::ReadSource => (
-                TerminateCause::new(
-                    Layer::Rdmap,
-                    rdmap_etype::REMOTE_PROTECTION,
-                    rdmap_code::INVALID_STAG,
-                ),
-                TerminateCause::new(
-                    Layer::Rdmap,
-                    rdmap_etype::REMOTE_PROTECTION,
-                    rdmap_code::BASE_BOUNDS,
-                ),
-                TerminateCause::new(
-                    Layer::Rdmap,
-                    rdmap_etype::REMOTE_PROTECTION,
-                    rdmap_code::STAG_NOT_ASSOCIATED,
-                ),
-                TerminateCause::new(
-                    Layer::Rdmap,
-                    rdmap_etype::REMOTE_PROTECTION,
-                    rdmap_code::TO_WRAP,
-                ),
-            ),
-        };
-        let rights = TerminateCause::new(
-            Layer::Rdmap,
-            rdmap_etype::REMOTE_PROTECTION,
-            rdmap_code::ACCESS_RIGHTS,
-        );
-        let e = self.get(stag).filter(|e| e.valid).ok_or(invalid)?;
+        let e = self
+            .get(stag)
+            .filter(|e| e.valid)
+            .ok_or_else(|| kind.cause(RemoteFault::InvalidStag))?;
         if e.pd != pd {
-            return Err(not_assoc);
+            return Err(kind.cause(RemoteFault::NotAssociated));
         }
         if !e.access.contains(need) {
-            return Err(rights);
+            return Err(kind.cause(RemoteFault::Rights));
         }
         // An access whose last octet lies beyond 2^64 - 1 is out of bounds too, but
         // RFC 5041 (DDP) and RFC 5040 (RDMAP) give it its own code, "TO wrap".
         if len > 0 && to.checked_add(len - 1).is_none() {
-            return Err(wrap);
+            return Err(kind.cause(RemoteFault::Wrap));
         }
-        let offset = in_bounds(&e, to, len).ok_or(bounds)?;
+        let offset = in_bounds(&e, to, len).ok_or_else(|| kind.cause(RemoteFault::Bounds))?;
         Ok(Target {
             region: e.region,
             offset,
@@ -431,6 +383,51 @@ pub fn remotely_invalidatable(access: Access) -> bool {
 }
 
 /// Offset of `[to, to + len)` inside the entry, if it lies within it.
+/// What a remote access check found wrong, in the order [`Tpt::check_remote`] checks.
+#[derive(Clone, Copy)]
+enum RemoteFault {
+    InvalidStag,
+    NotAssociated,
+    Rights,
+    Wrap,
+    Bounds,
+}
+
+impl RemoteAccess {
+    /// The Terminate cause of `fault` for this kind of access: tagged placement faults
+    /// are DDP's (tagged buffer), Read source faults RDMAP's (remote protection); wrong
+    /// rights are RDMAP's for both. Built only on the error path.
+    fn cause(self, fault: RemoteFault) -> TerminateCause {
+        if let RemoteFault::Rights = fault {
+            return TerminateCause::new(
+                Layer::Rdmap,
+                rdmap_etype::REMOTE_PROTECTION,
+                rdmap_code::ACCESS_RIGHTS,
+            );
+        }
+        match self {
+            RemoteAccess::TaggedPlacement => {
+                let code = match fault {
+                    RemoteFault::InvalidStag => ddp_code::tagged::INVALID_STAG,
+                    RemoteFault::Bounds => ddp_code::tagged::BASE_BOUNDS,
+                    RemoteFault::NotAssociated => ddp_code::tagged::STAG_NOT_ASSOCIATED,
+                    RemoteFault::Wrap | RemoteFault::Rights => ddp_code::tagged::TO_WRAP,
+                };
+                TerminateCause::new(Layer::Ddp, ddp_etype::TAGGED_BUFFER, code)
+            }
+            RemoteAccess::ReadSource => {
+                let code = match fault {
+                    RemoteFault::InvalidStag => rdmap_code::INVALID_STAG,
+                    RemoteFault::Bounds => rdmap_code::BASE_BOUNDS,
+                    RemoteFault::NotAssociated => rdmap_code::STAG_NOT_ASSOCIATED,
+                    RemoteFault::Wrap | RemoteFault::Rights => rdmap_code::TO_WRAP,
+                };
+                TerminateCause::new(Layer::Rdmap, rdmap_etype::REMOTE_PROTECTION, code)
+            }
+        }
+    }
+}
+
 fn in_bounds(e: &TptEntry, to: u64, len: u64) -> Option<u64> {
     let offset = to.checked_sub(e.base)?;
     let end = offset.checked_add(len)?;

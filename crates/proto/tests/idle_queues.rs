@@ -125,4 +125,21 @@ fn a_burst_grows_the_queues_and_idle_gives_it_back() {
         "idle after the burst, the QP still holds {} octets more",
         net() - before
     );
+    // A QP that streams bursts takes the room back in one allocation on the next one,
+    // instead of regrowing the send queue by doubling.
+    let allocs = allocations();
+    for i in 0..128 {
+        let sge = Sge {
+            addr: 0,
+            len: 64,
+            lkey,
+        };
+        qp.post_send(SendWr::write(i, [sge], 0x10, 0x0201), &tpt)
+            .unwrap();
+    }
+    assert_eq!(allocations() - allocs, 1, "the next burst's send queue");
+    while qp.poll_transmit(&mut fpdu) {
+        qp.transmit_done();
+    }
+    assert_eq!(std::iter::from_fn(|| qp.poll_completion()).count(), 128);
 }

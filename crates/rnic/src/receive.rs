@@ -125,6 +125,19 @@ impl Staging {
         }
     }
 
+    /// `fpdus` whole FPDUs were taken from a read-ahead, each with a payload shorter
+    /// than the staging buffer, so shorter than [`RX_DIRECT_MIN`]: what
+    /// [`Staging::after_internal`] does after each of them, at once.
+    fn after_small_run(&mut self, core: &Core, fpdus: usize) {
+        self.after_payload = false;
+        self.fpdu_mark = core.rx_placed_bytes();
+        let run = (usize::from(self.small_run) + fpdus).min(usize::from(RX_EXACT_SMALL_RUN));
+        self.small_run = run as u8;
+        if self.small_run == RX_EXACT_SMALL_RUN {
+            self.exact = false;
+        }
+    }
+
     /// The core consumed internal octets; `core` may have finished an FPDU.
     fn after_internal(&mut self, core: &Core) {
         self.after_payload = false;
@@ -340,7 +353,11 @@ pub(crate) fn feed(
         // previous one went to, for this read-ahead.
         let mut lost = false;
         let mut copied = 0;
-        let whole = core.rx_take_fpdu(&data[at..], &mut ctx, &mut |c, bytes| {
+        // Every whole FPDU in octets no longer than the staging buffer is small (see
+        // `after_small_run`): then a run of them goes in one call.
+        let small_only = data.len() <= RX_DIRECT_MIN;
+        let max = if small_only { usize::MAX } else { 1 };
+        let run = core.rx_take_run(&data[at..], max, &mut ctx, &mut |c, bytes| {
             let ok = last
                 .get(dev, c.region)
                 .map(|r| r.write(c.offset as usize, bytes).is_ok());
@@ -351,15 +368,22 @@ pub(crate) fn feed(
             copied += if lost { 0 } else { bytes.len() };
             !lost
         });
-        if let Some(n) = whole {
+        if let Some(run) = run {
             stats.rx_copied_bytes += copied as u64;
             if lost {
                 core.to_error();
                 return Err(());
             }
-            at += n;
+            at += run.taken;
             staging.after_payload = false;
-            staging.after_internal(core);
+            if small_only && run.fpdus > 0 {
+                staging.after_small_run(core, run.fpdus);
+                if !run.complete {
+                    staging.after_internal(core);
+                }
+            } else {
+                staging.after_internal(core);
+            }
             continue;
         }
         match core.rx_need() {

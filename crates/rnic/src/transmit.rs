@@ -308,9 +308,13 @@ fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) ->
         }
     }
     let pad = f.pad_len();
+    if !f.crc {
+        // Pad and an empty CRC field: zeros, in one step.
+        out.extend_from_slice(&[0u8; 7][..pad + 4]);
+        return true;
+    }
     out.extend_from_slice(&[0u8; 3][..pad]);
-    let crc = if f.crc { crc32c(&out[start..]) } else { 0 };
-    let (trailer, trailer_len) = f.trailer(crc);
+    let (trailer, trailer_len) = f.trailer(crc32c(&out[start..]));
     out.extend_from_slice(&trailer[trailer_len - 4..trailer_len]);
     true
 }

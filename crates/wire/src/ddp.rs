@@ -199,6 +199,7 @@ impl DdpRepr {
     }
 
     /// Parses the header at the start of `buf`.
+    #[inline]
     pub fn parse_bytes(buf: &[u8]) -> Result<Self> {
         // The receive path parses one header per FPDU: the header is checked once and
         // copied into a fixed array, whose field reads then need no bounds checks.
@@ -229,6 +230,7 @@ impl DdpRepr {
     }
 
     /// Writes the header; returns its length.
+    #[inline]
     pub fn emit(&self, out: &mut [u8]) -> Result<usize> {
         let len = self.header_len();
         room(out, len)?;

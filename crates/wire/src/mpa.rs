@@ -396,6 +396,7 @@ pub fn emit_fpdu_padded(
 
 /// The ULPDU Length field that opens an FPDU sent by gather (no markers); fails for a
 /// ULPDU longer than the field can announce.
+#[inline]
 pub fn fpdu_prefix(ulpdu_len: usize) -> Result<[u8; ULPDU_LEN_LEN]> {
     u16::try_from(ulpdu_len)
         .map(u16::to_be_bytes)
@@ -404,6 +405,7 @@ pub fn fpdu_prefix(ulpdu_len: usize) -> Result<[u8; ULPDU_LEN_LEN]> {
 
 /// The octets that follow a ULPDU sent by gather (no markers): pad and CRC field.
 /// Returns the buffer and how many of its octets to send.
+#[inline]
 pub fn fpdu_trailer(ulpdu_len: usize, crc: u32) -> ([u8; 7], usize) {
     let pad = pad_len(ulpdu_len);
     let mut t = [0u8; 7];
@@ -429,6 +431,7 @@ pub struct FpduCheck {
 impl FpduCheck {
     /// A check for the FPDU whose ULPDU Length field is `prefix`; `crc_on` when CRC was
     /// negotiated (otherwise the CRC field is not checked).
+    #[inline]
     pub fn begin(prefix: [u8; ULPDU_LEN_LEN], crc_on: bool) -> Self {
         FpduCheck {
             crc_on,
@@ -448,6 +451,7 @@ impl FpduCheck {
     }
 
     /// ULPDU octets as they arrive (header, body, or payload held in memory).
+    #[inline]
     pub fn update(&mut self, octets: &[u8]) {
         if self.crc_on {
             self.crc = crate::crc::crc32c_append(self.crc, octets);
@@ -463,6 +467,7 @@ impl FpduCheck {
     }
 
     /// Checks the trailer (pad and CRC field, [`FpduCheck::trailer_len`] octets).
+    #[inline]
     pub fn finish(&self, trailer: &[u8]) -> Result<()> {
         need(trailer, self.trailer_len())?;
         if !self.crc_on {

@@ -47,6 +47,29 @@ pub(crate) fn covering(
     }
 }
 
+/// [`covering`] for a work request's SGEs, with the one-SGE case (most small
+/// messages) done without the general walk.
+#[inline]
+pub(crate) fn covering_sges(
+    sges: &[Chunk],
+    skip: usize,
+    len: usize,
+    out: &mut ArrayVec<Chunk, MAX_SGE>,
+) {
+    if let [c] = sges
+        && len > 0
+        && skip + len <= c.len
+    {
+        out.push(Chunk {
+            region: c.region,
+            offset: c.offset + skip as u64,
+            len,
+        });
+        return;
+    }
+    covering(sges.iter().copied(), skip, len, out);
+}
+
 /// Longest header the transmit path builds: MPA length field, untagged DDP header, and
 /// the largest control body (a Terminate copying a DDP header and a Read Request header).
 pub const MAX_TX_HEADER: usize =
@@ -158,7 +181,9 @@ impl TxFpdu {
         self.header[..at].copy_from_slice(&prefix);
         // The header array has room for the longest DDP header and control body.
         let n = h.emit(&mut self.header[at..]).unwrap_or(0);
-        self.header[at + n..at + n + body.len()].copy_from_slice(body);
+        if !body.is_empty() {
+            self.header[at + n..at + n + body.len()].copy_from_slice(body);
+        }
         self.header_len = at + n + body.len();
         self.ulpdu_len = ulpdu_len;
     }

@@ -34,6 +34,7 @@ use crate::verbs::*;
 use arrayvec::ArrayVec;
 use close::{Closer, Facts, Next};
 use deliver::Outbox;
+pub use receive::RxRun;
 use receive::{Fatal, Receiver, RxDeps};
 use softrnic_wire::TerminateCause;
 use softrnic_wire::terminate::Layer;
@@ -228,8 +229,8 @@ impl Qp {
         if !self.rq.has_room() {
             return Err(PostError::QueueFull);
         }
-        match RecvWqe::resolve(wr, tpt, self.cfg.pd) {
-            Ok(wqe) => self.rq.push(wqe),
+        match self.rq.push_resolved(wr, tpt, self.cfg.pd) {
+            Ok(()) => {}
             Err(status) => {
                 let c = self.out.completion(wr.wr_id, status, WcOpcode::Recv, 0);
                 self.out.recv(c);
@@ -281,7 +282,7 @@ impl Qp {
         } else {
             Access::empty()
         };
-        let mut chunks = ArrayVec::new();
+        let mut chunks = ArrayVec::<Chunk, MAX_SGE>::new();
         for s in wr.sgl.iter() {
             match tpt.check_local(s.lkey, s.addr, u64::from(s.len), need, self.cfg.pd) {
                 Ok(t) => chunks.push(Chunk {
@@ -301,7 +302,7 @@ impl Qp {
         }
         let seq = self.out.next_send_seq();
         let local_op = matches!(wr.op, SendOp::LocalInvalidate { .. });
-        self.tx.enqueue(seq, wr, chunks, total as u32);
+        self.tx.enqueue(seq, wr, &chunks, total as u32);
         if local_op {
             // Executes in order with the rest of the send queue, needing no wire.
             self.run_local_ops(tpt);
@@ -619,6 +620,22 @@ impl Qp {
         let mut taken = None;
         self.rx_step(ctx, |rx, d| rx.take_whole(data, d, place, &mut taken));
         taken
+    }
+
+    /// [`Qp::rx_take_fpdu`] for a run: up to `max` whole data FPDUs at the front of
+    /// `data` in one call (a read-ahead of small messages taken in one pass), with the
+    /// same outcome as taking them one by one. `None` when the first octets are not
+    /// such an FPDU; a run that stops early says so ([`RxRun::complete`]).
+    pub fn rx_take_run(
+        &mut self,
+        data: &[u8],
+        max: usize,
+        ctx: &mut RxCtx<'_>,
+        place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
+    ) -> Option<RxRun> {
+        let mut run = RxRun::default();
+        self.rx_step(ctx, |rx, d| rx.take_run(data, max, d, place, &mut run));
+        (run.taken > 0).then_some(run)
     }
 
     /// Payload octets were read into the memory [`RxNeed::Place`] named; `placed` is

@@ -54,7 +54,6 @@ pub(crate) struct Receiver {
     /// RFC 6581: transmission waits for the peer's RTR message.
     await_rtr: bool,
     deferred: Deferred,
-    scratch: Vec<Chunk>,
     /// A Send header whose message the receive source asked to wait for a buffer
     /// (back-pressure): (header, payload length). The stream reads nothing until
     /// [`Receiver::retry`] binds one.
@@ -62,6 +61,18 @@ pub(crate) struct Receiver {
 }
 
 type Res = Result<(), Fatal>;
+
+/// What [`crate::qp::Qp::rx_take_run`] took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxRun {
+    /// Octets taken from the front of the data.
+    pub taken: usize,
+    /// Whole FPDUs among them.
+    pub fpdus: usize,
+    /// Whether the octets taken are exactly those FPDUs (false: the last octets
+    /// taken begin an FPDU that was not taken whole).
+    pub complete: bool,
+}
 
 impl Receiver {
     pub(crate) fn start(&mut self, crc: bool, markers: bool, await_rtr: bool) {
@@ -171,6 +182,16 @@ impl Receiver {
                 }
                 RxNeed::Internal(n) => {
                     let k = n.min(wire_len - at);
+                    if let Some(step) = self.stream.take_trailer(&data[at..at + k]) {
+                        // The trailer, checked where it lies: the FPDU is done.
+                        at += k;
+                        *taken = Some(at);
+                        if let Step::Done(h, len) = step.map_err(|e| self.fail_wire(e))? {
+                            self.deliver(h, len, d)?;
+                            self.deliver_deferred(d)?;
+                        }
+                        continue;
+                    }
                     self.stream.buffer()[..k].copy_from_slice(&data[at..at + k]);
                     at += k;
                     *taken = Some(at);
@@ -179,6 +200,38 @@ impl Receiver {
                 RxNeed::Stopped | RxNeed::Wait => break,
             }
             *taken = Some(at);
+        }
+        Ok(())
+    }
+
+    /// A run of whole data FPDUs at the front of `data`, at most `max` of them, each
+    /// taken as [`Receiver::take_whole`] takes one, in one call: the read-ahead of a
+    /// stream of small messages is taken in one pass. Stops at the first octets that
+    /// are not a whole data FPDU (a control message, a cut FPDU: left for the step
+    /// path), after an FPDU that was not taken whole (placement refused, receive
+    /// stopped or waiting: `run.complete` is false), or at a fault (returned, with
+    /// `run` counting what was taken up to and including the faulty FPDU's header).
+    pub(crate) fn take_run(
+        &mut self,
+        data: &[u8],
+        max: usize,
+        d: &mut RxDeps<'_>,
+        place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
+        run: &mut RxRun,
+    ) -> Res {
+        run.complete = true;
+        while run.fpdus < max && run.taken < data.len() {
+            let mut one = None;
+            let r = self.take_whole(&data[run.taken..], d, place, &mut one);
+            let Some(n) = one else {
+                return r;
+            };
+            run.taken += n;
+            if r.is_err() || !self.stream.at_boundary() {
+                run.complete = false;
+                return r;
+            }
+            run.fpdus += 1;
         }
         Ok(())
     }
@@ -266,15 +319,15 @@ impl Receiver {
             self.stream.expect_payload(std::iter::empty(), 0);
             return Ok(());
         }
-        let mut dest = std::mem::take(&mut self.scratch);
-        dest.clear();
         let seg = SendSegment { msn, mo, len };
+        // The chunks go straight into the stream's destination list.
+        let dest = self.stream.payload_dest();
         let r = self
             .untagged
-            .send_dest(d.qp, seg, Arrival::InStream, d.buffers, &mut dest);
-        let r = match r {
+            .send_dest(d.qp, seg, Arrival::InStream, d.buffers, dest);
+        match r {
             Ok(()) => {
-                self.stream.expect_payload(dest.drain(..), len);
+                self.stream.expect_payload_in_dest(len);
                 Ok(())
             }
             Err(UntaggedFault::Wait) => {
@@ -290,9 +343,7 @@ impl Receiver {
                 d.out.recv(c);
                 Err(self.fail(place::ddp_untagged(ddp_code::untagged::TOO_LONG)))
             }
-        };
-        self.scratch = dest;
-        r
+        }
     }
 
     fn on_body(&mut self, h: DdpRepr, d: &mut RxDeps<'_>) -> Res {

@@ -31,19 +31,24 @@ impl RecvWqe {
     /// `pd` with LOCAL_WRITE, in bounds). The caller checked the SGE count against its
     /// queue's maximum.
     pub fn resolve(wr: &RecvWr, tpt: &Tpt, pd: PdId) -> Result<RecvWqe, WcStatus> {
-        let mut sges = arrayvec::ArrayVec::new();
-        let mut total = 0u64;
+        let mut wqe = RecvWqe {
+            wr_id: wr.wr_id,
+            sges: arrayvec::ArrayVec::new(),
+            total: 0,
+        };
+        wqe.resolve_into(wr, tpt, pd)?;
+        Ok(wqe)
+    }
+
+    /// Fills this (empty) entry's SGEs and total from `wr`: see [`RecvWqe::resolve`].
+    fn resolve_into(&mut self, wr: &RecvWr, tpt: &Tpt, pd: PdId) -> Result<(), WcStatus> {
         for s in &wr.sgl {
             let t = tpt.check_local(s.lkey, s.addr, u64::from(s.len), Access::LOCAL_WRITE, pd)?;
             // An Sgl holds at most MAX_SGE elements, as the array does.
-            sges.push((t.region, t.offset, s.len));
-            total += u64::from(s.len);
+            let _ = self.sges.try_push((t.region, t.offset, s.len));
+            self.total += u64::from(s.len);
         }
-        Ok(RecvWqe {
-            wr_id: wr.wr_id,
-            sges,
-            total,
-        })
+        Ok(())
     }
 }
 
@@ -97,6 +102,25 @@ impl Rq {
         self.queue.push_back(wqe);
     }
 
+    /// Resolves `wr` (as [`RecvWqe::resolve`]) into a new entry at the back, built in
+    /// place rather than moved in (the caller checked [`Rq::has_room`]); on a fault
+    /// nothing is added.
+    pub fn push_resolved(&mut self, wr: &RecvWr, tpt: &Tpt, pd: PdId) -> Result<(), WcStatus> {
+        self.queue.push_back(RecvWqe {
+            wr_id: wr.wr_id,
+            sges: arrayvec::ArrayVec::new(),
+            total: 0,
+        });
+        let r = match self.queue.back_mut() {
+            Some(wqe) => wqe.resolve_into(wr, tpt, pd),
+            None => Ok(()),
+        };
+        if r.is_err() {
+            self.queue.pop_back();
+        }
+        r
+    }
+
     /// Buffers posted and not yet taken.
     pub fn len(&self) -> usize {
         self.queue.len()
@@ -119,5 +143,58 @@ impl RecvSource for Rq {
             Some(w) => Grant::Buffer(w),
             None => Grant::Empty,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tpt::TptEntry;
+    use crate::verbs::Sge;
+
+    /// A receive resolved in place lands whole; one whose second SGE fails the TPT
+    /// check leaves no entry behind (no half-built receive for the next Send).
+    #[test]
+    fn a_receive_that_fails_its_check_leaves_no_entry() {
+        let tpt = Tpt::new();
+        let mut entry = TptEntry {
+            pd: PdId(1),
+            key: 1,
+            base: 0x1000,
+            len: 100,
+            access: Access::LOCAL_WRITE,
+            region: RegionId(3),
+            valid: true,
+        };
+        let rw = tpt.insert(entry).unwrap();
+        entry.access = Access::empty();
+        let ro = tpt.insert(entry).unwrap();
+        let sge = |lkey, addr, len| Sge { addr, len, lkey };
+        let mut rq = Rq::new(4);
+        rq.push_resolved(
+            &RecvWr::new(7, [sge(rw, 0x1000, 40), sge(rw, 0x1028, 60)]),
+            &tpt,
+            PdId(1),
+        )
+        .unwrap();
+        assert_eq!(
+            rq.push_resolved(
+                &RecvWr::new(8, [sge(rw, 0x1000, 8), sge(ro, 0x1000, 8)]),
+                &tpt,
+                PdId(1),
+            ),
+            Err(WcStatus::LocalProtectionError)
+        );
+        assert_eq!(rq.len(), 1);
+        let Grant::Buffer(w) = rq.take(QpId(1), false) else {
+            panic!("the first receive is there");
+        };
+        assert_eq!(w.wr_id, 7);
+        assert_eq!(w.total, 100);
+        assert_eq!(
+            w.sges.as_slice(),
+            &[(RegionId(3), 0, 40), (RegionId(3), 0x28, 60)]
+        );
+        assert_eq!(rq.take(QpId(1), false), Grant::Empty);
     }
 }

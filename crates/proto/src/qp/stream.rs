@@ -231,6 +231,26 @@ impl RxStream {
         }
     }
 
+    /// The destination list of the payload to come, emptied, for the caller to fill in
+    /// place before [`RxStream::expect_payload_in_dest`] (no list built elsewhere and
+    /// copied over).
+    pub(crate) fn payload_dest(&mut self) -> &mut Vec<Chunk> {
+        self.dest.clear();
+        &mut self.dest
+    }
+
+    /// [`RxStream::expect_payload`] for a destination written by way of
+    /// [`RxStream::payload_dest`].
+    pub(crate) fn expect_payload_in_dest(&mut self, len: usize) {
+        self.check.update(&self.buf[mpa::ULPDU_LEN_LEN..self.have]);
+        self.dest.retain(|c| c.len > 0);
+        self.payload_len = len;
+        self.phase = Phase::Payload;
+        if self.dest.is_empty() {
+            self.enter_trailer();
+        }
+    }
+
     /// The control body received ([`Step::Body`]).
     pub(crate) fn body(&self) -> &[u8] {
         &self.buf[mpa::ULPDU_LEN_LEN + self.header_len..self.want]
@@ -328,6 +348,30 @@ impl RxStream {
         self.position += end as u64;
         self.header = Some(h);
         Some((h, ulpdu_len - header_len, end, wire_len))
+    }
+
+    /// The fast path's trailer: when the stream waits for the whole trailer of the FPDU
+    /// in progress and `trailer` is exactly that, checks it where it lies (no copy into
+    /// the internal buffer) with the outcome [`RxStream::filled`] would have. `None`
+    /// when the stream is elsewhere; nothing changed then.
+    pub(crate) fn take_trailer(&mut self, trailer: &[u8]) -> Option<WireResult<Step>> {
+        if self.phase != Phase::Trailer
+            || self.have != self.trailer_at
+            || trailer.len() != self.want - self.have
+        {
+            return None;
+        }
+        self.position += trailer.len() as u64;
+        self.have = self.want;
+        if let Err(e) = self.check.finish(trailer) {
+            return Some(Err(e));
+        }
+        let Some(h) = self.header else {
+            return Some(Ok(Step::More));
+        };
+        let len = self.payload_len;
+        self.reset();
+        Some(Ok(Step::Done(h, len)))
     }
 
     fn on_prefix(&mut self) -> WireResult<()> {

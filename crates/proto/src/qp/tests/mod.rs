@@ -814,4 +814,5 @@ fn terminate_carries_the_offending_headers() {
 mod closing;
 mod hostile;
 mod markers;
+mod runs;
 mod segments;

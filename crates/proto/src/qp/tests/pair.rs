@@ -134,8 +134,8 @@ impl Side {
         }
     }
 
-    /// Takes one read's octets as the I/O layer does: whole FPDUs of data messages by
-    /// the fast path ([`Qp::rx_take_fpdu`]) while it applies, the rest step by step
+    /// Takes one read's octets as the I/O layer does: runs of whole FPDUs of data
+    /// messages by the fast path ([`Qp::rx_take_run`]) while it applies, the rest step by step
     /// ([`Qp::handle_input`]). Reads of whole FPDUs thus test the fast path, reads cut
     /// inside FPDUs the steps, and both must end alike.
     fn take(&mut self, mut part: &[u8]) {
@@ -146,11 +146,11 @@ impl Side {
         };
         while !part.is_empty() {
             let ctx = &mut RxCtx::new(&self.tpt);
-            match self.qp.rx_take_fpdu(part, ctx, &mut |c, data| {
+            match self.qp.rx_take_run(part, usize::MAX, ctx, &mut |c, data| {
                 place(c, data);
                 true
             }) {
-                Some(n) if n > 0 => part = &part[n..],
+                Some(run) => part = &part[run.taken..],
                 _ => {
                     self.qp.handle_input(part, ctx, &mut place);
                     break;

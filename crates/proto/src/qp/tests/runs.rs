@@ -1,0 +1,157 @@
+//! Runs of small FPDUs: many whole FPDUs in one read, taken by the receive fast path
+//! (`Qp::rx_take_fpdu`, trailer checked where it lies), and the transmit path's
+//! per-QP header template. A run stops exactly at the first bad FPDU: everything
+//! before it is placed and completed, nothing after it.
+
+use super::*;
+
+/// `n` Sends of `len` octets each, from `a` to `b`, serialized into one buffer; `b` has
+/// a receive buffer (wr_id 100 + i) for each. Returns the octets, the receive
+/// buffers' STags and the send buffers' STags.
+fn sends(a: &mut Side, b: &mut Side, n: usize, len: usize) -> (Vec<u8>, Vec<STag>, Vec<STag>) {
+    let mut wire = Vec::new();
+    let (mut dsts, mut srcs) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let (src, sbase) = a.reg(len, Access::empty(), i as u8);
+        let (dst, dbase) = b.reg(len, Access::LOCAL_WRITE, 100 + i as u8);
+        b.qp.post_recv(
+            RecvWr {
+                wr_id: 100 + i as u64,
+                sgl: [sge(dst, dbase, len)].into(),
+            },
+            &b.tpt,
+        )
+        .unwrap();
+        a.qp.post_send(send_wr(i as u64, [sge(src, sbase, len)]), &a.tpt)
+            .unwrap();
+        wire.extend(a.next_fpdu().unwrap());
+        dsts.push(dst);
+        srcs.push(src);
+    }
+    (wire, dsts, srcs)
+}
+
+fn statuses(s: &mut Side) -> Vec<(u64, WcStatus)> {
+    s.completions()
+        .into_iter()
+        .map(|(_, c)| (c.wr_id, c.status))
+        .collect()
+}
+
+/// Four CRC-protected Sends in one read, the third's payload corrupted: the first two
+/// are placed and complete, the third ends the stream with MPA's CRC error (LLP layer,
+/// code 2) and the fourth is never placed.
+#[test]
+fn a_run_of_fpdus_stops_exactly_at_a_bad_crc() {
+    let (mut a, mut b) = pair(QpParams {
+        crc: true,
+        ..Default::default()
+    });
+    let (mut wire, dsts, srcs) = sends(&mut a, &mut b, 4, 24);
+    let fpdu_len = wire.len() / 4;
+    // A payload octet of the third FPDU (after its 2-octet length and 18-octet header).
+    wire[2 * fpdu_len + 2 + 18 + 5] ^= 0x01;
+    let untouched = b.region(dsts[3]).to_vec();
+    b.feed(&wire, false);
+    assert_eq!(
+        b.qp.fatal_cause(),
+        Some((TerminateCause::new(Layer::Llp, 0, 0x02), false))
+    );
+    assert_eq!(b.region(dsts[0]), a.region(srcs[0]));
+    assert_eq!(b.region(dsts[1]), a.region(srcs[1]));
+    assert_eq!(
+        b.region(dsts[3]),
+        &untouched[..],
+        "nothing after the bad FPDU"
+    );
+    assert_eq!(
+        statuses(&mut b),
+        vec![
+            (100, WcStatus::Success),
+            (101, WcStatus::Success),
+            (102, WcStatus::WrFlushError),
+            (103, WcStatus::WrFlushError),
+        ]
+    );
+    // The Terminate copies the offending FPDU's length and DDP header.
+    let t = b.next_fpdu().expect("a Terminate");
+    let bad = &wire[2 * fpdu_len..3 * fpdu_len];
+    let body = &t[2 + 18..];
+    assert_eq!(&body[4..6], &bad[..2], "segment length copied");
+    assert_eq!(&body[6..24], &bad[2..20], "DDP header copied");
+}
+
+/// Three Writes and a peer's Terminate in one read, then a fourth Write: the Writes
+/// before the Terminate are placed, the Terminate's cause is reported, and the Write
+/// after it is not placed.
+#[test]
+fn a_run_of_fpdus_stops_exactly_at_a_terminate() {
+    let (mut a, mut b) = pair(QpParams::default());
+    let (src, sbase) = a.reg(64, Access::empty(), 1);
+    let (dst, dbase) = b.reg(4 * 64, Access::REMOTE_WRITE, 2);
+    let mut wire = Vec::new();
+    let write_at = |a: &mut Side, i: u64| {
+        a.qp.post_send(
+            SendWr {
+                wr_id: i,
+                op: SendOp::Write {
+                    remote_addr: dbase + 64 * i,
+                    rkey: dst,
+                },
+                sgl: [sge(src, sbase, 64)].into(),
+                signaled: true,
+                fence: false,
+            },
+            &a.tpt,
+        )
+        .unwrap();
+        a.next_fpdu().unwrap()
+    };
+    for i in 0..3 {
+        wire.extend(write_at(&mut a, i));
+    }
+    wire.extend(terminate_fpdu());
+    let before = b.region(dst)[3 * 64..].to_vec();
+    wire.extend(write_at(&mut a, 3));
+    b.feed(&wire, false);
+    assert_eq!(
+        b.qp.fatal_cause(),
+        Some((TerminateCause::new(Layer::Ddp, 1, 0x01), true))
+    );
+    for i in 0..3 {
+        assert_eq!(
+            &b.region(dst)[i * 64..(i + 1) * 64],
+            a.region(src),
+            "Write {i}"
+        );
+    }
+    assert_eq!(
+        &b.region(dst)[3 * 64..],
+        &before[..],
+        "not after the Terminate"
+    );
+}
+
+/// A well-formed Terminate FPDU (no CRC): DDP, tagged buffer, base or bounds (1/1/0x01),
+/// no headers copied.
+fn terminate_fpdu() -> Vec<u8> {
+    use softrnic_wire::ddp::{DdpRepr, Placement};
+    use softrnic_wire::rdmap::Opcode;
+    let h = DdpRepr {
+        last: true,
+        opcode: Opcode::Terminate,
+        placement: Placement::Untagged {
+            rsvd_ulp: 0,
+            qn: 2,
+            msn: 1,
+            mo: 0,
+        },
+    };
+    let mut ulpdu = vec![0u8; h.header_len()];
+    h.emit(&mut ulpdu).unwrap();
+    ulpdu.extend_from_slice(&[0x11, 0x01, 0x00, 0x00]);
+    let mut out = vec![0u8; softrnic_wire::mpa::fpdu_len(ulpdu.len())];
+    let n = softrnic_wire::mpa::emit_fpdu(&[&ulpdu], false, None, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
