@@ -29,6 +29,17 @@ impl Tx {
             .saturating_sub(self.sent.lost_bytes())
     }
 
+    /// A segment taken as lost waits to be sent again, and the windows let it go now
+    /// (as [`Tx::pick`] will).
+    pub fn retransmission_ready(&mut self) -> bool {
+        let Some(i) = self.sent.first_lost() else {
+            return false;
+        };
+        let s = self.sent.get(i);
+        let pipe = self.pipe();
+        self.rtx_now || pipe == 0 || pipe + (s.end - s.start) <= self.cwnd
+    }
+
     /// A fast recovery or a timeout's recovery is under way.
     pub fn recovering(&self) -> bool {
         self.in_recovery || self.rto_recovery
