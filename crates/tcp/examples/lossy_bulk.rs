@@ -10,8 +10,12 @@
 //! the sender counted. With `--trace`, every retransmission timeout prints the
 //! sender's recovery state at that instant ([`Connection::recovery_snapshot`]).
 //!
+//! With `--timer-us G`, a timer wakes its end only at the granularity `G` of a sleep
+//! (whole multiples, at least one; mio's epoll sleeps whole milliseconds), as when the
+//! end's thread sleeps for it; packets still wake an end at once.
+//!
 //! `cargo run --release -p softrnic-tcp --example lossy_bulk -- [--seeds N] [--mb M]
-//! [--loss P] [--reorder P] [--trace]`
+//! [--first SEED] [--loss P] [--reorder P] [--queue] [--timer-us G] [--trace]`
 
 use softrnic_tcp::sim::{End, Impairments, Wire};
 use softrnic_tcp::{Config, Connection, Reassembly, SeqNum, Stats};
@@ -66,7 +70,7 @@ fn read_all(rb: &mut Reassembly, b: &mut Connection, buf: &mut [u8]) -> usize {
 /// does: it writes a packet in `len / RATE` and sends nothing meanwhile, while the wire
 /// delivers at once (the round trip stays microseconds, as on the in-process network,
 /// whose receiver takes each packet in the sender's thread).
-fn run(imp: Impairments, seed: u64, total: usize, trace: bool) -> Outcome {
+fn run(imp: Impairments, seed: u64, total: usize, trace: bool, granularity: Duration) -> Outcome {
     let paced = imp.rate.is_none();
     let mut a_busy: Option<Duration> = None;
     let a_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1000);
@@ -92,16 +96,24 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool) -> Outcome {
         while let Some(n) = b.poll_transmit(now, &mut packet) {
             wire.send(End::B, now, &packet[..n]);
         }
-        let next = [
-            wire.next_arrival(),
-            a.poll_timeout(),
-            b.poll_timeout(),
-            a_busy,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .expect("something is due");
+        // A timer wakes a sleeping thread only at the granularity of its wait (mio's
+        // epoll waits whole milliseconds, at least one); packets wake it at once.
+        let timer = [a.poll_timeout(), b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| match t.checked_sub(now) {
+                Some(d) if !granularity.is_zero() && !d.is_zero() => {
+                    let whole = d.as_nanos() / granularity.as_nanos();
+                    now + granularity.saturating_mul((whole as u32).max(1))
+                }
+                _ => t,
+            });
+        let next = [wire.next_arrival(), a_busy, timer]
+            .into_iter()
+            .flatten()
+            .min()
+            .expect("something is due");
         now = now.max(next);
         while let Some((end, p)) = wire.poll_arrival(now) {
             if end == End::A {
@@ -181,6 +193,7 @@ fn main() {
     let reorder: f64 = arg(&args, "--reorder", 0.05);
     let trace = args.iter().any(|a| a == "--trace");
     let queue = args.iter().any(|a| a == "--queue");
+    let granularity = Duration::from_micros(arg(&args, "--timer-us", 0));
     let total = mb * 1_000_000;
     println!(
         "{} MB per run, loss {loss}, reorder {reorder}, seeds {first}..{}",
@@ -193,8 +206,8 @@ fn main() {
     );
     let (mut ratios, mut rtos) = (Vec::new(), 0);
     for seed in first..first + seeds {
-        let clean = run(link(0.0, 0.0, queue), seed, total, false);
-        let lossy = run(link(loss, reorder, queue), seed, total, trace);
+        let clean = run(link(0.0, 0.0, queue), seed, total, false, granularity);
+        let lossy = run(link(loss, reorder, queue), seed, total, trace, granularity);
         let ratio = lossy.goodput / clean.goodput;
         let s = &lossy.stats;
         rtos += s.timeouts;
