@@ -8,7 +8,8 @@
 //! For each seed it runs the clean case and the impaired one (1% loss and 5%
 //! reordering by default, both ways) and prints the ratio of their goodput and what
 //! the sender counted. With `--trace`, every retransmission timeout prints the
-//! sender's recovery state at that instant ([`Connection::recovery_snapshot`]).
+//! sender's recovery state at that instant ([`Connection::recovery_snapshot`]), and
+//! so does every wait of more than 1 ms with nothing on the wire.
 //!
 //! With `--timer-us G`, a timer wakes its end only at the granularity `G` of a sleep
 //! (whole multiples, at least one; mio's epoll sleeps whole milliseconds), as when the
@@ -114,6 +115,15 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, granularity: Dura
             .flatten()
             .min()
             .expect("something is due");
+        if trace && next > now + Duration::from_millis(1) {
+            println!(
+                "  idle {:?} from {now:?} ({got} of {total} delivered; a's timer {:?}, b's {:?}): {}",
+                next - now,
+                a.poll_timeout(),
+                b.poll_timeout(),
+                a.recovery_snapshot(now)
+            );
+        }
         now = now.max(next);
         while let Some((end, p)) = wire.poll_arrival(now) {
             if end == End::A {

@@ -141,7 +141,11 @@ impl Tx {
     /// that proves the last reduction spurious and undoes it: every retransmission
     /// since has been reported, and nothing is waiting to be sent again.
     pub fn on_dsack(&mut self, left: i64, right: i64) -> bool {
-        self.rack.on_dsack(self.una, self.nxt);
+        // Only a duplicate of our retransmission says that RACK did not wait long
+        // enough; one the network made says nothing of reordering.
+        if self.resent_lately(left.max(0) as u64, right.max(0) as u64) {
+            self.rack.on_dsack(self.una, self.nxt);
+        }
         let Some(u) = &mut self.undo else {
             return false;
         };
