@@ -370,3 +370,183 @@ fn a_timeout_for_a_path_that_was_only_slow_is_undone() {
         },
     );
 }
+
+/// Data segments from a: `(first sending, last sending)` of each stream offset, from
+/// the log.
+fn send_times(n: &Net) -> HashMap<u32, (std::time::Duration, std::time::Duration)> {
+    let mut t = HashMap::new();
+    for l in n.sent(Side::A, |l| l.len > 0) {
+        t.entry(l.seq.0)
+            .and_modify(|e: &mut (_, _)| e.1 = l.at)
+            .or_insert((l.at, l.at));
+    }
+    t
+}
+
+#[test]
+fn duplicates_from_the_network_do_not_widen_the_reordering_window_past_the_reordering() {
+    for_seeds(
+        "duplicates_from_the_network_do_not_widen_the_reordering_window_past_the_reordering",
+        20,
+        |seed| {
+            let mut r = Rng::new(seed);
+            // A 10 ms round trip; 5% of packets held back 1 ms; 5% arrive twice (each
+            // duplicate data segment comes back as a D-SACK, which RACK would take
+            // for reordering it had not waited long enough for). The timeout's floor
+            // is 200 ms: the window's bound (half of it) is far above the reordering.
+            let hold = MS;
+            let imp = Impairments {
+                delay: 5 * MS,
+                reorder: 0.05,
+                reorder_delay: hold,
+                duplicate: 0.05,
+                ..Impairments::default()
+            };
+            let c = Config {
+                rto_min: 200 * MS,
+                ..config(&mut r)
+            };
+            let len = 1_500_000u64;
+            // Later in the transfer (the window had time to grow), four segments are
+            // lost.
+            let lost: Vec<u64> = (0..4)
+                .map(|k| 1000 * (1000 + 100 * k + r.below(50)))
+                .collect();
+            let mut n = Net::sim(c.clone(), c, imp, seed);
+            n.logging = true;
+            // The first sending of the segment that holds each of those offsets.
+            let dropped = Rc::new(RefCell::new(Vec::new()));
+            let (d, mut left, mut base) = (dropped.clone(), lost.clone(), None::<SeqNum>);
+            n.filter = Some(Box::new(move |from, seg| {
+                if from != Side::A || seg.payload.is_empty() {
+                    return Verdict::Pass;
+                }
+                let base = *base.get_or_insert(seg.seq);
+                let start = u64::from(seg.seq.delta(base) as u32);
+                let end = start + seg.payload.len() as u64;
+                match left.iter().position(|&o| start <= o && o < end) {
+                    Some(i) => {
+                        left.remove(i);
+                        d.borrow_mut().push(seg.seq.0);
+                        Verdict::Drop
+                    }
+                    None => Verdict::Pass,
+                }
+            }));
+            n.a.outbox.extend(pattern(len as usize, seed));
+            n.run_until(600_000 * MS, |n| {
+                n.b.got.len() == len as usize && n.a.conn.unacknowledged() == 0
+            });
+            assert_bytes(&n.b.got, &pattern(len as usize, seed));
+            let s = n.a.conn.stats();
+            assert!(s.spurious_retransmits > 10, "seed {seed}: {s:?}");
+            assert_eq!(s.timeouts, 0, "seed {seed}: {s:?}");
+            // Each loss is sent again within two round trips and twice the reordering
+            // (RACK waits a round trip and its window, at most twice the reordering it
+            // measured), not after the window's bound.
+            let times = send_times(&n);
+            let rtt = 10 * MS;
+            assert_eq!(dropped.borrow().len(), lost.len(), "seed {seed}");
+            for seq in dropped.borrow().iter() {
+                let (first, last) = times[seq];
+                assert!(
+                    last - first <= 2 * rtt + 2 * hold,
+                    "seed {seed}: {seq} sent again {:?} after its first sending: {s:?}",
+                    last - first
+                );
+            }
+        },
+    );
+}
+
+#[test]
+fn duplicates_of_loss_probes_do_not_widen_the_reordering_window() {
+    for_seeds(
+        "duplicates_of_loss_probes_do_not_widen_the_reordering_window",
+        20,
+        |seed| {
+            let mut r = Rng::new(seed);
+            let imp = clean(&mut r);
+            let rtt = 2 * imp.delay;
+            let c = Config {
+                delayed_ack: None,
+                ..config(&mut r)
+            };
+            let mut n = Net::sim(c.clone(), c, imp, seed);
+            n.logging = true;
+            n.established();
+            // Twelve bursts of ten segments; b's plain ACKs of each burst's end are
+            // lost, so a loss probe sends the last segment again and b reports the
+            // duplicate (that ACK, with its D-SACK block, arrives). No data segment
+            // was reordered or lost.
+            let burst = 10_000u64;
+            let end_of = Rc::new(std::cell::Cell::new(0u32));
+            let (end, mut base) = (end_of.clone(), None::<SeqNum>);
+            n.filter = Some(Box::new(move |from, seg| {
+                if from == Side::A && !seg.payload.is_empty() {
+                    base.get_or_insert(seg.seq);
+                }
+                let Some(b) = base else {
+                    return Verdict::Pass;
+                };
+                let acked = seg.ack.delta(b) as u32;
+                if from == Side::B && acked == end.get() && seg.options.sack.is_empty() {
+                    return Verdict::Drop;
+                }
+                Verdict::Pass
+            }));
+            let data = pattern(13 * burst as usize, seed);
+            for k in 0..12u64 {
+                end_of.set(((k + 1) * burst) as u32);
+                let chunk = &data[(k * burst) as usize..((k + 1) * burst) as usize];
+                n.a.outbox.extend(chunk);
+                let want = ((k + 1) * burst) as usize;
+                n.run_until(600_000 * MS, |n| {
+                    n.b.got.len() == want
+                        && n.a.conn.unacknowledged() == 0
+                        && n.wire.as_ref().unwrap().in_flight() == 0
+                });
+            }
+            let s = n.a.conn.stats().clone();
+            assert!(s.loss_probes >= 10, "seed {seed}: {s:?}");
+            assert!(s.spurious_retransmits >= 10, "seed {seed}: {s:?}");
+            // A last burst whose fourth segment is lost: the six after it are SACKed,
+            // and RACK (which saw no reordering) sends it again at once, not after a
+            // reordering window the probes' duplicates had widened.
+            end_of.set(u32::MAX);
+            let first_lost = n.log.len();
+            let mut dropped = false;
+            let (mut base, inner) = (None::<SeqNum>, n.filter.take());
+            drop(inner);
+            n.filter = Some(Box::new(move |from, seg| {
+                if from != Side::A || seg.payload.is_empty() {
+                    return Verdict::Pass;
+                }
+                let b = *base.get_or_insert(seg.seq);
+                if !dropped && seg.seq.delta(b) == 3000 {
+                    dropped = true;
+                    return Verdict::Drop;
+                }
+                Verdict::Pass
+            }));
+            n.a.outbox.extend(&data[(12 * burst) as usize..]);
+            n.run_until(600_000 * MS, |n| {
+                n.b.got.len() == data.len() && n.a.conn.unacknowledged() == 0
+            });
+            assert_bytes(&n.b.got, &data);
+            let sends: Vec<_> = n.log[first_lost..]
+                .iter()
+                .filter(|l| l.from == Side::A && l.len > 0)
+                .collect();
+            let lost = sends[3].seq;
+            let again: Vec<_> = sends.iter().filter(|l| l.seq == lost).collect();
+            assert_eq!(again.len(), 2, "seed {seed}");
+            assert!(
+                again[1].at - again[0].at <= 2 * rtt,
+                "seed {seed}: sent again {:?} after, round trip {rtt:?}: {:?}",
+                again[1].at - again[0].at,
+                n.a.conn.stats()
+            );
+        },
+    );
+}

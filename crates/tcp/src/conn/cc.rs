@@ -29,6 +29,17 @@ impl Tx {
             .saturating_sub(self.sent.lost_bytes())
     }
 
+    /// A segment taken as lost waits to be sent again, and the windows let it go now
+    /// (as [`Tx::pick`] will).
+    pub fn retransmission_ready(&mut self) -> bool {
+        let Some(i) = self.sent.first_lost() else {
+            return false;
+        };
+        let s = self.sent.get(i);
+        let pipe = self.pipe();
+        self.rtx_now || pipe == 0 || pipe + (s.end - s.start) <= self.cwnd
+    }
+
     /// A fast recovery or a timeout's recovery is under way.
     pub fn recovering(&self) -> bool {
         self.in_recovery || self.rto_recovery
@@ -130,7 +141,11 @@ impl Tx {
     /// that proves the last reduction spurious and undoes it: every retransmission
     /// since has been reported, and nothing is waiting to be sent again.
     pub fn on_dsack(&mut self, left: i64, right: i64) -> bool {
-        self.rack.on_dsack(self.una, self.nxt);
+        // Only a duplicate of our retransmission says that RACK did not wait long
+        // enough; one the network made says nothing of reordering.
+        if self.resent_lately(left.max(0) as u64, right.max(0) as u64) {
+            self.rack.on_dsack(self.una, self.nxt);
+        }
         let Some(u) = &mut self.undo else {
             return false;
         };

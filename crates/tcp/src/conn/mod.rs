@@ -456,3 +456,56 @@ pub fn initial_sequence(
     let ticks = (now.as_micros() / 4) as u32;
     SeqNum(ticks.wrapping_add(h.finish() as u32))
 }
+
+impl Connection {
+    /// The send side's recovery state in one line, for tracing a stall (the
+    /// `lossy_bulk` example prints it at every retransmission timeout): positions
+    /// relative to `una`, the windows, the recovery flags, the timers and every
+    /// segment in flight (`s` SACKed, `L` taken as lost, `r` sent again, then when it
+    /// was last sent).
+    #[doc(hidden)]
+    pub fn recovery_snapshot(&self, now: Duration) -> String {
+        use std::fmt::Write;
+        let t = &self.tx;
+        let rel = |p: u64| p.saturating_sub(t.una);
+        let ago =
+            |at: Option<Duration>| at.map(|a| a.as_secs_f64() * 1e6 - now.as_secs_f64() * 1e6);
+        let mut s = format!(
+            "una {} flight {} cwnd {} ssthresh {} pipe {} lost {} wnd {} rec {} rto_rec {} \
+             recover +{} rtx_now {} srtt {:?} rto {:?} tlp {:?} timers(us from now) rto {:?} \
+             reo {:?} pto {:?} sacked {}\n  segs:",
+            t.una,
+            t.flight(),
+            t.cwnd,
+            t.ssthresh,
+            t.pipe(),
+            t.sent.lost_bytes(),
+            t.wnd,
+            t.in_recovery,
+            t.rto_recovery,
+            rel(t.recover),
+            t.rtx_now,
+            t.rtt.srtt(),
+            t.rtt.timeout(),
+            t.tlp,
+            ago(self.timers.rto),
+            ago(self.timers.reo),
+            ago(self.timers.pto),
+            t.scoreboard.bytes(),
+        );
+        for i in 0..t.sent.len() {
+            let g = t.sent.get(i);
+            let _ = write!(
+                s,
+                " [{}+{} {}{}{} {:.0}]",
+                rel(g.start),
+                g.end - g.start,
+                if g.sacked { "s" } else { "" },
+                if g.lost { "L" } else { "" },
+                if g.rtx { "r" } else { "" },
+                g.xmit.as_secs_f64() * 1e6 - now.as_secs_f64() * 1e6,
+            );
+        }
+        s
+    }
+}

@@ -171,6 +171,9 @@ impl Connection {
         out: &mut [u8],
     ) -> Option<usize> {
         let n = self.send_data(now, remote, p, out)?;
+        if p.rtx {
+            self.tx.probe_resent(p.start, p.end);
+        }
         self.stats.loss_probes += 1;
         self.tx.tlp = Some(Tlp {
             end: self.tx.nxt,

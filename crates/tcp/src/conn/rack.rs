@@ -2,9 +2,10 @@
 //! is taken as lost when a segment sent after it has been delivered and more than a
 //! round trip plus a reordering window has passed since it was sent. The window
 //! starts at a quarter of the minimum round trip once reordering has been seen,
-//! doubles each round trip in which the peer reports a duplicate (D-SACK: a
-//! retransmission was not needed), and halves after each sixteen recoveries without
-//! one. RFC 8985 bounds it by the smoothed round trip; here the bound is the larger of
+//! doubles each round trip in which the peer reports a duplicate of one of our
+//! recent retransmissions (D-SACK: a retransmission was not needed; a duplicate the
+//! network made, or one of a loss probe's range, says nothing of reordering and
+//! leaves the window alone), and halves after each sixteen recoveries without one. RFC 8985 bounds it by the smoothed round trip; here the bound is the larger of
 //! that and half the retransmission timeout, so that a network which holds packets
 //! back for many round trips (softrnic's in-process network: 200 us against a round
 //! trip of microseconds) stops costing a spurious retransmission and recovery per

@@ -45,7 +45,10 @@ impl Connection {
             self.timers.reo = None;
             self.detect_loss(now);
         }
-        if due(self.timers.rto) {
+        if due(self.timers.rto) && self.rack_decides(now) {
+            // RACK is deciding (or has decided) about segments the peer's SACKs
+            // cover: the timer waits (see `rack_decides`).
+        } else if due(self.timers.rto) {
             self.timers.rto = None;
             self.timers.pto = None;
             self.timers.reo = None;
@@ -60,6 +63,32 @@ impl Connection {
             self.timers.keepalive = None;
             self.on_keepalive(now);
         }
+    }
+
+    /// Whether the retransmission timer, expired at `now`, gives way to RACK (RFC
+    /// 8985), whose fast recovery repairs a loss without collapsing the window:
+    ///
+    /// - while RACK's reordering timer runs (segments sent before one the peer SACKed
+    ///   are still inside their reordering window; when it expires RACK takes them as
+    ///   lost), the timer waits for it, as Linux's does (its reordering timer takes
+    ///   the retransmission timer's place);
+    /// - when segments RACK took as lost are waiting and the windows let them go now
+    ///   (the SACKs that showed the loss arrived in the same turn as the expiry), the
+    ///   timer restarts behind their retransmission.
+    ///
+    /// On a network whose round trips jump (a stalled thread delays a burst of SACKs
+    /// past the timer), the timer used to fire first and turn a loss RACK had already
+    /// seen into a timeout.
+    fn rack_decides(&mut self, now: Duration) -> bool {
+        if let Some(reo) = self.timers.reo {
+            self.timers.rto = Some(reo);
+            return true;
+        }
+        if self.tx.retransmission_ready() {
+            self.timers.rto = Some(now + self.tx.rtt.timeout());
+            return true;
+        }
+        false
     }
 
     fn on_rto(&mut self, now: Duration) {

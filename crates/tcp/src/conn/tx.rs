@@ -75,7 +75,16 @@ pub(crate) struct Tx {
     /// Since that timeout, the peer acknowledged a segment sent before it and never
     /// sent again.
     pub original_after_rto: bool,
+    /// The ranges sent again most recently (a ring), to tell a duplicate the peer
+    /// reports of our retransmission (reordering RACK did not wait for) from one the
+    /// network made.
+    recent_rtx: [(u64, u64); RECENT_RTX],
+    recent_rtx_next: usize,
 }
+
+/// Retransmitted ranges remembered for D-SACKs: more than a recovery sends again
+/// before the peer's report of the first comes back, in the common case.
+const RECENT_RTX: usize = 64;
 
 /// The state before a reduction of the congestion window (RFC 3708-style undo).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +178,8 @@ impl Tx {
             tlp: None,
             rto_at: None,
             original_after_rto: false,
+            recent_rtx: [(0, 0); RECENT_RTX],
+            recent_rtx_next: 0,
         }
     }
 
@@ -300,6 +311,24 @@ impl Tx {
         Some(self.resend(last, room))
     }
 
+    /// Whether `[left, right)` overlaps a range we sent again lately.
+    pub fn resent_lately(&self, left: u64, right: u64) -> bool {
+        self.recent_rtx
+            .iter()
+            .any(|&(s, e)| s < e && s < right && left < e)
+    }
+
+    /// A loss probe sent `[start, end)` again, with no loss in view: a duplicate of
+    /// that range says nothing of reordering (RFC 8985 7.4), whichever copy it
+    /// duplicates, so retransmissions of it are forgotten.
+    pub fn probe_resent(&mut self, start: u64, end: u64) {
+        for r in &mut self.recent_rtx {
+            if r.0 < end && start < r.1 {
+                *r = (0, 0);
+            }
+        }
+    }
+
     /// `pick` went out at `now`.
     pub fn sent(&mut self, pick: Pick, now: Duration) {
         if pick.rtx {
@@ -309,6 +338,8 @@ impl Tx {
             }
             self.rtx_now = false;
             self.timed = None;
+            self.recent_rtx[self.recent_rtx_next] = (pick.start, pick.end);
+            self.recent_rtx_next = (self.recent_rtx_next + 1) % RECENT_RTX;
             if let Some(u) = &mut self.undo {
                 u.retransmissions = u.retransmissions.saturating_add(1);
             }

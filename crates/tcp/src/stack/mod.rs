@@ -800,23 +800,59 @@ impl<R: StackReceiver> Receiver for Sink<'_, R> {
     }
 }
 
+/// Adds `s` to `t`, every counter (the destructuring names each field, so that a
+/// counter added to [`Stats`] cannot be left out of the totals).
 fn add_stats(t: &mut Stats, s: &Stats) {
-    t.segments_in += s.segments_in;
-    t.segments_out += s.segments_out;
-    t.bytes_in += s.bytes_in;
-    t.bytes_out += s.bytes_out;
-    t.retransmitted_segments += s.retransmitted_segments;
-    t.retransmitted_bytes += s.retransmitted_bytes;
-    t.fast_retransmits += s.fast_retransmits;
-    t.timeouts += s.timeouts;
-    t.dup_acks_in += s.dup_acks_in;
-    t.out_of_order_in += s.out_of_order_in;
-    t.bytes_refused += s.bytes_refused;
-    t.dropped_checksum += s.dropped_checksum;
-    t.dropped_malformed += s.dropped_malformed;
-    t.dropped_unacceptable += s.dropped_unacceptable;
-    t.challenge_acks += s.challenge_acks;
-    t.window_probes += s.window_probes;
-    t.keepalive_probes += s.keepalive_probes;
-    t.resets_out += s.resets_out;
+    let Stats {
+        segments_in,
+        segments_out,
+        bytes_in,
+        bytes_out,
+        retransmitted_segments,
+        retransmitted_bytes,
+        fast_retransmits,
+        timeouts,
+        loss_probes,
+        probe_recoveries,
+        spurious_retransmits,
+        reordered_segments,
+        undone_reductions,
+        spurious_timeouts,
+        dsacks_out,
+        dup_acks_in,
+        out_of_order_in,
+        bytes_refused,
+        dropped_checksum,
+        dropped_malformed,
+        dropped_unacceptable,
+        challenge_acks,
+        window_probes,
+        keepalive_probes,
+        resets_out,
+    } = s;
+    t.segments_in += segments_in;
+    t.segments_out += segments_out;
+    t.bytes_in += bytes_in;
+    t.bytes_out += bytes_out;
+    t.retransmitted_segments += retransmitted_segments;
+    t.retransmitted_bytes += retransmitted_bytes;
+    t.fast_retransmits += fast_retransmits;
+    t.timeouts += timeouts;
+    t.loss_probes += loss_probes;
+    t.probe_recoveries += probe_recoveries;
+    t.spurious_retransmits += spurious_retransmits;
+    t.reordered_segments += reordered_segments;
+    t.undone_reductions += undone_reductions;
+    t.spurious_timeouts += spurious_timeouts;
+    t.dsacks_out += dsacks_out;
+    t.dup_acks_in += dup_acks_in;
+    t.out_of_order_in += out_of_order_in;
+    t.bytes_refused += bytes_refused;
+    t.dropped_checksum += dropped_checksum;
+    t.dropped_malformed += dropped_malformed;
+    t.dropped_unacceptable += dropped_unacceptable;
+    t.challenge_acks += challenge_acks;
+    t.window_probes += window_probes;
+    t.keepalive_probes += keepalive_probes;
+    t.resets_out += resets_out;
 }

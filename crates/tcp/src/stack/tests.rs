@@ -327,14 +327,22 @@ fn many_connections_carry_their_own_octets_both_ways_and_are_freed() {
 #[test]
 fn many_connections_survive_loss_reordering_duplication_and_corruption() {
     let (mut lost, mut corrupted, mut retransmitted) = (0, 0, 0);
+    let (mut duplicated, mut dsacks_out, mut reported) = (0, 0, 0);
     for seed in 0..100 {
         let w = many(harsh(), seed, 6, 12_000);
         check_many(&w, 6, 12_000, seed);
         lost += w.wire.stats().lost;
         corrupted += w.wire.stats().corrupted;
-        retransmitted += w.a.stack.tcp_totals().retransmitted_segments;
+        duplicated += w.wire.stats().duplicated;
+        let (a, b) = (w.a.stack.tcp_totals(), w.b.stack.tcp_totals());
+        retransmitted += a.retransmitted_segments;
+        // The totals count every counter of the connections, the recovery ones too
+        // (they once left out D-SACKs, loss probes and spurious timeouts).
+        dsacks_out += a.dsacks_out + b.dsacks_out;
+        reported += a.spurious_retransmits + b.spurious_retransmits;
     }
     assert!(lost > 100 && corrupted > 20 && retransmitted > 100);
+    assert!(duplicated > 50 && dsacks_out > 50 && reported > 50);
 }
 
 #[test]

@@ -1,0 +1,224 @@
+//! A loss that the peer's SACKs show is repaired by fast recovery (RACK, RFC 8985),
+//! not by the retransmission timer, even when those SACKs reach the sender only when
+//! its timer is due: a sender whose thread was not scheduled for longer than the
+//! timeout (softrnic's stacks run in threads on a shared machine) finds, when it runs
+//! again, both the SACKs and the expired timer. It handles what arrived first, then
+//! its timers, then sends, as softrnic's stack thread does.
+//!
+//! Two cases: before any reordering was seen (RACK takes the hole as lost at once),
+//! and after (the hole is inside RACK's reordering window, whose timer must run out
+//! before the retransmission timer may).
+
+use softrnic_tcp::{Config, Connection, Reassembly, Refuse, Segment, SeqNum, State};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+const US: Duration = Duration::from_micros(1);
+
+/// Fast-link timers (a 5 ms floor under the timeout), ACKs not delayed.
+fn config() -> Config {
+    Config {
+        mss: 1000,
+        send_buffer: 64 * 1024,
+        recv_buffer: 64 * 1024,
+        delayed_ack: None,
+        ..Config::fast_link()
+    }
+}
+
+/// Two connections on a link with a fixed one-way delay, in virtual time; a's thread
+/// may be stalled (it handles nothing until then).
+struct Pair {
+    a: Connection,
+    b: Connection,
+    rb: Reassembly,
+    now: Duration,
+    delay: Duration,
+    /// (arrival, to a?, packet), in arrival order.
+    queue: Vec<(Duration, bool, Vec<u8>)>,
+    /// Data segments from a with these stream offsets are lost (first sending only).
+    lose: Vec<u64>,
+    /// A data segment from a with this stream offset arrives this much later.
+    hold: Option<(u64, Duration)>,
+    a_stalled_until: Duration,
+    got: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let a_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1000);
+        let b_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 2000);
+        let a = Connection::connect(config(), a_addr, b_addr, SeqNum(1));
+        let b = Connection::listen(config(), b_addr, SeqNum(9));
+        let rb = Reassembly::for_connection(&b);
+        Pair {
+            a,
+            b,
+            rb,
+            now: Duration::ZERO,
+            delay: 100 * US,
+            queue: Vec::new(),
+            lose: Vec::new(),
+            hold: None,
+            a_stalled_until: Duration::ZERO,
+            got: Vec::new(),
+            buf: vec![0; 1500],
+        }
+    }
+
+    fn put(&mut self, at: Duration, to_a: bool, packet: Vec<u8>) {
+        let i = self.queue.partition_point(|(t, _, _)| *t <= at);
+        self.queue.insert(i, (at, to_a, packet));
+    }
+
+    fn send_from(&mut self, from_a: bool) {
+        loop {
+            let now = self.now;
+            let c = if from_a { &mut self.a } else { &mut self.b };
+            let Some(n) = c.poll_transmit(now, &mut self.buf) else {
+                return;
+            };
+            let packet = self.buf[..n].to_vec();
+            let mut at = now + self.delay;
+            if from_a {
+                let seg = Segment::parse_with(&packet, false).expect("a valid segment");
+                let offset = u64::from(seg.seq.delta(SeqNum(2)) as u32);
+                if !seg.payload.is_empty() && self.lose.contains(&offset) {
+                    self.lose.retain(|&o| o != offset);
+                    continue;
+                }
+                if let Some((o, extra)) = self.hold
+                    && o == offset
+                    && !seg.payload.is_empty()
+                {
+                    self.hold = None;
+                    at += extra;
+                }
+            }
+            self.put(at, !from_a, packet);
+        }
+    }
+
+    /// One turn of `a` (or `b`): what arrived by now, then its timers, then it sends.
+    fn turn(&mut self, is_a: bool) {
+        let now = self.now;
+        while let Some(i) = self
+            .queue
+            .iter()
+            .position(|(t, to_a, _)| *t <= now && *to_a == is_a)
+        {
+            let (_, _, p) = self.queue.remove(i);
+            if is_a {
+                let _ = self.a.handle_packet(now, &p, &mut Refuse);
+            } else {
+                let _ = self.b.handle_packet(now, &p, &mut self.rb);
+                let mut out = [0u8; 4096];
+                loop {
+                    let n = self.rb.read_from(&mut self.b, &mut out);
+                    if n == 0 {
+                        break;
+                    }
+                    self.got.extend_from_slice(&out[..n]);
+                }
+            }
+        }
+        let c = if is_a { &mut self.a } else { &mut self.b };
+        if c.poll_timeout().is_some_and(|t| t <= now) {
+            c.handle_timeout(now);
+        }
+        self.send_from(is_a);
+    }
+
+    /// Runs until `done`, moving time to the next arrival or timer (a's only once its
+    /// stall is over).
+    fn run_until(&mut self, done: impl Fn(&Pair) -> bool) {
+        let limit = self.now + Duration::from_secs(10);
+        while !done(self) {
+            assert!(self.now < limit, "not done: {:?}", self.a.stats());
+            self.turn(false);
+            if self.now >= self.a_stalled_until {
+                self.turn(true);
+            }
+            let a_next = [
+                self.a.poll_timeout(),
+                self.queue.iter().find(|q| q.1).map(|q| q.0),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| t.max(self.a_stalled_until));
+            let b_next = [
+                self.b.poll_timeout(),
+                self.queue.iter().find(|q| !q.1).map(|q| q.0),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let next = [a_next, b_next].into_iter().flatten().min();
+            let Some(next) = next else {
+                assert!(
+                    done(self),
+                    "nothing is due and not done: {:?}",
+                    self.a.stats()
+                );
+                return;
+            };
+            self.now = self.now.max(next);
+        }
+    }
+
+    fn send_all(&mut self, data: &[u8]) {
+        let mut off = 0;
+        while off < data.len() {
+            off += self.a.send(&data[off..]).expect("room in the send buffer");
+        }
+    }
+}
+
+fn data(len: usize, salt: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ salt)
+        .collect()
+}
+
+#[test]
+fn a_loss_the_sacks_show_is_repaired_by_rack_even_when_they_arrive_with_the_timeout() {
+    for reordering_seen in [false, true] {
+        let mut p = Pair::new();
+        p.run_until(|p| p.a.state() == State::Established && p.b.state() == State::Established);
+        // A warm-up transfer measures the round trip (200 us; the timeout is its 5 ms
+        // floor). In the second case one segment of it is held back 150 us, so that
+        // RACK has seen reordering: its window is then above zero.
+        if reordering_seen {
+            p.hold = Some((10_000, 150 * US));
+        }
+        let warm = data(40_000, 1);
+        p.send_all(&warm);
+        p.run_until(|p| p.got.len() == warm.len() && p.a.unacknowledged() == 0);
+        let before = p.a.stats().clone();
+        assert_eq!(before.timeouts, 0, "{before:?}");
+        // Twenty segments; the first is lost. Once they are out, a stalls for 6 ms,
+        // past its retransmission timer (5 ms): it then finds the SACKs for the
+        // others (sent at 200 us) and the expired timer together.
+        p.lose = vec![40_000];
+        let burst = data(20_000, 2);
+        p.send_all(&burst);
+        p.send_from(true);
+        p.a_stalled_until = p.now + 6000 * US;
+        p.run_until(|p| p.got.len() == warm.len() + burst.len() && p.a.unacknowledged() == 0);
+        assert_eq!(&p.got[warm.len()..], &burst[..]);
+        let s = p.a.stats();
+        let case = format!("reordering seen before: {reordering_seen}: {s:?}");
+        assert_eq!(s.timeouts, 0, "{case}");
+        assert_eq!(s.fast_retransmits, before.fast_retransmits + 1, "{case}");
+        assert_eq!(
+            s.retransmitted_segments,
+            before.retransmitted_segments + 1,
+            "{case}"
+        );
+        if reordering_seen {
+            assert!(before.reordered_segments + before.spurious_retransmits > 0);
+        }
+    }
+}
