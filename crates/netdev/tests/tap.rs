@@ -36,7 +36,7 @@ fn tap_inside_a_namespace() {
     let cfg = InterfaceConfig::new([Ipv4Cidr::new(OUR_IP, 24)]);
     let mut iface = Interface::new(dev, cfg).unwrap();
 
-    netns::kernel_pings(&mut iface, OUR_IP);
+    let _ = netns::kernel_pings(&mut iface, OUR_IP);
     netns::kernel_connects(&mut iface, OUR_IP, 5000);
     let neigh = netns::ip(&format!("neigh show {OUR_IP}"));
     assert!(

@@ -172,9 +172,10 @@ pub fn run_ping<D: FrameDevice>(iface: &mut Interface<D>, args: &str) -> (bool, 
 
 /// The kernel pings `addr` (owned by `iface`) three times and gets three replies.
 /// Skips (loudly) when there is no `ping` program.
-pub fn kernel_pings<D: FrameDevice>(iface: &mut Interface<D>, addr: Ipv4Addr) {
+/// Returns whether it ran (false, loudly skipped, without `ping`).
+pub fn kernel_pings<D: FrameDevice>(iface: &mut Interface<D>, addr: Ipv4Addr) -> bool {
     if !have_ping("kernel_pings") {
-        return;
+        return false;
     }
     let before = iface.stats().icmp_echo_requests;
     let (ok, out) = run_ping(iface, &format!("-n -c 3 -i 0.2 -w 30 {addr}"));
@@ -195,6 +196,7 @@ pub fn kernel_pings<D: FrameDevice>(iface: &mut Interface<D>, addr: Ipv4Addr) {
         "{answered} requests seen of {transmitted} sent: {s:#?}\n{out}"
     );
     assert_eq!(s.frames_accounted(), s.rx_frames);
+    true
 }
 
 /// The number in ping's summary "N packets transmitted".
