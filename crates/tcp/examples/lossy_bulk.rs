@@ -15,8 +15,13 @@
 //! (whole multiples, at least one; mio's epoll sleeps whole milliseconds), as when the
 //! end's thread sleeps for it; packets still wake an end at once.
 //!
+//! With `--stall-every-us E --stall-us S`, the sender's thread is off the CPU for S
+//! about every E (as threads are on a busy machine): what arrives meanwhile waits,
+//! and when it runs again it takes that first, then its timers, then sends.
+//!
 //! `cargo run --release -p softrnic-tcp --example lossy_bulk -- [--seeds N] [--mb M]
-//! [--first SEED] [--loss P] [--reorder P] [--queue] [--timer-us G] [--trace]`
+//! [--first SEED] [--loss P] [--reorder P] [--queue] [--timer-us G]
+//! [--stall-every-us E --stall-us S] [--trace]`
 
 use softrnic_tcp::sim::{End, Impairments, Wire};
 use softrnic_tcp::{Config, Connection, Reassembly, SeqNum, Stats};
@@ -71,7 +76,25 @@ fn read_all(rb: &mut Reassembly, b: &mut Connection, buf: &mut [u8]) -> usize {
 /// does: it writes a packet in `len / RATE` and sends nothing meanwhile, while the wire
 /// delivers at once (the round trip stays microseconds, as on the in-process network,
 /// whose receiver takes each packet in the sender's thread).
-fn run(imp: Impairments, seed: u64, total: usize, trace: bool, granularity: Duration) -> Outcome {
+/// How the ends' threads are scheduled.
+#[derive(Clone, Copy)]
+struct Threads {
+    /// A timer wakes a sleeping end only at this granularity (zero: exactly).
+    granularity: Duration,
+    /// The sender's thread is off the CPU for `stall` about every `stall_every` (zero:
+    /// never): it takes what arrived meanwhile, then its timers, then sends, as
+    /// softrnic's stack thread does when it runs again.
+    stall_every: Duration,
+    stall: Duration,
+}
+
+fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads) -> Outcome {
+    let granularity = threads.granularity;
+    let mut stalls = softrnic_tcp::sim::Rng::new(seed ^ 0x5eed);
+    let gap = |r: &mut softrnic_tcp::sim::Rng| threads.stall_every.mul_f64(0.5 + r.unit());
+    let mut next_stall = (!threads.stall_every.is_zero()).then(|| gap(&mut stalls));
+    let mut a_stalled_until = Duration::ZERO;
+    let mut a_inbox: Vec<Vec<u8>> = Vec::new();
     let paced = imp.rate.is_none();
     let mut a_busy: Option<Duration> = None;
     let a_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1000);
@@ -93,13 +116,25 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, granularity: Dura
                 Err(_) => break,
             }
         }
-        send_a(&mut a, &mut wire, now, &mut packet, paced, &mut a_busy);
+        if let Some(at) = next_stall.filter(|&t| t <= now) {
+            a_stalled_until = at + threads.stall;
+            next_stall = Some(at + gap(&mut stalls));
+        }
+        let a_awake = now >= a_stalled_until;
+        if a_awake {
+            send_a(&mut a, &mut wire, now, &mut packet, paced, &mut a_busy);
+        }
         while let Some(n) = b.poll_transmit(now, &mut packet) {
             wire.send(End::B, now, &packet[..n]);
         }
         // A timer wakes a sleeping thread only at the granularity of its wait (mio's
         // epoll waits whole milliseconds, at least one); packets wake it at once.
-        let timer = [a.poll_timeout(), b.poll_timeout()]
+        let a_timer = if a_awake {
+            a.poll_timeout()
+        } else {
+            Some(a_stalled_until)
+        };
+        let timer = [a_timer, b.poll_timeout()]
             .into_iter()
             .flatten()
             .min()
@@ -110,7 +145,7 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, granularity: Dura
                 }
                 _ => t,
             });
-        let next = [wire.next_arrival(), a_busy, timer]
+        let next = [wire.next_arrival(), a_busy.filter(|&t| t > now), timer]
             .into_iter()
             .flatten()
             .min()
@@ -126,7 +161,9 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, granularity: Dura
         }
         now = now.max(next);
         while let Some((end, p)) = wire.poll_arrival(now) {
-            if end == End::A {
+            if end == End::A && now < a_stalled_until {
+                a_inbox.push(p.to_vec());
+            } else if end == End::A {
                 let _ = a.handle_packet(now, p, &mut softrnic_tcp::Refuse);
                 if !paced {
                     send_a(&mut a, &mut wire, now, &mut packet, paced, &mut a_busy);
@@ -139,7 +176,14 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, granularity: Dura
                 }
             }
         }
-        if a.poll_timeout().is_some_and(|t| t <= now) {
+        if now < a_stalled_until {
+            // (a's timers wait for its thread.)
+        } else if !a_inbox.is_empty() {
+            for p in a_inbox.drain(..) {
+                let _ = a.handle_packet(now, &p, &mut softrnic_tcp::Refuse);
+            }
+        }
+        if now >= a_stalled_until && a.poll_timeout().is_some_and(|t| t <= now) {
             let before = trace.then(|| a.recovery_snapshot(now));
             let timeouts = a.stats().timeouts;
             a.handle_timeout(now);
@@ -203,7 +247,11 @@ fn main() {
     let reorder: f64 = arg(&args, "--reorder", 0.05);
     let trace = args.iter().any(|a| a == "--trace");
     let queue = args.iter().any(|a| a == "--queue");
-    let granularity = Duration::from_micros(arg(&args, "--timer-us", 0));
+    let threads = Threads {
+        granularity: Duration::from_micros(arg(&args, "--timer-us", 0)),
+        stall_every: Duration::from_micros(arg(&args, "--stall-every-us", 0)),
+        stall: Duration::from_micros(arg(&args, "--stall-us", 0)),
+    };
     let total = mb * 1_000_000;
     println!(
         "{} MB per run, loss {loss}, reorder {reorder}, seeds {first}..{}",
@@ -216,8 +264,8 @@ fn main() {
     );
     let (mut ratios, mut rtos) = (Vec::new(), 0);
     for seed in first..first + seeds {
-        let clean = run(link(0.0, 0.0, queue), seed, total, false, granularity);
-        let lossy = run(link(loss, reorder, queue), seed, total, trace, granularity);
+        let clean = run(link(0.0, 0.0, queue), seed, total, false, threads);
+        let lossy = run(link(loss, reorder, queue), seed, total, trace, threads);
         let ratio = lossy.goodput / clean.goodput;
         let s = &lossy.stats;
         rtos += s.timeouts;
