@@ -316,7 +316,10 @@ fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) ->
 }
 
 /// [`gather`] for an FPDU with markers: its payload is collected in `payload` (reused)
-/// and the FPDU framed by the wire crate's framer, markers and CRC included.
+/// and the FPDU framed by the wire crate's framer, markers and CRC included. Out of
+/// line, so that the unmarked path stays as it was.
+#[cold]
+#[inline(never)]
 fn gather_marked(
     f: &TxFpdu,
     out: &mut Vec<u8>,

@@ -115,7 +115,7 @@ impl TxFpdu {
         let plain = mpa::fpdu_len(self.ulpdu_len);
         match self.marker_pos {
             None => plain,
-            Some(at) => softrnic_wire::markers::marked_len(at, plain),
+            Some(at) => marked_len(at, plain),
         }
     }
 
@@ -162,6 +162,13 @@ impl TxFpdu {
         self.header_len = at + n + body.len();
         self.ulpdu_len = ulpdu_len;
     }
+}
+
+/// [`softrnic_wire::markers::marked_len`], out of the unmarked transmit path.
+#[cold]
+#[inline(never)]
+fn marked_len(at: u64, plain: usize) -> usize {
+    softrnic_wire::markers::marked_len(at, plain)
 }
 
 /// Headers of the offending segment, copied into the Terminate we send.
