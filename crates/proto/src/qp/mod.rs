@@ -627,6 +627,10 @@ impl Qp {
         ctx: &mut RxCtx<'_>,
         place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
     ) -> Option<usize> {
+        if self.params.markers_rx {
+            // A marker may sit anywhere: FPDUs are taken step by step.
+            return None;
+        }
         let mut taken = None;
         self.rx_step(ctx, |rx, d| rx.take_whole(data, d, place, &mut taken));
         taken
