@@ -272,7 +272,7 @@ impl RxStream {
     pub(crate) fn mid_fpdu(&self) -> bool {
         match self.phase {
             Phase::Stopped => false,
-            Phase::Prefix => self.have > 0,
+            Phase::Prefix => self.have > 0 || (self.marks.is_some() && self.in_leading_marker()),
             _ => true,
         }
     }

@@ -64,6 +64,14 @@ impl RxStream {
         self.marker_offset() < MARKER_LEN
     }
 
+    /// At an FPDU boundary: whether some or all of the marker that leads the next FPDU
+    /// has arrived (that FPDU has begun). A sender never ends its stream with a marker.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn in_leading_marker(&self) -> bool {
+        (1..=MARKER_LEN).contains(&self.marker_offset())
+    }
+
     /// [`RxStream::need`] with markers: the marker when one is due, otherwise the
     /// unmarked need cut at the next marker position. Out of line (as every entry
     /// here), so that the unmarked path stays as it was.

@@ -359,3 +359,24 @@ fn the_rtr_is_the_first_marked_fpdu() {
     assert_eq!(a.completions().len(), 1);
     assert_eq!(b.completions().len(), 1);
 }
+
+#[test]
+fn a_stream_that_ends_inside_a_leading_marker_is_mid_fpdu() {
+    // A stream cut after a marker that leads an FPDU was cut inside that FPDU (lost),
+    // not closed between FPDUs: a sender never ends its stream with a marker.
+    let (mut a, _) = pair(marked(false, 1448));
+    let (s, base) = a.reg(8, Access::empty(), 0);
+    a.qp.post_send(send_wr(1, [sge(s, base, 8)]), &a.tpt)
+        .unwrap();
+    let f = a.next_fpdu().unwrap();
+    assert_eq!(&f[..4], &[0, 0, 0, 0], "the leading marker");
+    for n in 0..=4 {
+        let (_, mut b) = pair(marked(false, 1448));
+        b.feed(&f[..n], false);
+        assert_eq!(
+            b.qp.rx_mid_fpdu(),
+            n > 0,
+            "{n} octets of the leading marker"
+        );
+    }
+}
