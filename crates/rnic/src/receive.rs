@@ -200,6 +200,9 @@ fn receive_stream(
         }
         moved = true;
     }
+    // A marked stream asks for at most 512 octets at a time (a marker sits between):
+    // it is always read ahead, never piece by piece into memory.
+    let marked = core.params().markers_rx;
     loop {
         // Octets read ahead go first.
         if staging.start < staging.end {
@@ -227,7 +230,7 @@ fn receive_stream(
         }
         let r = match core.rx_need() {
             RxNeed::Stopped | RxNeed::Wait => break,
-            RxNeed::Place(chunk) if staging.direct(core, chunk.len) => {
+            RxNeed::Place(chunk) if !marked && staging.direct(core, chunk.len) => {
                 let Some(region) = dev.region(chunk.region) else {
                     // The region was deregistered between the TPT check and the
                     // placement: the QP cannot place this payload, and stalling
@@ -284,7 +287,11 @@ fn receive_stream(
             }
             // Read ahead, or (in exact mode) a header or trailer exactly.
             need => {
-                let want = staging.read_len(need);
+                let want = if marked {
+                    RX_STAGING_LEN
+                } else {
+                    staging.read_len(need)
+                };
                 if staging.buf.is_empty() {
                     staging.buf = buf_pool::take_staging();
                 }

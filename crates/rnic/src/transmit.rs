@@ -174,7 +174,7 @@ fn transmit_stream(
                     moved = true;
                     continue;
                 }
-                let Some(p) = prepare(std::mem::take(&mut tx.scratch), dev) else {
+                let Some(p) = prepare(std::mem::take(&mut tx.scratch), &mut tx.payload, dev) else {
                     core.to_error();
                     break;
                 };
@@ -239,7 +239,7 @@ fn transmit_stream(
 
 /// Resolves an FPDU's payload to live regions and computes its trailer; `None` if a
 /// region no longer holds the payload's range.
-fn prepare(fpdu: TxFpdu, dev: &Shared) -> Option<PendingTx> {
+fn prepare(fpdu: TxFpdu, payload: &mut Vec<u8>, dev: &Shared) -> Option<PendingTx> {
     let mut regions = ArrayVec::new();
     for c in &fpdu.chunks {
         let r = dev.region(c.region)?;
@@ -247,13 +247,14 @@ fn prepare(fpdu: TxFpdu, dev: &Shared) -> Option<PendingTx> {
         regions.push(r);
     }
     if fpdu.marker_pos.is_some() {
-        // Markers fall among the payload's octets: the FPDU is framed in one buffer.
-        let mut payload = Vec::with_capacity(fpdu.payload_len());
+        // Markers fall among the payload's octets: the FPDU is framed in one buffer,
+        // its payload collected first in `payload` (reused).
+        payload.clear();
         for (c, r) in fpdu.chunks.iter().zip(&regions) {
-            r.append_to(c.offset as usize, c.len, &mut payload).ok()?;
+            r.append_to(c.offset as usize, c.len, payload).ok()?;
         }
         let mut marked = Vec::with_capacity(fpdu.wire_len());
-        fpdu.emit_marked(&payload, &mut marked);
+        fpdu.emit_marked(payload, &mut marked);
         return Some(PendingTx {
             total: marked.len(),
             fpdu,
@@ -320,7 +321,10 @@ fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) ->
 }
 
 /// [`gather`] for an FPDU with markers: its payload is collected in `payload` (reused)
-/// and the FPDU framed by the wire crate's framer, markers and CRC included.
+/// and the FPDU framed by the wire crate's framer, markers and CRC included. Out of
+/// line, so that the unmarked path stays as it was.
+#[cold]
+#[inline(never)]
 fn gather_marked(
     f: &TxFpdu,
     out: &mut Vec<u8>,

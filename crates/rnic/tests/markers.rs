@@ -127,3 +127,59 @@ fn a_peer_that_asks_for_markers_gets_them_from_a_server_that_does_not() {
     assert_eq!(one(&a.cq).status, WcStatus::Success);
     assert!(sink.to_vec() == data);
 }
+
+#[test]
+fn a_bad_marker_from_the_wire_is_an_mpa_terminate() {
+    use softrnic_wire::mpa::{MAX_FPDU_LEN, parse_fpdu};
+    use softrnic_wire::terminate::Layer;
+    use softrnic_wire::{Body, TerminateCause, Ulpdu};
+    use std::io::{Read, Write};
+    // The device asks for markers (so it checks ours); we ask too (so its Terminate
+    // comes back marked).
+    let e = end().config(asking(None)).cq(64).queues(8, 8).build();
+    let buf = e.pd.alloc_mr(4096, Access::LOCAL_WRITE).unwrap();
+    e.qp.post_recv(RecvWr::new(7, buf.sge(0, 64))).unwrap();
+    let mut s = raw_initiator_with(
+        &e,
+        MpaConfig {
+            markers: true,
+            ..MpaConfig::default()
+        },
+    );
+    // A well-formed marked Send for the posted receive, but its leading marker (stream
+    // position 0) points 4 octets back instead of 0.
+    let (hdr, n) = softrnic_wire::DdpRepr {
+        last: true,
+        opcode: softrnic_wire::Opcode::Send,
+        placement: softrnic_wire::Placement::Untagged {
+            rsvd_ulp: 0,
+            qn: 0,
+            msn: 1,
+            mo: 0,
+        },
+    }
+    .to_bytes();
+    let mut bad = Vec::new();
+    softrnic_wire::mpa::append_fpdu(&[&hdr[..n], &[0x5a; 40]], false, Some(0), &mut bad).unwrap();
+    assert_eq!(&bad[..4], &[0, 0, 0, 0]);
+    bad[3] = 4;
+    s.write_all(&bad).unwrap();
+    let mismatch = TerminateCause::new(Layer::Llp, 0, 0x03);
+    disconnected(&e.dev, &e.qp);
+    assert_eq!(e.qp.fatal_cause().map(|(c, _)| c), Some(mismatch));
+    let g = drained(&e.cq);
+    assert_eq!(
+        g.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(7, WcStatus::WrFlushError)]
+    );
+    // What the peer reads: one marked FPDU, the Terminate with the same cause.
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    let mut scratch = vec![0u8; MAX_FPDU_LEN];
+    let f = parse_fpdu(&got, Some(0), false, &mut scratch).expect("a marked FPDU");
+    assert_eq!(f.consumed, got.len(), "the Terminate, then the close");
+    match Ulpdu::parse(f.ulpdu).unwrap().body {
+        Body::Terminate(t) => assert_eq!(t.cause, mismatch),
+        b => panic!("not a Terminate: {b:?}"),
+    }
+}

@@ -309,27 +309,62 @@ pub fn max_ulpdu_for(fpdu_budget: usize) -> Option<usize> {
         .map(|u| u.min(MAX_ULPDU_LEN))
 }
 
-/// Writes octets into an output buffer, inserting markers when enabled.
-struct MarkedWriter<'o> {
+/// Where the framer writes: a slice it fills, or a vector it extends.
+trait FrameOut {
+    fn put(&mut self, data: &[u8]);
+    /// The FPDU's octets written so far.
+    fn written(&self) -> &[u8];
+}
+
+/// Fills a slice sized for the FPDU beforehand (`markers::marked_len`).
+struct SliceOut<'o> {
     out: &'o mut [u8],
     at: usize,
+}
+
+impl FrameOut for SliceOut<'_> {
+    fn put(&mut self, data: &[u8]) {
+        self.out[self.at..self.at + data.len()].copy_from_slice(data);
+        self.at += data.len();
+    }
+    fn written(&self) -> &[u8] {
+        &self.out[..self.at]
+    }
+}
+
+/// Extends a vector (nothing zero-filled first).
+struct VecOut<'o> {
+    out: &'o mut Vec<u8>,
+    start: usize,
+}
+
+impl FrameOut for VecOut<'_> {
+    fn put(&mut self, data: &[u8]) {
+        self.out.extend_from_slice(data);
+    }
+    fn written(&self) -> &[u8] {
+        &self.out[self.start..]
+    }
+}
+
+/// Writes octets, inserting markers when enabled.
+struct MarkedWriter<O: FrameOut> {
+    out: O,
     /// Marked-stream position of the FPDU start and of the next octet, if markers are on.
     marks: Option<(u64, u64)>,
 }
 
-impl MarkedWriter<'_> {
+impl<O: FrameOut> MarkedWriter<O> {
     fn marker_if_due(&mut self) {
         if let Some((start, pos)) = self.marks
             && is_marker_pos(pos)
         {
-            let m = marker_bytes(markers::fpdu_pointer(start, pos));
-            self.out[self.at..self.at + MARKER_LEN].copy_from_slice(&m);
-            self.at += MARKER_LEN;
+            self.out
+                .put(&marker_bytes(markers::fpdu_pointer(start, pos)));
             self.marks = Some((start, pos + MARKER_LEN as u64));
         }
     }
 
-    /// Callers size `out` with `markers::marked_len` first, so slices stay in bounds.
     fn put(&mut self, mut data: &[u8]) {
         while !data.is_empty() {
             self.marker_if_due();
@@ -339,14 +374,38 @@ impl MarkedWriter<'_> {
                     .min((markers::MARKER_SPACING - pos % markers::MARKER_SPACING) as usize),
                 None => data.len(),
             };
-            self.out[self.at..self.at + take].copy_from_slice(&data[..take]);
-            self.at += take;
+            self.out.put(&data[..take]);
             if let Some((start, pos)) = self.marks {
                 self.marks = Some((start, pos + take as u64));
             }
             data = &data[take..];
         }
     }
+}
+
+/// Frames one FPDU into `out` (see [`emit_fpdu_padded`]); returns its length. The
+/// caller has checked the ULPDU length.
+fn frame<O: FrameOut>(
+    parts: &[&[u8]],
+    pad: [u8; 3],
+    crc: bool,
+    marker_pos: Option<u64>,
+    out: O,
+) -> usize {
+    let ulpdu_len: usize = parts.iter().map(|p| p.len()).sum();
+    let mut w = MarkedWriter {
+        out,
+        marks: marker_pos.map(|s| (s, s)),
+    };
+    w.put(&(ulpdu_len as u16).to_be_bytes());
+    for p in parts {
+        w.put(p);
+    }
+    w.put(&pad[..pad_len(ulpdu_len)]);
+    w.marker_if_due();
+    let c = if crc { crc32c(w.out.written()) } else { 0 };
+    w.put(&c.to_le_bytes());
+    w.out.written().len()
 }
 
 /// Writes one FPDU whose ULPDU is the concatenation of `parts`: length, ULPDU, zero
@@ -378,20 +437,25 @@ pub fn emit_fpdu_padded(
     let plain = fpdu_len(ulpdu_len);
     let total = marker_pos.map_or(plain, |start| markers::marked_len(start, plain));
     room(out, total)?;
-    let mut w = MarkedWriter {
-        out,
-        at: 0,
-        marks: marker_pos.map(|s| (s, s)),
-    };
-    w.put(&(ulpdu_len as u16).to_be_bytes());
-    for p in parts {
-        w.put(p);
+    Ok(frame(parts, pad, crc, marker_pos, SliceOut { out, at: 0 }))
+}
+
+/// As [`emit_fpdu`], appending the FPDU to `out` (for a sender that frames into a
+/// growing buffer: nothing is zero-filled first). Returns the octets appended.
+pub fn append_fpdu(
+    parts: &[&[u8]],
+    crc: bool,
+    marker_pos: Option<u64>,
+    out: &mut Vec<u8>,
+) -> Result<usize> {
+    let ulpdu_len: usize = parts.iter().map(|p| p.len()).sum();
+    if ulpdu_len > MAX_ULPDU_LEN {
+        return Err(WireError::BadUlpduLength(u16::MAX));
     }
-    w.put(&pad[..pad_len(ulpdu_len)]);
-    w.marker_if_due();
-    let c = if crc { crc32c(&w.out[..w.at]) } else { 0 };
-    w.put(&c.to_le_bytes());
-    Ok(w.at)
+    let plain = fpdu_len(ulpdu_len);
+    out.reserve(marker_pos.map_or(plain, |start| markers::marked_len(start, plain)));
+    let start = out.len();
+    Ok(frame(parts, [0; 3], crc, marker_pos, VecOut { out, start }))
 }
 
 /// The ULPDU Length field that opens an FPDU sent by gather (no markers); fails for a

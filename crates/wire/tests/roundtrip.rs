@@ -215,3 +215,24 @@ fn trailer_matches_emit() {
     let (t, tn) = mpa::fpdu_trailer(u.len(), crc);
     assert_eq!(&out[2 + u.len()..n], &t[..tn]);
 }
+
+#[test]
+fn append_fpdu_frames_as_emit_fpdu_does() {
+    let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 3) as u8).collect();
+    for len in [0usize, 1, 2, 3, 507, 508, 509, 1024, 3000] {
+        for crc in [false, true] {
+            for at in [None, Some(0u64), Some(4), Some(500), Some(508), Some(1020)] {
+                let parts: [&[u8]; 2] = [&payload[..len / 2], &payload[len / 2..len]];
+                let mut slice = vec![0u8; MAX_FPDU_LEN + 64];
+                let n = mpa::emit_fpdu(&parts, crc, at, &mut slice).unwrap();
+                let mut v = vec![0xee; 5];
+                let m = mpa::append_fpdu(&parts, crc, at, &mut v).unwrap();
+                assert_eq!(m, n, "len {len} crc {crc} at {at:?}");
+                assert_eq!(&v[5..], &slice[..n], "len {len} crc {crc} at {at:?}");
+                assert_eq!(&v[..5], &[0xee; 5], "what was there stays");
+            }
+        }
+    }
+    let big = vec![0u8; mpa::MAX_ULPDU_LEN + 1];
+    assert!(mpa::append_fpdu(&[&big], false, None, &mut Vec::new()).is_err());
+}

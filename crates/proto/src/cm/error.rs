@@ -14,8 +14,10 @@ pub enum RefusalReason {
     NoMatchingRtr,
     /// Only a Read RTR matched, and an IRD or ORD of zero cannot carry it.
     InsufficientIrd,
-    /// The initiator asked for markers (M=1) in what we send, and our transport cannot
-    /// insert them (a kernel TCP socket does not tell where segments start).
+    /// The initiator asked for markers (M=1) in what we send, and this responder does
+    /// not insert them. softrnic's own transports all do (markers sit at positions
+    /// counted from the first FPDU octet); the reason stays for a responder that
+    /// refuses, as Linux siw does.
     Markers,
 }
 

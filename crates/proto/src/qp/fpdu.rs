@@ -138,7 +138,7 @@ impl TxFpdu {
         let plain = mpa::fpdu_len(self.ulpdu_len);
         match self.marker_pos {
             None => plain,
-            Some(at) => softrnic_wire::markers::marked_len(at, plain),
+            Some(at) => marked_len(at, plain),
         }
     }
 
@@ -147,18 +147,10 @@ impl TxFpdu {
     /// name, in order), pad, markers where the stream position puts them, and the CRC
     /// over all of them. Without markers it frames the FPDU all the same.
     pub fn emit_marked(&self, payload: &[u8], out: &mut Vec<u8>) {
-        let start = out.len();
-        out.resize(start + self.wire_len(), 0);
         let ulp = &self.header_bytes()[mpa::ULPDU_LEN_LEN..];
-        // Sized above with the framer's own length; the ULPDU fits its field (the
-        // transmit path sizes it), so this cannot fail.
-        let n = mpa::emit_fpdu(
-            &[ulp, payload],
-            self.crc,
-            self.marker_pos,
-            &mut out[start..],
-        );
-        debug_assert_eq!(n.ok(), Some(out.len() - start), "FPDU framed to its length");
+        // The ULPDU fits its field (the transmit path sizes it), so this cannot fail.
+        let n = mpa::append_fpdu(&[ulp, payload], self.crc, self.marker_pos, out);
+        debug_assert_eq!(n.ok(), Some(self.wire_len()), "FPDU framed to its length");
     }
 
     /// The octets of the header in use.
@@ -187,6 +179,13 @@ impl TxFpdu {
         self.header_len = at + n + body.len();
         self.ulpdu_len = ulpdu_len;
     }
+}
+
+/// [`softrnic_wire::markers::marked_len`], out of the unmarked transmit path.
+#[cold]
+#[inline(never)]
+fn marked_len(at: u64, plain: usize) -> usize {
+    softrnic_wire::markers::marked_len(at, plain)
 }
 
 /// Headers of the offending segment, copied into the Terminate we send.

@@ -344,11 +344,22 @@ impl Qp {
     /// finishing FPDU in flight at a time keeps completion ordering exact); the FPDUs
     /// before it may be polled ahead and written together, in order.
     pub fn poll_transmit(&mut self, out: &mut TxFpdu) -> bool {
+        if self.params.markers_tx {
+            return self.poll_transmit_marked(out);
+        }
+        let sending = matches!(self.state, QpState::Rts | QpState::Closing);
+        self.tx.poll(sending, out)
+    }
+
+    /// [`Qp::poll_transmit`] with markers: the FPDU gets its position, where the
+    /// previous one ended in the marked stream (FPDUs are written in the order they
+    /// are polled).
+    #[cold]
+    #[inline(never)]
+    fn poll_transmit_marked(&mut self, out: &mut TxFpdu) -> bool {
         let sending = matches!(self.state, QpState::Rts | QpState::Closing);
         let has = self.tx.poll(sending, out);
-        if has && self.params.markers_tx {
-            // FPDUs are written in the order they are polled: each starts where the
-            // previous one ended in the marked stream.
+        if has {
             out.marker_pos = Some(self.tx_marked_pos);
             self.tx_marked_pos += out.wire_len() as u64;
         }
@@ -617,6 +628,10 @@ impl Qp {
         ctx: &mut RxCtx<'_>,
         place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
     ) -> Option<usize> {
+        if self.params.markers_rx {
+            // A marker may sit anywhere: FPDUs are taken step by step.
+            return None;
+        }
         let mut taken = None;
         self.rx_step(ctx, |rx, d| rx.take_whole(data, d, place, &mut taken));
         taken

@@ -134,8 +134,13 @@ impl Receiver {
 
     /// `n` octets were written into the internal buffer.
     pub(crate) fn filled(&mut self, n: usize, d: &mut RxDeps<'_>) -> Res {
-        let step = self.stream.filled(n).map_err(|e| self.fail_wire(e))?;
-        match step {
+        let step = self.stream.filled(n);
+        self.on_step(step, d)
+    }
+
+    /// What a step of the stream completed.
+    fn on_step(&mut self, step: softrnic_wire::Result<Step>, d: &mut RxDeps<'_>) -> Res {
+        match step.map_err(|e| self.fail_wire(e))? {
             Step::More => Ok(()),
             Step::Header(h, rest) => self.on_header(h, rest, d),
             Step::Body(h) => self.on_body(h, d),
@@ -168,8 +173,14 @@ impl Receiver {
         };
         *taken = Some(at);
         self.on_header(h, rest, d)?;
+        // The fast path takes no marked stream (`take_whole_header`): the steps below
+        // are the stream's unmarked ones.
         while at < wire_len {
-            match self.need() {
+            let need = match self.waiting {
+                Some(_) => RxNeed::Wait,
+                None => self.stream.need_unmarked(),
+            };
+            match need {
                 RxNeed::Place(c) => {
                     let k = c.len.min(wire_len - at);
                     let bytes = &data[at..at + k];
@@ -177,7 +188,7 @@ impl Receiver {
                         break;
                     }
                     self.stream
-                        .placed_with(k, |crc| softrnic_wire::crc::crc32c_append(crc, bytes));
+                        .placed_unmarked(k, |crc| softrnic_wire::crc::crc32c_append(crc, bytes));
                     at += k;
                 }
                 RxNeed::Internal(n) => {
@@ -192,10 +203,11 @@ impl Receiver {
                         }
                         continue;
                     }
-                    self.stream.buffer()[..k].copy_from_slice(&data[at..at + k]);
+                    self.stream.buffer_unmarked()[..k].copy_from_slice(&data[at..at + k]);
                     at += k;
                     *taken = Some(at);
-                    self.filled(k, d)?;
+                    let step = self.stream.take_filled(k);
+                    self.on_step(step, d)?;
                 }
                 RxNeed::Stopped | RxNeed::Wait => break,
             }

@@ -133,7 +133,7 @@ impl RxStream {
     }
 
     /// What the stream needs next, markers aside.
-    fn need_unmarked(&self) -> RxNeed {
+    pub(crate) fn need_unmarked(&self) -> RxNeed {
         match self.phase {
             Phase::Stopped => RxNeed::Stopped,
             Phase::Payload => match self.dest.first() {
@@ -149,15 +149,26 @@ impl RxStream {
         if self.marks.is_some() && self.in_marker() {
             return self.marker_buffer();
         }
+        self.buffer_unmarked()
+    }
+
+    /// [`RxStream::buffer`] of a stream without markers.
+    pub(crate) fn buffer_unmarked(&mut self) -> &mut [u8] {
         let (have, want) = (self.have, self.want);
         &mut self.buf[have..want]
     }
 
     /// `n` octets were written into [`RxStream::buffer`].
     pub(crate) fn filled(&mut self, n: usize) -> WireResult<Step> {
-        if self.marks.is_some() && self.marked_filled(n)? {
-            return Ok(Step::More);
+        if self.marks.is_some() {
+            return self.filled_marked(n);
         }
+        self.take_filled(n)
+    }
+
+    /// [`RxStream::filled`] for octets of the FPDU itself (not a marker).
+    #[inline]
+    pub(crate) fn take_filled(&mut self, n: usize) -> WireResult<Step> {
         let n = n.min(self.want - self.have);
         self.have += n;
         self.position += n as u64;
@@ -182,14 +193,30 @@ impl RxStream {
     /// `n` payload octets were placed into the chunk [`RxNeed::Place`] named;
     /// `crc_append` extends a running CRC32c over them (called only when CRC is on).
     pub(crate) fn placed_with(&mut self, n: usize, crc_append: impl FnOnce(u32) -> u32) {
+        if self.marks.is_some() {
+            self.placed_marked(n, crc_append);
+            return;
+        }
+        self.placed_unmarked(n, crc_append);
+    }
+
+    /// [`RxStream::placed_with`] on a stream without markers.
+    #[inline]
+    pub(crate) fn placed_unmarked(&mut self, n: usize, crc_append: impl FnOnce(u32) -> u32) {
+        if self.dest.is_empty() {
+            return;
+        }
+        self.check.update_with(crc_append);
+        self.advance_placed(n);
+    }
+
+    /// The placement bookkeeping of [`RxStream::placed_with`], the CRC aside.
+    #[inline]
+    fn advance_placed(&mut self, n: usize) {
         let Some(front) = self.dest.first_mut() else {
             return;
         };
         let n = n.min(front.len);
-        match &mut self.marks {
-            Some(m) => m.update_with(crc_append),
-            None => self.check.update_with(crc_append),
-        }
         front.len -= n;
         front.offset += n as u64;
         if front.len == 0 {
@@ -265,7 +292,7 @@ impl RxStream {
     pub(crate) fn mid_fpdu(&self) -> bool {
         match self.phase {
             Phase::Stopped => false,
-            Phase::Prefix => self.have > 0,
+            Phase::Prefix => self.have > 0 || (self.marks.is_some() && self.in_leading_marker()),
             _ => true,
         }
     }

@@ -140,6 +140,11 @@ pub fn connect_qps((da, qa): (&Device, &Qp), (db, qb): (&Device, &Qp)) {
 /// exchange done with `softrnic_proto`'s initiator, then the stream is the caller's, to
 /// write raw FPDUs (or broken ones) into.
 pub fn raw_initiator(e: &End) -> std::net::TcpStream {
+    raw_initiator_with(e, MpaConfig::default())
+}
+
+/// [`raw_initiator`] with the initiator's MPA settings `cfg`.
+pub fn raw_initiator_with(e: &End, cfg: MpaConfig) -> std::net::TcpStream {
     use softrnic_proto::cm::{Initiator, InitiatorProgress};
     use std::io::{Read, Write};
     let listener = e.dev.listen("127.0.0.1:0").unwrap();
@@ -148,7 +153,7 @@ pub fn raw_initiator(e: &End) -> std::net::TcpStream {
         let h = s.spawn(|| listener.accept().unwrap().accept(&e.qp, b"").unwrap());
         let mut c = std::net::TcpStream::connect(addr).unwrap();
         c.set_read_timeout(Some(WAIT)).unwrap();
-        let mut init = Initiator::new(MpaConfig::default()).unwrap();
+        let mut init = Initiator::new(cfg).unwrap();
         c.write_all(&init.request()).unwrap();
         let mut got = Vec::new();
         loop {

@@ -12,7 +12,7 @@
 //! None of this runs without markers: the stream tests for them once per call.
 
 use super::super::fpdu::Chunk;
-use super::{Phase, RxNeed, RxStream};
+use super::{Phase, RxNeed, RxStream, Step};
 use softrnic_wire::crc::crc32c_append;
 use softrnic_wire::markers::{self, MARKER_LEN, MARKER_SPACING};
 use softrnic_wire::mpa::CRC_LEN;
@@ -64,8 +64,19 @@ impl RxStream {
         self.marker_offset() < MARKER_LEN
     }
 
+    /// At an FPDU boundary: whether some or all of the marker that leads the next FPDU
+    /// has arrived (that FPDU has begun). A sender never ends its stream with a marker.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn in_leading_marker(&self) -> bool {
+        (1..=MARKER_LEN).contains(&self.marker_offset())
+    }
+
     /// [`RxStream::need`] with markers: the marker when one is due, otherwise the
-    /// unmarked need cut at the next marker position.
+    /// unmarked need cut at the next marker position. Out of line (as every entry
+    /// here), so that the unmarked path stays as it was.
+    #[cold]
+    #[inline(never)]
     pub(super) fn need_marked(&self) -> RxNeed {
         let need = self.need_unmarked();
         if matches!(need, RxNeed::Stopped | RxNeed::Wait) {
@@ -87,6 +98,8 @@ impl RxStream {
     }
 
     /// Where the octets of a due marker go.
+    #[cold]
+    #[inline(never)]
     pub(super) fn marker_buffer(&mut self) -> &mut [u8] {
         let off = self.marker_offset();
         match &mut self.marks {
@@ -95,11 +108,34 @@ impl RxStream {
         }
     }
 
+    /// [`RxStream::filled`] with markers.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn filled_marked(&mut self, n: usize) -> WireResult<Step> {
+        if self.marked_filled(n)? {
+            return Ok(Step::More);
+        }
+        self.take_filled(n)
+    }
+
+    /// [`RxStream::placed_with`] with markers: the CRC goes on over the payload here.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn placed_marked(&mut self, n: usize, crc_append: impl FnOnce(u32) -> u32) {
+        if self.dest.is_empty() {
+            return;
+        }
+        if let Some(m) = &mut self.marks {
+            m.update_with(crc_append);
+        }
+        self.advance_placed(n);
+    }
+
     /// `n` octets were written into [`RxStream::buffer`]. A marker's octets are taken
     /// here (true), and the marker is checked once complete. Otherwise (false) the
     /// octets are the FPDU's own, for the ordinary step to take: the CRC is extended
     /// over them (the CRC field aside) and checked when the trailer is complete.
-    pub(super) fn marked_filled(&mut self, n: usize) -> WireResult<bool> {
+    fn marked_filled(&mut self, n: usize) -> WireResult<bool> {
         let off = self.marker_offset();
         let Some(m) = self.marks.as_mut() else {
             return Ok(false);

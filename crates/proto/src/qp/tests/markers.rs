@@ -322,3 +322,61 @@ fn markers_are_inside_the_crc() {
     let crc = softrnic_wire::crc::crc32c(&f[..n - 4]);
     assert_eq!(&f[n - 4..], &crc.to_le_bytes());
 }
+
+#[test]
+fn the_rtr_is_the_first_marked_fpdu() {
+    // RFC 6581 peer-to-peer: the initiator's zero-length Write is the first FPDU of its
+    // stream, so it opens with the marker at position 0.
+    let p = |rtr: Option<RtrKind>| QpParams {
+        send_rtr: rtr,
+        await_rtr: rtr.is_none(),
+        ..marked(true, 1448)
+    };
+    let (mut a, mut b) = (Side::new(1, p(Some(RtrKind::Write))), Side::new(2, p(None)));
+    let (s, base) = b.reg(600, Access::empty(), 0);
+    let (d, dbase) = a.reg(600, Access::LOCAL_WRITE, 0);
+    a.qp.post_recv(
+        RecvWr {
+            wr_id: 1,
+            sgl: [sge(d, dbase, 600)].into(),
+        },
+        &a.tpt,
+    )
+    .unwrap();
+    b.qp.post_send(send_wr(2, [sge(s, base, 600)]), &b.tpt)
+        .unwrap();
+    assert!(b.next_fpdu().is_none(), "held until the RTR");
+    let rtr = a.next_fpdu().unwrap();
+    assert_eq!(
+        rtr.len(),
+        4 + 2 + 14 + 4,
+        "marker and a zero-length RDMA Write"
+    );
+    assert_eq!(&rtr[..4], &[0, 0, 0, 0]);
+    b.feed(&rtr, true);
+    pump(&mut a, &mut b, true);
+    assert_eq!(a.region(d), b.region(s));
+    assert_eq!(a.completions().len(), 1);
+    assert_eq!(b.completions().len(), 1);
+}
+
+#[test]
+fn a_stream_that_ends_inside_a_leading_marker_is_mid_fpdu() {
+    // A stream cut after a marker that leads an FPDU was cut inside that FPDU (lost),
+    // not closed between FPDUs: a sender never ends its stream with a marker.
+    let (mut a, _) = pair(marked(false, 1448));
+    let (s, base) = a.reg(8, Access::empty(), 0);
+    a.qp.post_send(send_wr(1, [sge(s, base, 8)]), &a.tpt)
+        .unwrap();
+    let f = a.next_fpdu().unwrap();
+    assert_eq!(&f[..4], &[0, 0, 0, 0], "the leading marker");
+    for n in 0..=4 {
+        let (_, mut b) = pair(marked(false, 1448));
+        b.feed(&f[..n], false);
+        assert_eq!(
+            b.qp.rx_mid_fpdu(),
+            n > 0,
+            "{n} octets of the leading marker"
+        );
+    }
+}
