@@ -195,14 +195,9 @@ impl RxStream {
     /// The header's payload of `len` octets goes to `dest` (which covers `len` octets
     /// exactly; for `len == 0`, nothing).
     pub(crate) fn expect_payload(&mut self, dest: impl IntoIterator<Item = Chunk>, len: usize) {
-        self.check.update(&self.buf[mpa::ULPDU_LEN_LEN..self.have]);
         self.dest.clear();
-        self.dest.extend(dest.into_iter().filter(|c| c.len > 0));
-        self.payload_len = len;
-        self.phase = Phase::Payload;
-        if self.dest.is_empty() {
-            self.enter_trailer();
-        }
+        self.dest.extend(dest);
+        self.expect_payload_in_dest(len);
     }
 
     /// The destination list of the payload to come, emptied, for the caller to fill in
