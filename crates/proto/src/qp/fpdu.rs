@@ -149,6 +149,7 @@ impl TxFpdu {
     /// ULPDU that `payload_len` octets of gathered payload complete. Bodies and payloads
     /// come from the transmit path, which sizes them to the negotiated FPDU, so the ULPDU
     /// always fits the length field.
+    #[inline]
     pub(crate) fn set_header(&mut self, h: &DdpRepr, body: &[u8], payload_len: usize) {
         let ulpdu_len = h.header_len() + body.len() + payload_len;
         let prefix = mpa::fpdu_prefix(ulpdu_len).unwrap_or([0xff; 2]);
