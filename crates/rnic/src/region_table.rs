@@ -98,6 +98,7 @@ pub(crate) struct LastRegion(Option<Arc<Region>>);
 impl LastRegion {
     /// The region registered under `id`, if it still is (or was, at this call's first
     /// look-up of it).
+    #[inline]
     pub(crate) fn get(&mut self, dev: &crate::device::Shared, id: RegionId) -> Option<&Region> {
         if self.0.as_ref().is_none_or(|r| r.id() != id) {
             self.0 = dev.region(id);

@@ -49,7 +49,7 @@ pub(crate) fn covering(
 
 /// [`covering`] for a work request's SGEs, with the one-SGE case (most small
 /// messages) done without the general walk.
-#[inline]
+#[inline(always)]
 pub(crate) fn covering_sges(
     sges: &[Chunk],
     skip: usize,
@@ -60,13 +60,20 @@ pub(crate) fn covering_sges(
         && len > 0
         && skip + len <= c.len
     {
-        out.push(Chunk {
+        // `out` holds at most MAX_SGE chunks and gets at most one here.
+        let _ = out.try_push(Chunk {
             region: c.region,
             offset: c.offset + skip as u64,
             len,
         });
         return;
     }
+    covering_general(sges, skip, len, out);
+}
+
+/// The general walk of [`covering_sges`], out of line.
+#[inline(never)]
+fn covering_general(sges: &[Chunk], skip: usize, len: usize, out: &mut ArrayVec<Chunk, MAX_SGE>) {
     covering(sges.iter().copied(), skip, len, out);
 }
 
@@ -162,6 +169,7 @@ impl TxFpdu {
     /// ULPDU that `payload_len` octets of gathered payload complete. Bodies and payloads
     /// come from the transmit path, which sizes them to the negotiated FPDU, so the ULPDU
     /// always fits the length field.
+    #[inline]
     pub(crate) fn set_header(&mut self, h: &DdpRepr, body: &[u8], payload_len: usize) {
         let ulpdu_len = h.header_len() + body.len() + payload_len;
         let prefix = mpa::fpdu_prefix(ulpdu_len).unwrap_or([0xff; 2]);

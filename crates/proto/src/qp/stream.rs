@@ -248,14 +248,9 @@ impl RxStream {
     /// The header's payload of `len` octets goes to `dest` (which covers `len` octets
     /// exactly; for `len == 0`, nothing).
     pub(crate) fn expect_payload(&mut self, dest: impl IntoIterator<Item = Chunk>, len: usize) {
-        self.check.update(&self.buf[mpa::ULPDU_LEN_LEN..self.have]);
         self.dest.clear();
         self.dest.extend(dest.into_iter().filter(|c| c.len > 0));
-        self.payload_len = len;
-        self.phase = Phase::Payload;
-        if self.dest.is_empty() {
-            self.enter_trailer();
-        }
+        self.enter_payload(len);
     }
 
     /// The destination list of the payload to come, emptied, for the caller to fill in
@@ -269,8 +264,13 @@ impl RxStream {
     /// [`RxStream::expect_payload`] for a destination written by way of
     /// [`RxStream::payload_dest`].
     pub(crate) fn expect_payload_in_dest(&mut self, len: usize) {
-        self.check.update(&self.buf[mpa::ULPDU_LEN_LEN..self.have]);
         self.dest.retain(|c| c.len > 0);
+        self.enter_payload(len);
+    }
+
+    /// The payload phase begins: its `len` octets go to the chunks in `dest`.
+    fn enter_payload(&mut self, len: usize) {
+        self.check.update(&self.buf[mpa::ULPDU_LEN_LEN..self.have]);
         self.payload_len = len;
         self.phase = Phase::Payload;
         if self.dest.is_empty() {
