@@ -1,9 +1,14 @@
 //! The user listener's cost per wake: with many silent clients in the middle of their
 //! exchange, a real client still connects and its Send arrives intact, and the
-//! listener reads only the exchange that had news, not every one in progress.
+//! listener reads only the exchange that had news, not every one in progress; the
+//! oldest exchange gives way to a new one, one that is closed, or not MPA, ends at its
+//! news, and silent ones time out.
 
-use super::super::stack::UserStack;
+use super::super::stack::{UserStack, UserStackHandle};
+use super::super::stream::UserStream;
+use crate::transport::stream::ConnStream;
 use crate::*;
+use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
@@ -13,13 +18,55 @@ const SILENT: u64 = 200;
 const WAIT: Duration = Duration::from_secs(60);
 
 fn device(net: &SimNet, addr: Ipv4Addr) -> Device {
+    device_with(net, addr, DeviceConfig::default().max_listener_exchanges)
+}
+
+/// A device whose listeners read at most `max` Requests at once, none timing out
+/// while the test runs, however slow the machine.
+fn device_with(net: &SimNet, addr: Ipv4Addr, max: usize) -> Device {
     Device::open(DeviceConfig {
         user_tcp: Some(UserTcp::sim(net, addr)),
-        // No exchange may time out while the test runs, however slow the machine.
         mpa_request_timeout: Duration::from_secs(3600),
+        max_listener_exchanges: max,
         ..DeviceConfig::default()
     })
     .unwrap()
+}
+
+/// A bare stack of our own on `net`, for clients that never speak MPA on their own.
+fn bare_stack(net: &SimNet) -> UserStackHandle {
+    UserStack::start(
+        &UserTcp::sim(net, Ipv4Addr::new(10, 0, 0, 3)),
+        Duration::from_secs(3600),
+        99,
+    )
+    .unwrap()
+}
+
+fn port_of(listener: &Listener) -> SocketAddrV4 {
+    match listener.local_addr().unwrap() {
+        std::net::SocketAddr::V4(a) => a,
+        a => panic!("{a} is not IPv4"),
+    }
+}
+
+/// Lets `listener` work (no Request is expected) until its counters say `done`.
+fn until(listener: &Listener, done: impl Fn(&ListenerStats) -> bool) -> ListenerStats {
+    let give_up = Instant::now() + WAIT;
+    loop {
+        let st = listener.stats();
+        if done(&st) {
+            return st;
+        }
+        assert!(Instant::now() < give_up, "{st:?}");
+        let got = listener.accept_timeout(Duration::from_millis(10)).unwrap();
+        assert!(got.is_none(), "a Request from a silent client");
+    }
+}
+
+/// What the client end of an exchange sees now: octets, nothing yet, or its end.
+fn peek(s: &mut UserStream) -> std::io::Result<usize> {
+    s.read_by(&mut [0; 16], Instant::now())
 }
 
 #[test]
@@ -27,16 +74,9 @@ fn a_wake_reads_the_exchange_with_news_not_every_silent_one() {
     let net = SimNet::new(SimImpairments::default());
     let server = device(&net, B);
     let listener = server.listen((B, 0)).unwrap();
-    let std::net::SocketAddr::V4(addr) = listener.local_addr().unwrap() else {
-        panic!("not IPv4");
-    };
+    let addr = port_of(&listener);
     // Silent clients: connections of a bare stack of our own that never send a byte.
-    let silent = UserStack::start(
-        &UserTcp::sim(&net, Ipv4Addr::new(10, 0, 0, 3)),
-        Duration::from_secs(3600),
-        99,
-    )
-    .unwrap();
+    let silent = bare_stack(&net);
     let mut streams = Vec::new();
     for _ in 0..SILENT {
         let deadline = Instant::now() + WAIT;
@@ -44,17 +84,7 @@ fn a_wake_reads_the_exchange_with_news_not_every_silent_one() {
         // Takes what is established off the stack's accept queue (never a Request).
         assert!(listener.accept_timeout(Duration::ZERO).unwrap().is_none());
     }
-    let until = Instant::now() + WAIT;
-    while listener.stats().in_progress < SILENT {
-        assert!(Instant::now() < until, "{:?}", listener.stats());
-        assert!(
-            listener
-                .accept_timeout(Duration::from_millis(10))
-                .unwrap()
-                .is_none()
-        );
-    }
-    let before = listener.stats();
+    let before = until(&listener, |st| st.in_progress == SILENT);
 
     // A real client, on a device of its own.
     let client = device(&net, A);
@@ -109,4 +139,65 @@ fn a_wake_reads_the_exchange_with_news_not_every_silent_one() {
     let examined = after.examined - before.examined;
     assert!((1..=3).contains(&examined), "{examined} reads: {after:?}");
     drop(streams);
+}
+
+#[test]
+fn the_oldest_gives_way_and_a_closed_or_foreign_exchange_ends_at_its_news() {
+    let net = SimNet::new(SimImpairments::default());
+    let server = device_with(&net, B, 3);
+    let listener = server.listen((B, 0)).unwrap();
+    let addr = port_of(&listener);
+    let bare = bare_stack(&net);
+    let connect = || bare.stack.connect(addr, Instant::now() + WAIT).unwrap();
+    let mut s: Vec<UserStream> = Vec::new();
+    for n in 1..=3 {
+        s.push(connect());
+        until(&listener, |st| st.in_progress == n);
+    }
+    // A fourth: the first, the oldest, is reset to make room.
+    s.push(connect());
+    let st = until(&listener, |st| st.evicted == 1 && st.connections == 4);
+    assert_eq!(st.in_progress, 3, "{st:?}");
+    let reset = s[0].read_by(&mut [0; 16], Instant::now() + WAIT);
+    assert_eq!(reset.unwrap_err().kind(), ErrorKind::ConnectionReset);
+    for c in &mut s[1..] {
+        assert_eq!(peek(c).unwrap_err().kind(), ErrorKind::WouldBlock);
+    }
+    // The second closes: its exchange, and only it, is read, and ends.
+    let before = listener.stats();
+    drop(s.remove(1));
+    let st = until(&listener, |st| st.closed == 1);
+    assert_eq!((st.in_progress, st.examined), (2, before.examined + 1));
+    // The third speaks HTTP: it is reset at its first octets.
+    s[1].write_all_by(b"GET / HTTP/1.1\r\n\r\n", Instant::now() + WAIT)
+        .unwrap();
+    let st = until(&listener, |st| st.malformed == 1);
+    assert_eq!((st.in_progress, st.examined), (1, before.examined + 2));
+    let reset = s[1].read_by(&mut [0; 16], Instant::now() + WAIT);
+    assert_eq!(reset.unwrap_err().kind(), ErrorKind::ConnectionReset);
+    assert_eq!(peek(&mut s[2]).unwrap_err().kind(), ErrorKind::WouldBlock);
+    assert_eq!((st.timed_out, st.requests), (0, 0));
+}
+
+#[test]
+fn silent_exchanges_time_out_and_are_reset() {
+    let net = SimNet::new(SimImpairments::default());
+    let server = Device::open(DeviceConfig {
+        user_tcp: Some(UserTcp::sim(&net, B)),
+        mpa_request_timeout: Duration::from_millis(100),
+        ..DeviceConfig::default()
+    })
+    .unwrap();
+    let listener = server.listen((B, 0)).unwrap();
+    let addr = port_of(&listener);
+    let bare = bare_stack(&net);
+    let mut s: Vec<UserStream> = (0..3)
+        .map(|_| bare.stack.connect(addr, Instant::now() + WAIT).unwrap())
+        .collect();
+    let st = until(&listener, |st| st.timed_out == 3);
+    assert_eq!((st.in_progress, st.connections), (0, 3), "{st:?}");
+    for c in &mut s {
+        let reset = c.read_by(&mut [0; 16], Instant::now() + WAIT);
+        assert_eq!(reset.unwrap_err().kind(), ErrorKind::ConnectionReset);
+    }
 }
