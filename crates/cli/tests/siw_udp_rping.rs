@@ -13,9 +13,10 @@ mod rig;
 use rig::{one_guest, rig};
 use softrnic_cli::rping::{self, RpingOpts};
 use softrnic_rnic::{CrcPolicy, Device, DeviceConfig, UserLink, UserTcp};
+use softrnic_testkit::text;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 const OUR_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 78, 1);
@@ -25,14 +26,6 @@ const RPING_MAX: usize = 65535;
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/rig/siw-vm.sh")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A UDP port P for QEMU whose P+1 is free for us (both free now; QEMU binds P when

@@ -12,7 +12,10 @@ const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 2);
 
 #[test]
 fn af_packet_on_a_veth_with_the_kernel_as_peer() {
-    netns::run_in_netns("af_packet_inside_a_namespace");
+    let _ = netns::run_in_netns(
+        "af_packet_inside_a_namespace",
+        "af_packet_inside_a_namespace",
+    );
 }
 
 /// The MAC `ip link show NAME` prints.

@@ -15,9 +15,10 @@ use softrnic_netdev::udp::UdpDevice;
 use softrnic_netdev::{
     FrameDevice, Ingress, Interface, InterfaceConfig, Ipv4Cidr, MacAddr, wait_readable,
 };
+use softrnic_testkit::text;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const OUR_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 78, 1);
@@ -34,43 +35,16 @@ const HANG_GUARD: Duration = Duration::from_secs(180);
 const RESEND: Duration = Duration::from_secs(1);
 const NAME: &str = "netdev-udp";
 
-fn record(outcome: &str) {
-    let Ok(path) = std::env::var("SOFTRNIC_INTEROP_LOG") else {
-        return;
-    };
-    let line = format!("{outcome} siw_udp::{NAME}\n");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("SOFTRNIC_INTEROP_LOG={path}: {e}"));
-    std::io::Write::write_all(&mut f, line.as_bytes()).expect("interop log written");
-}
+/// How this test is named in the interop log.
+const LOGGED_AS: &str = "siw_udp::netdev-udp";
 
 fn skip(why: &str) {
-    let mode = std::env::var("SOFTRNIC_RIG").unwrap_or_default();
-    assert!(
-        mode != "require",
-        "SOFTRNIC_RIG=require, but the siw rig cannot run: {why}"
-    );
-    eprintln!();
-    eprintln!("======================================================================");
-    eprintln!("SKIPPED siw rig over UDP frames: {why}");
-    eprintln!("======================================================================");
-    record(&format!("skipped({why})"));
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    softrnic_testkit::skip_test_as("siw rig over UDP frames", why, LOGGED_AS);
 }
 
 /// The rig's directory once it is built, or why it cannot be.
 fn built_rig() -> Result<PathBuf, String> {
-    if std::env::var("SOFTRNIC_RIG").as_deref() == Ok("skip") {
+    if softrnic_testkit::rig::skipped_on_purpose() {
         return Err("SOFTRNIC_RIG=skip".into());
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/rig");
@@ -82,25 +56,6 @@ fn built_rig() -> Result<PathBuf, String> {
         Ok(o) => Err(format!("build-artifacts.sh failed: {}", text(&o))),
         Err(e) => Err(format!("build-artifacts.sh did not run: {e}")),
     }
-}
-
-/// Takes the machine's one-guest-at-a-time lock (`guest.lock` in the rig's
-/// directory, as the CLI's interop tests do): guest names and their state under
-/// `$RIG_DIR/run` are shared by every process, so two test runs at once would boot,
-/// stop and read each other's guests. Released when the file closes.
-fn one_guest() -> std::fs::File {
-    let dir = std::env::var_os("RIG_DIR").map_or_else(|| PathBuf::from("/tmp/rig"), PathBuf::from);
-    std::fs::create_dir_all(&dir).expect("the rig's directory");
-    let path = dir.join("guest.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    f.lock()
-        .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
-    f
 }
 
 /// Our socket on port P+1 where QEMU can take P (`siw-vm.sh --udp-port P`), bound
@@ -162,8 +117,8 @@ fn siw_guest_resolves_and_pings_us_and_answers_ping_and_syn_over_udp_frames() {
         Ok(d) => d,
         Err(why) => return skip(&why),
     };
-    record("ran");
-    let _lock = one_guest();
+    softrnic_testkit::record_as("ran", LOGGED_AS);
+    let _lock = softrnic_testkit::rig::lock_guest();
     let (socket, qemu_port) = our_socket();
     let qemu: SocketAddr = ([127, 0, 0, 1], qemu_port).into();
     let dev = UdpDevice::from_socket(socket, qemu, OUR_MAC).unwrap();

@@ -15,9 +15,13 @@ const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 #[test]
 fn tap_with_the_kernel_as_peer() {
     if !std::path::Path::new("/dev/net/tun").exists() {
-        return netns::skip("tap_with_the_kernel_as_peer", "no /dev/net/tun");
+        return softrnic_testkit::skip_as(
+            "tap_with_the_kernel_as_peer",
+            "no /dev/net/tun",
+            "tap_with_the_kernel_as_peer",
+        );
     }
-    netns::run_in_netns("tap_inside_a_namespace");
+    let _ = netns::run_in_netns("tap_inside_a_namespace", "tap_inside_a_namespace");
 }
 
 #[test]

@@ -39,12 +39,13 @@ fn size() -> u64 {
 #[test]
 fn own_tcp_echoes_100_mb_with_linux_tcp_over_a_tap() {
     if !std::path::Path::new("/dev/net/tun").exists() {
-        return netns::skip(
+        return softrnic_testkit::skip_as(
             "own_tcp_echoes_100_mb_with_linux_tcp_over_a_tap",
             "no /dev/net/tun",
+            "own_tcp_echoes_100_mb_with_linux_tcp_over_a_tap",
         );
     }
-    netns::run_in_netns("tcp_echo_inside_a_namespace");
+    let _ = netns::run_in_netns("tcp_echo_inside_a_namespace", "tcp_echo_inside_a_namespace");
 }
 
 /// The kernel's side: accept one connection and echo it until it ends.
@@ -79,7 +80,10 @@ fn tcp_echo_inside_a_namespace() {
 
 #[test]
 fn own_tcp_echoes_with_linux_tcp_over_af_packet_on_a_veth() {
-    netns::run_in_netns("af_packet_echo_inside_a_namespace");
+    let _ = netns::run_in_netns(
+        "af_packet_echo_inside_a_namespace",
+        "af_packet_echo_inside_a_namespace",
+    );
 }
 
 #[test]

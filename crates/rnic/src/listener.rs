@@ -62,6 +62,10 @@ pub struct ListenerStats {
     pub closed: u64,
     /// Exchanges in progress now.
     pub in_progress: u64,
+    /// Reads of exchanges in progress, each because its connection had news (octets,
+    /// or its end) or had just been taken: a wake costs the exchanges that changed,
+    /// not all of them.
+    pub examined: u64,
 }
 
 /// What happened to a listener's connections, counted as it happens (both backends).
@@ -75,6 +79,7 @@ pub(crate) struct Counters {
     pub(crate) malformed: AtomicU64,
     pub(crate) closed: AtomicU64,
     pub(crate) in_progress: AtomicU64,
+    pub(crate) examined: AtomicU64,
 }
 
 impl Counters {
@@ -89,6 +94,7 @@ impl Counters {
             malformed: get(&self.malformed),
             closed: get(&self.closed),
             in_progress: get(&self.in_progress),
+            examined: get(&self.examined),
         }
     }
 }
@@ -360,6 +366,7 @@ impl KernelListener {
         let Some(ex) = st.exchanges.get_mut(&token) else {
             return;
         };
+        bump(&self.counters.examined);
         let r = ex.reader.read_from(&mut ex.stream);
         let serial = self.dev.shared.serial;
         match r {

@@ -9,6 +9,7 @@ mod common;
 use common::*;
 use softrnic_tcp::sim::{Impairments, WireStats};
 use softrnic_tcp::{Config, Segment};
+use softrnic_testkit::{record, skip_test};
 use std::path::PathBuf;
 use std::process::Command;
 

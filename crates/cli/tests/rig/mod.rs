@@ -12,7 +12,7 @@ use softrnic_capture::read_capture;
 use softrnic_cli::decode::{ConnectionDecode, decode_all};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// The built rig, ready to boot guests.
@@ -46,41 +46,9 @@ const WAIT_LIMIT_SECS: u64 = 180;
 static BUILT: OnceLock<Result<Rig, String>> = OnceLock::new();
 static ONE_GUEST: Mutex<()> = Mutex::new(());
 
-/// Records that the calling test ran (`ran`) or skipped (`skipped: why`) in the file
-/// `SOFTRNIC_INTEROP_LOG` names, one line each, so that a run can count its skips:
-/// `cargo test` hides a passing test's stderr, so a skip banner alone goes unseen.
-/// `.ci/run` sets the variable and prints "interop: N ran, N skipped".
-pub fn record(outcome: &str) {
-    let Ok(path) = std::env::var("SOFTRNIC_INTEROP_LOG") else {
-        return;
-    };
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("(unnamed test)")
-        .to_string();
-    let line = format!("{outcome} {test}\n");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("SOFTRNIC_INTEROP_LOG={path}: {e}"));
-    std::io::Write::write_all(&mut f, line.as_bytes()).expect("interop log written");
-}
-
-/// A test's skip: a failure under `SOFTRNIC_RIG=require`, else a loud banner and a
-/// `skipped` line in the interop log.
-pub fn skip_test(what: &str, why: &str) {
-    let mode = std::env::var("SOFTRNIC_RIG").unwrap_or_default();
-    assert!(
-        mode != "require",
-        "SOFTRNIC_RIG=require, but the {what} cannot run: {why}"
-    );
-    eprintln!();
-    eprintln!("======================================================================");
-    eprintln!("SKIPPED {what}: {why}");
-    eprintln!("======================================================================");
-    record(&format!("skipped({why})"));
-}
+use softrnic_testkit::rig::dir as rig_dir;
+use softrnic_testkit::text;
+pub use softrnic_testkit::{record, skip_test};
 
 fn skip(why: &str) -> Option<&'static Rig> {
     skip_test("siw interop test", why);
@@ -91,7 +59,7 @@ fn skip(why: &str) -> Option<&'static Rig> {
 pub fn rig() -> Option<&'static Rig> {
     let built = BUILT.get_or_init(|| {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/rig");
-        if std::env::var("SOFTRNIC_RIG").as_deref() == Ok("skip") {
+        if softrnic_testkit::rig::skipped_on_purpose() {
             return Err("SOFTRNIC_RIG=skip".into());
         }
         if Command::new("dumpcap").arg("-v").output().is_err() {
@@ -131,43 +99,14 @@ pub struct GuestLock {
 }
 
 /// Takes the one-guest-at-a-time lock: within this test binary (a mutex) and across
-/// every process on the machine (an exclusive lock on `guest.lock` in the rig's
-/// directory). Guest names, and their directories under `$RIG_DIR/run`, are shared
-/// by all processes: two test runs at once (two worktrees, or a run beside CI) would
-/// otherwise boot, stop and read each other's guests. Guests under software
-/// emulation on two CPUs are slow enough alone, too. The lock goes with the process.
+/// every process on the machine ([`softrnic_testkit::rig::lock_guest`]). The lock
+/// goes with the process.
 pub fn one_guest() -> GuestLock {
     let process = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = rig_dir();
-    std::fs::create_dir_all(&dir).expect("the rig's directory");
-    let path = dir.join("guest.lock");
-    let machine = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    machine
-        .lock()
-        .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
     GuestLock {
-        _machine: machine,
+        _machine: softrnic_testkit::rig::lock_guest(),
         _process: process,
     }
-}
-
-/// Where the rig keeps its artifacts and its guests' state (`RIG_DIR`, as the
-/// scripts read it).
-fn rig_dir() -> PathBuf {
-    std::env::var_os("RIG_DIR").map_or_else(|| PathBuf::from("/tmp/rig"), PathBuf::from)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Decodes a capture into its iWARP connections (empty when the file is missing).

@@ -10,105 +10,20 @@
 
 #![allow(dead_code)]
 
+pub use softrnic_testkit::netns::{in_child, ip, run_in_netns};
+
 use softrnic_netdev::iface::PROTO_TCP;
 use softrnic_netdev::{FrameDevice, Ingress, Interface, wait_readable};
+use softrnic_testkit::text;
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Set in the child that runs inside the namespace.
-const CHILD: &str = "SOFTRNIC_NETNS_CHILD";
 /// A bound on each exchange with the kernel, never reached when all is well.
 const HANG_GUARD: Duration = Duration::from_secs(60);
 /// How often the pump looks at a child process it waits for.
 const CHECK_EVERY: Duration = Duration::from_millis(50);
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn record(outcome: &str, test: &str) {
-    let Ok(path) = std::env::var("SOFTRNIC_INTEROP_LOG") else {
-        return;
-    };
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("SOFTRNIC_INTEROP_LOG={path}: {e}"));
-    std::io::Write::write_all(&mut f, format!("{outcome} {test}\n").as_bytes())
-        .expect("interop log written");
-}
-
-pub fn skip(test: &str, why: &str) {
-    eprintln!();
-    eprintln!("======================================================================");
-    eprintln!("SKIPPED {test}: {why}");
-    eprintln!("======================================================================");
-    record(&format!("skipped({why})"), test);
-}
-
-/// True in the child: the `#[ignore]`d half runs only there.
-pub fn in_child() -> bool {
-    std::env::var_os(CHILD).is_some()
-}
-
-/// Runs the ignored test `inner` of this binary in a new network namespace and
-/// checks that it passed. Skips loudly (returns) when no namespace can be made.
-pub fn run_in_netns(inner: &str) {
-    let mut unshare = None;
-    for args in [&["-n"][..], &["-r", "-n"][..]] {
-        match Command::new("unshare").args(args).arg("true").output() {
-            Ok(o) if o.status.success() => {
-                unshare = Some(args);
-                break;
-            }
-            _ => continue,
-        }
-    }
-    let Some(args) = unshare else {
-        return skip(inner, "neither `unshare -n` nor `unshare -rn` works here");
-    };
-    if Command::new("ip").arg("-V").output().is_err() {
-        return skip(inner, "`ip` (iproute2) is not installed");
-    }
-    let exe = std::env::current_exe().expect("the test binary");
-    let o = Command::new("unshare")
-        .args(args)
-        .arg(exe)
-        .args([
-            inner,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .expect("unshare runs");
-    let out = text(&o);
-    assert!(o.status.success(), "{inner} in a namespace failed:\n{out}");
-    assert!(
-        out.contains("1 passed"),
-        "{inner} did not run in the namespace:\n{out}"
-    );
-    record("ran", inner);
-}
-
-/// Runs `ip ARGS` (in the namespace) and checks it succeeded.
-pub fn ip(args: &str) -> String {
-    let o = Command::new("ip")
-        .args(args.split_whitespace())
-        .output()
-        .expect("ip runs");
-    assert!(o.status.success(), "ip {args}: {}", text(&o));
-    text(&o)
-}
 
 /// Drives `iface` until `done` says so, handing each packet that comes up to
 /// `on_packet`. Time starts at zero with the call.
@@ -144,7 +59,11 @@ fn pump<D: FrameDevice>(
 pub fn have_ping(what: &str) -> bool {
     let ok = Command::new("ping").arg("-V").output().is_ok();
     if !ok {
-        skip(what, "no `ping` program (Debian package iputils-ping)");
+        softrnic_testkit::skip_as(
+            what,
+            "no `ping` program (Debian package iputils-ping)",
+            what,
+        );
     }
     ok
 }

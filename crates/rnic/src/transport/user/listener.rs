@@ -8,8 +8,12 @@
 //! MPA is reset. Exchanges progress while a thread waits in `accept` (on the stack's
 //! condition variable); between calls, new connections wait in the stack's accept
 //! queue and their octets in their receive windows.
+//!
+//! A wake costs what changed, not what is in progress: the stack names the
+//! connections that became readable or ended ([`Inner::take_news`]), only those (and
+//! the ones just taken) are read, and deadlines are found in order.
 
-use super::stack::{UserStack, to_io};
+use super::stack::{Inner, UserStack, to_io};
 use super::stream::UserStream;
 use crate::cm::ConnRequest;
 use crate::device::{Device, ExchangeSlot};
@@ -18,7 +22,7 @@ use crate::frame_io::FrameReader;
 use crate::listener::{Counters, ListenerStats, bump};
 use crate::trace;
 use softrnic_tcp::{ConnId, ListenerId, RxMode, Stack};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::Arc;
@@ -33,17 +37,51 @@ const BACKLOG: usize = 128;
 struct Exchange {
     id: ConnId,
     reader: FrameReader,
-    deadline: Instant,
+    /// Its place in [`Exchanges::by_deadline`].
+    key: Deadline,
     peer: SocketAddrV4,
     _slot: ExchangeSlot,
 }
 
+/// When an exchange times out, and a serial that keeps equal instants apart. Every
+/// exchange gets the same timeout, so this is also the order of age.
+type Deadline = (Instant, u64);
+
 #[derive(Default)]
 struct Exchanges {
-    /// Oldest first, which is also deadline order.
-    list: VecDeque<Exchange>,
+    by_conn: HashMap<ConnId, Exchange>,
+    by_deadline: BTreeMap<Deadline, ConnId>,
+    serial: u64,
+    /// Taken since the last read: their octets may have come before the stack
+    /// reported news of them to us.
+    fresh: Vec<ConnId>,
     /// Requests complete and well-formed, not yet returned by `accept`.
     done: VecDeque<ConnRequest>,
+}
+
+impl Exchanges {
+    /// The key of an exchange that times out at `deadline`, after all before it.
+    fn key(&mut self, deadline: Instant) -> Deadline {
+        self.serial += 1;
+        (deadline, self.serial)
+    }
+
+    fn insert(&mut self, ex: Exchange) {
+        self.by_deadline.insert(ex.key, ex.id);
+        self.fresh.push(ex.id);
+        self.by_conn.insert(ex.id, ex);
+    }
+
+    fn remove(&mut self, id: ConnId) -> Option<Exchange> {
+        let ex = self.by_conn.remove(&id)?;
+        self.by_deadline.remove(&ex.key);
+        Some(ex)
+    }
+
+    /// The exchange that times out first (the oldest).
+    fn first(&self) -> Option<(Instant, ConnId)> {
+        self.by_deadline.first_key_value().map(|(k, id)| (k.0, *id))
+    }
 }
 
 /// A listening port of a device's own TCP.
@@ -108,17 +146,17 @@ impl UserListener {
             let now = Instant::now();
             while let Ok(Some(c)) = g.stack.accept(self.id) {
                 bump(&self.counters.connections);
-                self.start(dev, &mut st, &mut g.stack, c, now);
+                self.start(dev, &mut st, &mut g, c, now);
             }
-            let finished = self.progress(dev, &mut st, &mut g.stack);
-            self.expire(dev, &mut st, &mut g.stack, now);
+            let finished = self.progress(dev, &mut st, &mut g);
+            self.expire(dev, &mut st, &mut g, now);
             // Resets of dropped exchanges, window updates of read ones.
             g.flush(crate::engine::now());
             if finished.is_empty() {
                 if deadline.is_some_and(|d| now >= d) {
                     return Ok(None);
                 }
-                let until = [deadline, st.list.front().map(|e| e.deadline)]
+                let until = [deadline, st.first().map(|(t, _)| t)]
                     .into_iter()
                     .flatten()
                     .min();
@@ -146,20 +184,20 @@ impl UserListener {
     }
 
     /// Starts reading the Request of connection `c`, within the bounds.
-    fn start(&self, dev: &Device, st: &mut Exchanges, stack: &mut Stack, c: ConnId, now: Instant) {
-        let Ok(peer) = stack.connection(c).map(|x| x.remote()) else {
+    fn start(&self, dev: &Device, st: &mut Exchanges, g: &mut Inner, c: ConnId, now: Instant) {
+        let Ok(peer) = g.stack.connection(c).map(|x| x.remote()) else {
             return;
         };
         let Some(peer) = peer else {
-            let _ = stack.abort(c);
+            let _ = g.stack.abort(c);
             return;
         };
         let max = dev.shared.cfg.max_listener_exchanges;
         let mut slot = None;
-        if st.list.len() < max {
+        if st.by_conn.len() < max {
             slot = dev.shared.exchange_slot();
         }
-        if slot.is_none() && self.evict_oldest(dev, st, stack) {
+        if slot.is_none() && self.evict_oldest(dev, st, g) {
             slot = dev.shared.exchange_slot();
         }
         let Some(slot) = slot else {
@@ -169,44 +207,54 @@ impl UserListener {
                 peer.into(),
                 "refused: too many exchanges",
             );
-            let _ = stack.abort(c);
+            let _ = g.stack.abort(c);
             return;
         };
-        st.list.push_back(Exchange {
+        g.watch(c, self.id);
+        let ex = Exchange {
             id: c,
             reader: FrameReader::default(),
-            deadline: now + dev.shared.cfg.mpa_request_timeout,
+            key: st.key(now + dev.shared.cfg.mpa_request_timeout),
             peer,
             _slot: slot,
-        });
+        };
+        st.insert(ex);
         self.counters.in_progress.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Reads what each exchange has; returns those whose Request is whole.
-    fn progress(&self, dev: &Device, st: &mut Exchanges, stack: &mut Stack) -> Vec<Exchange> {
+    /// Reads what the exchanges with news (and those just taken) have; returns those
+    /// whose Request is whole.
+    fn progress(&self, dev: &Device, st: &mut Exchanges, g: &mut Inner) -> Vec<Exchange> {
+        let mut ids = std::mem::take(&mut st.fresh);
+        ids.extend(g.take_news(self.id));
+        ids.sort_unstable();
+        ids.dedup();
         let mut finished = Vec::new();
-        let mut i = 0;
-        while i < st.list.len() {
-            let ex = &mut st.list[i];
-            let r = ex.reader.read_from(&mut StackRead { stack, id: ex.id });
+        for id in ids {
+            let Some(ex) = st.by_conn.get_mut(&id) else {
+                continue;
+            };
+            bump(&self.counters.examined);
+            let r = ex.reader.read_from(&mut StackRead {
+                stack: &mut g.stack,
+                id,
+            });
             match r {
-                Ok(false) => i += 1,
+                Ok(false) => {}
                 Ok(true) => {
-                    if let Some(ex) = st.list.remove(i) {
-                        self.counters.in_progress.fetch_sub(1, Ordering::Relaxed);
+                    if let Some(ex) = self.take(st, g, id) {
                         finished.push(ex);
                     }
                 }
                 Err(e) => {
-                    if let Some(ex) = st.list.remove(i) {
-                        self.counters.in_progress.fetch_sub(1, Ordering::Relaxed);
+                    if let Some(ex) = self.take(st, g, id) {
                         bump(if ex.reader.eof() {
                             &self.counters.closed
                         } else {
                             &self.counters.malformed
                         });
                         trace::mpa_dropped(dev.shared.serial, ex.peer.into(), &e.to_string());
-                        let _ = stack.abort(ex.id);
+                        let _ = g.stack.abort(ex.id);
                     }
                 }
             }
@@ -214,35 +262,43 @@ impl UserListener {
         finished
     }
 
+    /// Ends exchange `id`: it is no longer in progress, nor watched.
+    fn take(&self, st: &mut Exchanges, g: &mut Inner, id: ConnId) -> Option<Exchange> {
+        let ex = st.remove(id)?;
+        g.unwatch(id);
+        self.counters.in_progress.fetch_sub(1, Ordering::Relaxed);
+        Some(ex)
+    }
+
     /// Drops the exchanges whose deadline has passed.
-    fn expire(&self, dev: &Device, st: &mut Exchanges, stack: &mut Stack, now: Instant) {
-        while st.list.front().is_some_and(|e| e.deadline <= now) {
-            if let Some(ex) = st.list.pop_front() {
-                self.counters.in_progress.fetch_sub(1, Ordering::Relaxed);
+    fn expire(&self, dev: &Device, st: &mut Exchanges, g: &mut Inner, now: Instant) {
+        while let Some((t, id)) = st.first()
+            && t <= now
+        {
+            if let Some(ex) = self.take(st, g, id) {
                 bump(&self.counters.timed_out);
                 let why = format!(
                     "timed out with {} octets of the MPA Request",
                     ex.reader.len()
                 );
                 trace::mpa_dropped(dev.shared.serial, ex.peer.into(), &why);
-                let _ = stack.abort(ex.id);
+                let _ = g.stack.abort(ex.id);
             }
         }
     }
 
     /// Drops the oldest exchange in progress; false if there is none.
-    fn evict_oldest(&self, dev: &Device, st: &mut Exchanges, stack: &mut Stack) -> bool {
-        let Some(ex) = st.list.pop_front() else {
+    fn evict_oldest(&self, dev: &Device, st: &mut Exchanges, g: &mut Inner) -> bool {
+        let Some(ex) = st.first().and_then(|(_, id)| self.take(st, g, id)) else {
             return false;
         };
-        self.counters.in_progress.fetch_sub(1, Ordering::Relaxed);
         bump(&self.counters.evicted);
         trace::mpa_dropped(
             dev.shared.serial,
             ex.peer.into(),
             "evicted for a newer connection",
         );
-        let _ = stack.abort(ex.id);
+        let _ = g.stack.abort(ex.id);
         true
     }
 }
@@ -254,14 +310,19 @@ impl Drop for UserListener {
         let list = self
             .state
             .get_mut()
-            .map(|s| std::mem::take(&mut s.list))
+            .map(|s| std::mem::take(&mut s.by_conn))
             .unwrap_or_default();
         if let Ok(mut g) = self.stack.lock() {
             let _ = g.stack.unlisten(self.id);
-            for ex in list {
-                let _ = g.stack.abort(ex.id);
+            g.forget(self.id);
+            for id in list.into_keys() {
+                let _ = g.stack.abort(id);
             }
             self.stack.after_all(&mut g);
         }
     }
 }
+
+#[cfg(test)]
+#[path = "listener_tests.rs"]
+mod tests;

@@ -15,8 +15,10 @@ use crate::error::{Error, Result};
 use crate::sys::eventfd::EventFd;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
-use softrnic_tcp::{ConnId, NoRaw, Readiness, RxMode, Stack, StackConfig, StackError, StackEvent};
-use std::collections::HashMap;
+use softrnic_tcp::{
+    ConnId, ListenerId, NoRaw, Readiness, RxMode, Stack, StackConfig, StackError, StackEvent,
+};
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsFd, AsRawFd};
@@ -66,6 +68,11 @@ pub(crate) struct Inner {
     buf: Vec<u8>,
     /// The signals of the connections in RDMA mode (with a transport).
     pub(crate) signals: HashMap<ConnId, Arc<Signal>>,
+    /// The connections whose MPA Request a listener reads, and whose listener.
+    watched: HashMap<ConnId, ListenerId>,
+    /// Per listener, its watched connections that became readable or ended since it
+    /// last looked: a listener's wake reads these, not every exchange.
+    news: HashMap<ListenerId, HashSet<ConnId>>,
     /// When the stack thread wakes next by itself (`None`: only when woken).
     planned: Option<Duration>,
 }
@@ -136,11 +143,52 @@ impl Inner {
                             let _ = sig.fd.set();
                         }
                     }
-                    None => notify = true,
+                    None => {
+                        if let Some(&l) = self.watched.get(&id)
+                            && what.intersects(
+                                Readiness::READABLE
+                                    | Readiness::PEER_CLOSED
+                                    | Readiness::RESET
+                                    | Readiness::TIMED_OUT
+                                    | Readiness::CLOSED,
+                            )
+                        {
+                            self.news.entry(l).or_default().insert(id);
+                        }
+                        notify = true;
+                    }
                 },
             }
         }
         notify
+    }
+
+    /// Connection `id`'s news goes to listener `l` from now on.
+    pub(crate) fn watch(&mut self, id: ConnId, l: ListenerId) {
+        self.watched.insert(id, l);
+    }
+
+    /// Connection `id` is no longer a listener's.
+    pub(crate) fn unwatch(&mut self, id: ConnId) {
+        if let Some(l) = self.watched.remove(&id)
+            && let Some(n) = self.news.get_mut(&l)
+        {
+            n.remove(&id);
+        }
+    }
+
+    /// The connections of listener `l` that had news since it last asked.
+    pub(crate) fn take_news(&mut self, l: ListenerId) -> Vec<ConnId> {
+        self.news
+            .get_mut(&l)
+            .map(|n| n.drain().collect())
+            .unwrap_or_default()
+    }
+
+    /// Listener `l` is gone: it watches nothing any more.
+    pub(crate) fn forget(&mut self, l: ListenerId) {
+        self.watched.retain(|_, w| *w != l);
+        self.news.remove(&l);
     }
 
     /// When the stack thread must run next by itself.
@@ -256,6 +304,8 @@ impl UserStack {
                 link,
                 buf: vec![0; mtu],
                 signals: HashMap::new(),
+                watched: HashMap::new(),
+                news: HashMap::new(),
                 planned: None,
             }),
             cv: Condvar::new(),
