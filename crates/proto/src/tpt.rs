@@ -208,6 +208,10 @@ impl Tpt {
     }
 
     /// The entry whose index the STag names, if the key matches too.
+    ///
+    /// Inlined into the per-message checks: the common case is this thread's last
+    /// look-up again; reading the table is out of line.
+    #[inline]
     pub fn get(&self, stag: STag) -> Option<TptEntry> {
         let epoch = self.epoch.load(Ordering::Acquire);
         let last = LAST.try_with(Cell::get).ok().flatten();
@@ -218,6 +222,13 @@ impl Tpt {
         {
             return e;
         }
+        self.get_from_table(stag, epoch)
+    }
+
+    /// [`Tpt::get`] when this thread's last look-up does not answer: reads the table
+    /// (the look-up is remembered with `epoch`, read before it).
+    #[inline(never)]
+    fn get_from_table(&self, stag: STag, epoch: u64) -> Option<TptEntry> {
         let (shard, slot) = locate(stag)?;
         let e = self
             .read(shard)

@@ -117,31 +117,19 @@ impl CqShared {
     pub(crate) fn push(self: &Arc<Self>, c: Completion, solicited: bool) {
         // A completion in error is solicited too (the libibverbs rule).
         let solicited = solicited || c.status != WcStatus::Success;
-        let mut over = false;
-        let mut pending = Some(c);
-        // The ring position taken, if the completion went into the ring.
-        let mut pos = None;
-        if self.overflowed.load(Ordering::Acquire)
-            && let Ok(mut o) = self.overflow.lock()
-            // Re-checked under the lock: the consumer clears the flag while holding it,
-            // so a completion is never left in a list nobody will read.
-            && self.overflowed.load(Ordering::Acquire)
-            && let Some(c) = pending.take()
-        {
-            o.push_back(c);
-        }
-        if let Some(c) = pending
-            && let Err(Full(c)) = self.ring.push_pos(c).map(|p| pos = Some(p))
-            && let Ok(mut o) = self.overflow.lock()
-        {
-            // Once overflowed, everything goes to the overflow list so order is kept;
-            // the flag is set while holding the lock.
-            o.push_back(c);
-            over = !self.overflowed.swap(true, Ordering::AcqRel);
-        }
-        if over && let Some(d) = self.dev.upgrade() {
-            d.post_event(AsyncEvent::CqOverflow { cq: self.id });
-        }
+        // The ring position taken, if the completion went into the ring. The overflow
+        // handling is out of line: the common push is one flag load and the ring's.
+        let pos = if self.overflowed.load(Ordering::Acquire) {
+            self.push_overflowed(c)
+        } else {
+            match self.ring.push_pos(c) {
+                Ok(p) => Some(p),
+                Err(Full(c)) => {
+                    self.overflow_full(c);
+                    None
+                }
+            }
+        };
         let later = || pos.is_some_and(|p| self.ring.claimed_after(p));
         if self.arm.completion_added(solicited, later) {
             self.raised.fetch_add(1, Ordering::Relaxed);
@@ -149,6 +137,41 @@ impl CqShared {
             if let Ok(route) = self.route.lock() {
                 self.deliver_locked(*route, [at]);
             }
+        }
+    }
+
+    /// A push while the overflow list is in use: the list keeps the order, unless the
+    /// consumer emptied it meanwhile (it clears the flag while holding the lock, so a
+    /// completion is never left in a list nobody will read); then the ring takes it.
+    #[cold]
+    fn push_overflowed(self: &Arc<Self>, c: Completion) -> Option<usize> {
+        if let Ok(mut o) = self.overflow.lock()
+            && self.overflowed.load(Ordering::Acquire)
+        {
+            o.push_back(c);
+            return None;
+        }
+        match self.ring.push_pos(c) {
+            Ok(p) => Some(p),
+            Err(Full(c)) => {
+                self.overflow_full(c);
+                None
+            }
+        }
+    }
+
+    /// The ring is full: the completion goes to the overflow list, and everything after
+    /// it too so order is kept (the flag is set while holding the lock); the first
+    /// overflow raises the CQ's async event.
+    #[cold]
+    fn overflow_full(self: &Arc<Self>, c: Completion) {
+        let mut over = false;
+        if let Ok(mut o) = self.overflow.lock() {
+            o.push_back(c);
+            over = !self.overflowed.swap(true, Ordering::AcqRel);
+        }
+        if over && let Some(d) = self.dev.upgrade() {
+            d.post_event(AsyncEvent::CqOverflow { cq: self.id });
         }
     }
 
