@@ -131,6 +131,27 @@ fn tshark_decodes_softrnic_traffic_without_errors() {
             size: 4096,
             inject: None,
         },
+        // Markers: tshark places them by stream position and checks each FPDU's
+        // length and CRC around them. (Its MPA dissector follows a marked stream only
+        // where each FPDU starts a TCP segment, as rping's one message per send does.)
+        Case {
+            name: "rev2, markers, CRC on, 4096 B",
+            mpa: MpaConfig {
+                markers: true,
+                ..crc.clone()
+            },
+            size: 4096,
+            inject: None,
+        },
+        Case {
+            name: "rev2, markers, CRC off",
+            mpa: MpaConfig {
+                markers: true,
+                ..MpaConfig::default()
+            },
+            size: 1000,
+            inject: None,
+        },
         Case {
             name: "rev2, CRC on, Terminate (Write beyond bounds)",
             mpa: crc.clone(),
@@ -257,8 +278,33 @@ fn tshark_decodes_softrnic_traffic_without_errors() {
         with_crc,
         "CRC32c checked by tshark"
     );
+
+    // 4. Markers were negotiated both ways on the two marked connections, and tshark
+    //    read them: an FPDU of 512 octets or more on the wire spans a marker position,
+    //    so there are at least as many markers as such FPDUs.
+    let marked: Vec<_> = ours
+        .iter()
+        .filter(|c| c.markers != (false, false))
+        .collect();
+    assert_eq!(marked.len(), 2, "connections with markers");
+    assert!(
+        marked.iter().all(|c| c.markers == (true, true)),
+        "both ways"
+    );
+    let spanning = marked
+        .iter()
+        .flat_map(|c| c.fpdus())
+        .filter(|f| f.range.len() >= 512)
+        .count();
+    let their_markers = text.matches("FPDU back pointer").count();
+    assert!(spanning > 0, "marked FPDUs of 512 octets or more");
+    assert!(
+        their_markers >= spanning,
+        "tshark read {their_markers} markers in {spanning} long marked FPDUs"
+    );
     eprintln!(
-        "tshark: {their_fpdus} FPDUs over {} connections, {with_crc} CRCs good, no errors",
+        "tshark: {their_fpdus} FPDUs over {} connections, {with_crc} CRCs good, \
+         {their_markers} markers, no errors",
         cases.len()
     );
 }
