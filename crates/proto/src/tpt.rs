@@ -393,7 +393,6 @@ pub fn remotely_invalidatable(access: Access) -> bool {
         && access.intersects(Access::REMOTE_READ | Access::REMOTE_WRITE)
 }
 
-/// Offset of `[to, to + len)` inside the entry, if it lies within it.
 /// What a remote access check found wrong, in the order [`Tpt::check_remote`] checks.
 #[derive(Clone, Copy)]
 enum RemoteFault {
@@ -422,6 +421,7 @@ impl RemoteAccess {
                     RemoteFault::InvalidStag => ddp_code::tagged::INVALID_STAG,
                     RemoteFault::Bounds => ddp_code::tagged::BASE_BOUNDS,
                     RemoteFault::NotAssociated => ddp_code::tagged::STAG_NOT_ASSOCIATED,
+                    // (Rights was answered above.)
                     RemoteFault::Wrap | RemoteFault::Rights => ddp_code::tagged::TO_WRAP,
                 };
                 TerminateCause::new(Layer::Ddp, ddp_etype::TAGGED_BUFFER, code)
@@ -439,6 +439,7 @@ impl RemoteAccess {
     }
 }
 
+/// Offset of `[to, to + len)` inside the entry, if it lies within it.
 fn in_bounds(e: &TptEntry, to: u64, len: u64) -> Option<u64> {
     let offset = to.checked_sub(e.base)?;
     let end = offset.checked_add(len)?;
