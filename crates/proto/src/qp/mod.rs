@@ -484,7 +484,7 @@ impl Qp {
             self.out.finish_send(seq, Some(c));
         }
         // Buffers bound to messages in progress first (they were posted first), then
-        // the rest of the own queue. Buffers of a shared queue that no message took
+        // the rest of the own queue (which keeps its bound ones at its front). Buffers of a shared queue that no message took
         // stay there for the other QPs.
         let Qp { rx, rq, out, .. } = self;
         for r in rx.untagged().unbind_all().chain(rq.drain()) {

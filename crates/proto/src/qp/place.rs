@@ -140,7 +140,8 @@ pub(crate) struct SendSegment {
 pub(crate) struct Untagged {
     /// MSN of the oldest Send message not yet delivered.
     recv_msn: u32,
-    /// Buffers bound to Send messages, oldest first: index `i` is MSN `recv_msn + i`.
+    /// Buffers taken from a shared queue for Send messages, oldest first: index `i` is
+    /// MSN `recv_msn + i`. (The QP's own queue keeps its bound buffers in place.)
     bound: VecDeque<RecvWqe>,
     /// MSN of the next Read Request expected.
     rreq_msn: u32,
@@ -186,6 +187,31 @@ impl Untagged {
             )));
         }
         let ahead = ahead as usize;
+        if let Some(rq) = source.in_place() {
+            // The QP's own queue: the buffer is bound where it was posted.
+            let Some(wqe) = rq.bind_through(ahead) else {
+                // On iWARP an empty receive queue is fatal.
+                return Err(UntaggedFault::Terminate(ddp_untagged(
+                    ddp_code::untagged::NO_BUFFER,
+                )));
+            };
+            if !cover_send(wqe, seg, out) {
+                return Err(match arrival {
+                    // The buffer goes with the failed message (in the stream, the
+                    // oldest bound one).
+                    Arrival::InStream => match rq.remove_oldest_bound() {
+                        Some(wqe) => UntaggedFault::TooLong(wqe),
+                        None => {
+                            UntaggedFault::Terminate(ddp_untagged(ddp_code::untagged::TOO_LONG))
+                        }
+                    },
+                    Arrival::Ahead => {
+                        UntaggedFault::Terminate(ddp_untagged(ddp_code::untagged::TOO_LONG))
+                    }
+                });
+            }
+            return Ok(());
+        }
         while self.bound.len() <= ahead {
             match source.take(qp, arrival == Arrival::Ahead) {
                 Grant::Buffer(wqe) => self.bound.push_back(wqe),
@@ -199,8 +225,7 @@ impl Untagged {
                 Grant::Refused(cause) => return Err(UntaggedFault::Terminate(cause)),
             }
         }
-        let too_long = u64::from(seg.mo) + seg.len as u64 > self.bound[ahead].total;
-        if too_long {
+        if !cover_send(&self.bound[ahead], seg, out) {
             let wqe = match arrival {
                 // The buffer goes with the failed message.
                 Arrival::InStream => self.bound.remove(ahead),
@@ -211,22 +236,18 @@ impl Untagged {
                 None => UntaggedFault::Terminate(ddp_untagged(ddp_code::untagged::TOO_LONG)),
             });
         }
-        let sges = self.bound[ahead]
-            .sges
-            .iter()
-            .map(|&(region, offset, len)| Chunk {
-                region,
-                offset,
-                len: len as usize,
-            });
-        covering(sges, seg.mo as usize, seg.len, out);
         Ok(())
     }
 
-    /// The oldest Send message's last segment was delivered: its buffer, unbound.
-    pub(crate) fn deliver_send(&mut self) -> Option<RecvWqe> {
+    /// The oldest Send message's last segment was delivered: the work request id of
+    /// its buffer, unbound (from the QP's own queue, or from the list of buffers taken
+    /// from a shared one).
+    pub(crate) fn deliver_send(&mut self, source: &mut dyn RecvSource) -> Option<u64> {
         self.recv_msn = self.recv_msn.wrapping_add(1);
-        self.bound.pop_front()
+        match source.in_place() {
+            Some(rq) => rq.complete_oldest_bound(),
+            None => self.bound.pop_front().map(|w| w.wr_id),
+        }
     }
 
     /// An RFC 6581 RTR zero-length Send: consumes its MSN and no buffer.
@@ -247,6 +268,21 @@ impl Untagged {
     pub(crate) fn unbind_all(&mut self) -> impl Iterator<Item = RecvWqe> + '_ {
         self.bound.drain(..)
     }
+}
+
+/// Destination chunks of a Send segment in `wqe`, the buffer bound to its message;
+/// false (nothing added) when the segment ends beyond the buffer.
+fn cover_send(wqe: &RecvWqe, seg: SendSegment, out: &mut Vec<Chunk>) -> bool {
+    if u64::from(seg.mo) + seg.len as u64 > wqe.total {
+        return false;
+    }
+    let sges = wqe.sges.iter().map(|&(region, offset, len)| Chunk {
+        region,
+        offset,
+        len: len as usize,
+    });
+    covering(sges, seg.mo as usize, seg.len, out);
+    true
 }
 
 /// The cause when a Send with Invalidate names an STag that cannot be invalidated.

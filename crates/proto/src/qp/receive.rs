@@ -428,12 +428,12 @@ impl Receiver {
                     let copied = CopiedHeaders::of(&h, len);
                     return Err(Fatal::Local(place::cannot_invalidate(), copied));
                 }
-                let Some(wqe) = self.untagged.deliver_send() else {
+                let Some(wr_id) = self.untagged.deliver_send(d.buffers) else {
                     return Ok(());
                 };
                 d.buffers.release(d.qp);
                 let mut c = d.out.completion(
-                    wqe.wr_id,
+                    wr_id,
                     WcStatus::Success,
                     WcOpcode::Recv,
                     mo.wrapping_add(len as u32),

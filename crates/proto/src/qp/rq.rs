@@ -74,13 +74,26 @@ pub trait RecvSource {
 
     /// A buffer `qp` took has been given back to the program: its message completed.
     fn release(&mut self, _qp: QpId) {}
+
+    /// The QP's own queue, whose buffers are bound where they lie ([`Rq::bind_through`])
+    /// instead of being taken out one by one; `None` for a shared queue.
+    fn in_place(&mut self) -> Option<&mut Rq> {
+        None
+    }
 }
 
-/// A QP's own receive queue: buffers in posting order, at most `depth` of them.
+/// A QP's own receive queue: buffers in posting order, at most `depth` of them not yet
+/// bound to a message.
+///
+/// The first `bound` entries are bound to the Send messages in progress, oldest first
+/// (MSN order): a message binds the next buffer by advancing `bound`, and its
+/// completion removes the front entry. A buffer is never moved out of the queue to be
+/// bound, so a run of small Sends reads each buffer where it was posted.
 #[derive(Debug, Default)]
 pub struct Rq {
     queue: VecDeque<RecvWqe>,
     depth: usize,
+    bound: usize,
 }
 
 impl Rq {
@@ -89,12 +102,13 @@ impl Rq {
         Rq {
             queue: VecDeque::new(),
             depth,
+            bound: 0,
         }
     }
 
-    /// Whether another buffer fits.
+    /// Whether another buffer fits (buffers bound to messages no longer count).
     pub fn has_room(&self) -> bool {
-        self.queue.len() < self.depth
+        self.len() < self.depth
     }
 
     /// Appends a buffer (the caller checked [`Rq::has_room`]).
@@ -121,28 +135,67 @@ impl Rq {
         r
     }
 
-    /// Buffers posted and not yet taken.
+    /// Buffers posted and not yet taken (bound to a message).
     pub fn len(&self) -> usize {
-        self.queue.len()
+        self.queue.len() - self.bound
     }
 
-    /// Whether no buffer is posted.
+    /// Whether no buffer is posted and free.
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.len() == 0
     }
 
-    /// Removes every buffer, in posting order (for flushing).
+    /// Removes every buffer, bound ones first, in posting order (for flushing).
     pub fn drain(&mut self) -> impl Iterator<Item = RecvWqe> + '_ {
+        self.bound = 0;
         self.queue.drain(..)
+    }
+
+    /// Binds buffers in posting order until the `i`-th bound one (0: the oldest
+    /// message's) exists, and returns it; `None` (nothing changed) when the queue does
+    /// not hold that many.
+    pub(crate) fn bind_through(&mut self, i: usize) -> Option<&RecvWqe> {
+        if i >= self.queue.len() {
+            return None;
+        }
+        self.bound = self.bound.max(i + 1);
+        self.queue.get(i)
+    }
+
+    /// Unbinds and removes the oldest bound buffer (its message completed or failed).
+    pub(crate) fn remove_oldest_bound(&mut self) -> Option<RecvWqe> {
+        if self.bound == 0 {
+            return None;
+        }
+        self.bound -= 1;
+        self.queue.pop_front()
+    }
+
+    /// The oldest bound buffer's message completed: the buffer leaves the queue, and
+    /// its work request id is returned (nothing else of it is read or moved).
+    pub(crate) fn complete_oldest_bound(&mut self) -> Option<u64> {
+        if self.bound == 0 {
+            return None;
+        }
+        let wr_id = self.queue.front()?.wr_id;
+        self.bound -= 1;
+        self.queue.pop_front();
+        Some(wr_id)
     }
 }
 
 impl RecvSource for Rq {
+    /// The oldest free buffer, taken out of the queue (the receive path binds in place
+    /// instead, see [`RecvSource::in_place`]).
     fn take(&mut self, _qp: QpId, _ahead: bool) -> Grant {
-        match self.queue.pop_front() {
+        match self.queue.remove(self.bound) {
             Some(w) => Grant::Buffer(w),
             None => Grant::Empty,
         }
+    }
+
+    fn in_place(&mut self) -> Option<&mut Rq> {
+        Some(self)
     }
 }
 

@@ -9,19 +9,33 @@ use super::*;
 /// a receive buffer (wr_id 100 + i) for each. Returns the octets, the receive
 /// buffers' STags and the send buffers' STags.
 fn sends(a: &mut Side, b: &mut Side, n: usize, len: usize) -> (Vec<u8>, Vec<STag>, Vec<STag>) {
+    sends_into(a, b, &vec![Some(len); n], len)
+}
+
+/// [`sends`] with the receive buffers given: a Send of `len` octets for each entry of
+/// `recvs`, and for each `Some(l)` a receive buffer of `l` octets posted at `b`
+/// (wr_id 100 + i; `None`: no receive posted for that Send).
+fn sends_into(
+    a: &mut Side,
+    b: &mut Side,
+    recvs: &[Option<usize>],
+    len: usize,
+) -> (Vec<u8>, Vec<STag>, Vec<STag>) {
     let mut wire = Vec::new();
     let (mut dsts, mut srcs) = (Vec::new(), Vec::new());
-    for i in 0..n {
+    for (i, recv) in recvs.iter().enumerate() {
         let (src, sbase) = a.reg(len, Access::empty(), i as u8);
         let (dst, dbase) = b.reg(len, Access::LOCAL_WRITE, 100 + i as u8);
-        b.qp.post_recv(
-            RecvWr {
-                wr_id: 100 + i as u64,
-                sgl: [sge(dst, dbase, len)].into(),
-            },
-            &b.tpt,
-        )
-        .unwrap();
+        if let Some(l) = *recv {
+            b.qp.post_recv(
+                RecvWr {
+                    wr_id: 100 + i as u64,
+                    sgl: [sge(dst, dbase, l)].into(),
+                },
+                &b.tpt,
+            )
+            .unwrap();
+        }
         a.qp.post_send(send_wr(i as u64, [sge(src, sbase, len)]), &a.tpt)
             .unwrap();
         wire.extend(a.next_fpdu().unwrap());
@@ -36,6 +50,102 @@ fn statuses(s: &mut Side) -> Vec<(u64, WcStatus)> {
         .into_iter()
         .map(|(_, c)| (c.wr_id, c.status))
         .collect()
+}
+
+/// (wr_id, status, byte_len) of the receive completions.
+fn received(s: &mut Side) -> Vec<(u64, WcStatus, u32)> {
+    s.completions()
+        .into_iter()
+        .filter(|(side, _)| *side == CqSide::Recv)
+        .map(|(_, c)| (c.wr_id, c.status, c.byte_len))
+        .collect()
+}
+
+/// Four Sends in one read and two receives posted: the first two are placed and
+/// complete, the third finds the receive queue empty and ends the stream (DDP untagged
+/// buffer, no buffer: 2/0x02), the fourth is never placed. Fed whole (the run) and cut
+/// (the steps) alike.
+#[test]
+fn a_run_of_sends_stops_exactly_where_the_receive_queue_runs_out() {
+    for split in [false, true] {
+        let (mut a, mut b) = pair(QpParams::default());
+        let (wire, dsts, srcs) = sends_into(&mut a, &mut b, &[Some(24), Some(24), None, None], 24);
+        let untouched = b.region(dsts[2]).to_vec();
+        b.feed(&wire, split);
+        assert_eq!(
+            b.qp.fatal_cause(),
+            Some((TerminateCause::new(Layer::Ddp, 2, 0x02), false)),
+            "split {split}"
+        );
+        assert_eq!(
+            received(&mut b),
+            vec![(100, WcStatus::Success, 24), (101, WcStatus::Success, 24)]
+        );
+        assert_eq!(b.region(dsts[0]), a.region(srcs[0]));
+        assert_eq!(b.region(dsts[1]), a.region(srcs[1]));
+        assert_eq!(b.region(dsts[2]), &untouched[..]);
+    }
+}
+
+/// Three Sends in one read, the second longer than its receive buffer: the first
+/// completes, the second's buffer completes with a local length error (and nothing of it
+/// is placed) and the stream ends (DDP untagged buffer, too long: 2/0x05), the third's
+/// buffer is flushed.
+#[test]
+fn a_run_of_sends_stops_exactly_at_a_message_longer_than_its_buffer() {
+    for split in [false, true] {
+        let (mut a, mut b) = pair(QpParams::default());
+        let (wire, dsts, srcs) = sends_into(&mut a, &mut b, &[Some(24), Some(8), Some(24)], 24);
+        let untouched = b.region(dsts[1]).to_vec();
+        b.feed(&wire, split);
+        assert_eq!(
+            b.qp.fatal_cause(),
+            Some((TerminateCause::new(Layer::Ddp, 2, 0x05), false)),
+            "split {split}"
+        );
+        assert_eq!(
+            received(&mut b),
+            vec![
+                (100, WcStatus::Success, 24),
+                (101, WcStatus::LocalLengthError, 0),
+                (102, WcStatus::WrFlushError, 0),
+            ]
+        );
+        assert_eq!(b.region(dsts[0]), a.region(srcs[0]));
+        assert_eq!(b.region(dsts[1]), &untouched[..]);
+    }
+}
+
+/// A message in progress holds its receive buffer at the front of the queue: the buffer
+/// no longer counts as posted (nor against the queue's depth), and when the QP fails it
+/// is flushed first, before the buffers posted after it, each exactly once.
+#[test]
+fn a_buffer_bound_to_a_message_in_progress_leaves_room_and_flushes_first() {
+    let (mut a, mut b) = pair(QpParams::default());
+    let (wire, _, _) = sends(&mut a, &mut b, 1, 24);
+    // Half of the FPDU: its header binds the first receive.
+    b.feed(&wire[..wire.len() / 2], true);
+    let (dst, dbase) = b.reg(24, Access::LOCAL_WRITE, 7);
+    let post = |b: &mut Side, wr_id| {
+        b.qp.post_recv(
+            RecvWr {
+                wr_id,
+                sgl: [sge(dst, dbase, 24)].into(),
+            },
+            &b.tpt,
+        )
+    };
+    // The pair's receive queues hold 64.
+    for i in 0..64 {
+        assert_eq!(b.qp.recv_queue_len(), i as usize);
+        post(&mut b, 200 + i).unwrap();
+    }
+    assert_eq!(post(&mut b, 300), Err(PostError::QueueFull));
+    b.qp.to_error();
+    let mut expect = vec![(100, WcStatus::WrFlushError, 0)];
+    expect.extend((0..64).map(|i| (200 + i, WcStatus::WrFlushError, 0)));
+    assert_eq!(received(&mut b), expect);
+    assert_eq!(b.qp.recv_queue_len(), 0);
 }
 
 /// Four CRC-protected Sends in one read, the third's payload corrupted: the first two
