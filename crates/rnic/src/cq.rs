@@ -140,6 +140,37 @@ impl CqShared {
         }
     }
 
+    /// Adds a run of completions of one QP, in order, as [`CqShared::push`] would one
+    /// by one (a completion is solicited when it says so or is in error), with one
+    /// claim of ring positions and one look at the arm for the whole run: an armed CQ
+    /// raises one event after the run is in the ring, which is what the pushes one by
+    /// one would raise (one event per arm), only after the last of them instead of
+    /// after the first that matched. While the overflow list is in use, or the ring
+    /// has no room for the whole run, they go one by one.
+    pub(crate) fn push_run(self: &Arc<Self>, run: &[Completion]) {
+        let solicited = |c: &Completion| c.solicited || c.status != WcStatus::Success;
+        let first = if self.overflowed.load(Ordering::Acquire) {
+            None
+        } else {
+            self.ring.push_run(run)
+        };
+        let Some(first) = first else {
+            for c in run {
+                self.push(*c, solicited(c));
+            }
+            return;
+        };
+        let last = first.wrapping_add(run.len() - 1);
+        let later = || self.ring.claimed_after(last);
+        if self.arm.completion_added(run.iter().any(solicited), later) {
+            self.raised.fetch_add(1, Ordering::Relaxed);
+            let at = Instant::now();
+            if let Ok(route) = self.route.lock() {
+                self.deliver_locked(*route, [at]);
+            }
+        }
+    }
+
     /// A push while the overflow list is in use: the list keeps the order, unless the
     /// consumer emptied it meanwhile (it clears the flag while holding the lock, so a
     /// completion is never left in a list nobody will read); then the ring takes it.
@@ -561,3 +592,7 @@ impl Cq {
         got
     }
 }
+
+#[cfg(test)]
+#[path = "cq_run_tests.rs"]
+mod run_tests;

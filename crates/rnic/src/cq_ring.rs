@@ -234,6 +234,64 @@ impl CqRing {
         }
     }
 
+    /// Appends a run of completions with one claim: the positions `p .. p + n` are
+    /// taken by a single compare-and-swap of `tail` when all their slots are free, then
+    /// each slot is written and published in order, as [`push_pos`](Self::push_pos)
+    /// publishes one. Returns `p`, or `None` (nothing pushed) when the run is empty or
+    /// does not fit now; the caller then pushes one by one, which reports [`Full`] at
+    /// the right completion.
+    ///
+    /// One check suffices for the whole run: the consumer frees slots in position order,
+    /// so the slot of `p + n - 1` being free for that position (seen with acquire)
+    /// means every slot before it was read too, and its read happened before ours.
+    pub fn push_run(&self, run: &[Completion]) -> Option<usize> {
+        let n = run.len();
+        if n == 0 || n > self.capacity() {
+            return None;
+        }
+        let mut pos = self.tail.0.load(Ordering::Relaxed);
+        loop {
+            let last = pos.wrapping_add(n - 1);
+            // Acquire: the consumer's reads of the previous lap's values in every slot
+            // of the run happened before the writes below.
+            let seq = self.slots[last & self.mask].seq.load(Ordering::Acquire);
+            let diff = seq.wrapping_sub(last) as isize;
+            if diff == 0 {
+                // Free for `last`, so for every position of the run: claim them all.
+                // (No producer can claim `last` without moving `tail` past `pos`.)
+                match self.tail.0.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(n),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        for (i, c) in run.iter().enumerate() {
+                            let p = pos.wrapping_add(i);
+                            let slot = &self.slots[p & self.mask];
+                            // SAFETY: we won positions `pos .. pos + n`, and their slots
+                            // were read by the consumer (see above); no producer can
+                            // claim them again and the consumer will not read a slot
+                            // until we store `p + 1`, so this write is the only access.
+                            slot.value
+                                .with_mut(|ptr| unsafe { ptr.write(MaybeUninit::new(*c)) });
+                            // Release: publishes the value to the consumer.
+                            slot.seq.store(p.wrapping_add(1), Ordering::Release);
+                        }
+                        return Some(pos);
+                    }
+                    Err(current) => pos = current,
+                }
+            } else if diff < 0 {
+                // The last slot still holds an unconsumed completion: no room for all.
+                return None;
+            } else {
+                // Another producer claimed positions of the run; catch up.
+                pos = self.tail.0.load(Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Whether a producer has claimed a position after `pos` (a position returned by
     /// [`push_pos`](Self::push_pos)). While `pos` was being written, the consumer could
     /// not see those (completions come out in position order).

@@ -237,3 +237,75 @@ fn consumer_handover() {
         assert_eq!(all, [0, 1], "each completion exactly once");
     });
 }
+
+/// A run claimed with one compare-and-swap (`push_run`) races a producer pushing one by
+/// one and a consumer popping, on a capacity-2 ring across laps: a run goes in whole
+/// or not at all, every completion pushed is popped exactly once, each producer's in
+/// its order, and the run's slots are written only after the consumer has read their
+/// previous lap (loom reports any unsynchronised access to a slot's value).
+#[test]
+fn a_run_races_single_pushes_and_the_consumer() {
+    bounded(3).check(|| {
+        let ring = Arc::new(CqRing::new(2).unwrap());
+        // One completion first, so the run's slots belong to the second lap once the
+        // consumer frees them.
+        ring.push(comp(2, 0)).unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        let runner = {
+            let (ring, done) = (ring.clone(), done.clone());
+            thread::spawn(move || {
+                let pushed = ring.push_run(&[comp(0, 0), comp(0, 1)]).is_some();
+                done.fetch_add(1, SeqCst);
+                pushed
+            })
+        };
+        let single = {
+            let (ring, done) = (ring.clone(), done.clone());
+            thread::spawn(move || {
+                let pushed = ring.push(comp(1, 0)).is_ok();
+                done.fetch_add(1, SeqCst);
+                pushed
+            })
+        };
+        let mut rx = ring.consumer().unwrap();
+        let mut popped = [Vec::new(), Vec::new(), Vec::new()];
+        loop {
+            let finished = done.load(SeqCst) == 2;
+            match rx.pop() {
+                Some(c) => popped[c.qp.0 as usize].push(c.wr_id),
+                None if finished => break,
+                None => thread::yield_now(),
+            }
+        }
+        drop(rx);
+        let run = runner.join().unwrap();
+        let one = single.join().unwrap();
+        assert_eq!(popped[2], [0]);
+        assert_eq!(popped[0], if run { vec![0, 1] } else { vec![] });
+        assert_eq!(popped[1], if one { vec![0] } else { vec![] });
+        assert!(ring.is_empty());
+    });
+}
+
+/// Two runs race for an empty capacity-2 ring with no consumer: exactly one goes in,
+/// whole; the other pushes nothing (never half a run, never an overfill).
+#[test]
+fn two_runs_race_for_the_room_of_one() {
+    loom::model(|| {
+        let ring = Arc::new(CqRing::new(2).unwrap());
+        let runners: Vec<_> = (0..2u32)
+            .map(|p| {
+                let ring = ring.clone();
+                thread::spawn(move || ring.push_run(&[comp(p, 0), comp(p, 1)]).is_some())
+            })
+            .collect();
+        let ok: Vec<bool> = runners.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(ok.iter().filter(|&&b| b).count(), 1, "{ok:?}");
+        let winner = ok.iter().position(|&b| b).unwrap() as u32;
+        let mut rx = ring.consumer().unwrap();
+        let all: Vec<(u32, u64)> = std::iter::from_fn(|| rx.pop())
+            .map(|c| (c.qp.0, c.wr_id))
+            .collect();
+        assert_eq!(all, [(winner, 0), (winner, 1)]);
+    });
+}
