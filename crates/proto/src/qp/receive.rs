@@ -7,6 +7,8 @@
 //! Any violation stops receive processing for good: the caller queues a Terminate
 //! carrying the RFC's layer/type/code and the offending headers, and flushes.
 
+mod sends;
+
 use super::deliver::{Deferred, Outbox, QpEvent};
 use super::fpdu::{Chunk, CopiedHeaders};
 use super::place::{
@@ -233,6 +235,11 @@ impl Receiver {
     ) -> Res {
         run.complete = true;
         while run.fpdus < max && run.taken < data.len() {
+            if let Some(n) = self.take_simple_send(&data[run.taken..], d, place) {
+                run.taken += n;
+                run.fpdus += 1;
+                continue;
+            }
             let mut one = None;
             let r = self.take_whole(&data[run.taken..], d, place, &mut one);
             let Some(n) = one else {

@@ -151,6 +151,11 @@ impl Rq {
         self.queue.drain(..)
     }
 
+    /// The oldest buffer, bound or not: the one the oldest Send message lands in.
+    pub(crate) fn front(&self) -> Option<&RecvWqe> {
+        self.queue.front()
+    }
+
     /// Binds buffers in posting order until the `i`-th bound one (0: the oldest
     /// message's) exists, and returns it; `None` (nothing changed) when the queue does
     /// not hold that many.

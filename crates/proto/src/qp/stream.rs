@@ -302,6 +302,26 @@ impl RxStream {
         self.phase == Phase::Prefix && self.have == 0
     }
 
+    /// At an FPDU boundary of a stream without markers: a whole FPDU may be taken
+    /// in one step there ([`RxStream::took_whole`]).
+    pub(crate) fn at_plain_boundary(&self) -> bool {
+        self.at_boundary() && self.marks.is_none()
+    }
+
+    /// Whether CRC is checked per FPDU (negotiated, no markers).
+    pub(crate) fn crc_on(&self) -> bool {
+        self.crc_on
+    }
+
+    /// A whole FPDU of `wire_len` octets, `payload` of them placed, was taken by the
+    /// caller at a plain boundary ([`RxStream::at_plain_boundary`]), checked as the
+    /// steps would check it: the stream moves past it and stays at a boundary.
+    pub(crate) fn took_whole(&mut self, wire_len: usize, payload: usize) {
+        debug_assert!(self.at_plain_boundary());
+        self.position += wire_len as u64;
+        self.placed_bytes += payload as u64;
+    }
+
     /// Payload octets placed so far.
     pub(crate) fn placed_bytes(&self) -> u64 {
         self.placed_bytes

@@ -265,3 +265,104 @@ fn terminate_fpdu() -> Vec<u8> {
     out.truncate(n);
     out
 }
+
+/// Three Sends in one read, the second with the Solicited Event flag: each completes
+/// with its own solicited flag, and exactly one solicited event is raised.
+#[test]
+fn a_run_of_sends_raises_a_solicited_event_for_the_solicited_one_only() {
+    let (mut a, mut b) = pair(QpParams::default());
+    let (src, sbase) = a.reg(16, Access::empty(), 1);
+    let (dst, dbase) = b.reg(3 * 16, Access::LOCAL_WRITE, 2);
+    let mut wire = Vec::new();
+    for i in 0..3u64 {
+        let at = dbase + 16 * i;
+        b.qp.post_recv(RecvWr::new(100 + i, [sge(dst, at, 16)]), &b.tpt)
+            .unwrap();
+        let mut wr = send_wr(i, [sge(src, sbase, 16)]);
+        if i == 1 {
+            wr = wr.solicited();
+        }
+        a.qp.post_send(wr, &a.tpt).unwrap();
+        wire.extend(a.next_fpdu().unwrap());
+    }
+    b.feed(&wire, false);
+    let got: Vec<(u64, bool)> = b
+        .completions()
+        .into_iter()
+        .map(|(_, c)| (c.wr_id, c.solicited))
+        .collect();
+    assert_eq!(got, vec![(100, false), (101, true), (102, false)]);
+    let events: Vec<QpEvent> = std::iter::from_fn(|| b.qp.poll_event()).collect();
+    assert_eq!(events, vec![QpEvent::Solicited]);
+}
+
+/// A run of Sends into receives of three SGEs each (5, 7 and 20 octets in separate
+/// places): each message is scattered over its buffer's SGEs in order, and octets
+/// beyond the message stay untouched.
+#[test]
+fn a_run_of_sends_scatters_each_over_its_receive_sges() {
+    let (mut a, mut b) = pair(QpParams::default());
+    let (src, sbase) = a.reg(3 * 20, Access::empty(), 1);
+    let (dst, dbase) = b.reg(3 * 64, Access::LOCAL_WRITE, 2);
+    let before = b.region(dst).to_vec();
+    let mut wire = Vec::new();
+    for i in 0..3u64 {
+        let at = dbase + 64 * i;
+        let sgl = [sge(dst, at, 5), sge(dst, at + 16, 7), sge(dst, at + 32, 20)];
+        b.qp.post_recv(RecvWr::new(100 + i, sgl), &b.tpt).unwrap();
+        let wr = send_wr(i, [sge(src, sbase + 20 * i, 20)]);
+        a.qp.post_send(wr, &a.tpt).unwrap();
+        wire.extend(a.next_fpdu().unwrap());
+    }
+    b.feed(&wire, false);
+    let got: Vec<(u64, WcStatus, u32)> = received(&mut b);
+    assert_eq!(
+        got,
+        (0..3)
+            .map(|i| (100 + i, WcStatus::Success, 20))
+            .collect::<Vec<_>>()
+    );
+    let (s, d) = (a.region(src).to_vec(), b.region(dst).to_vec());
+    for i in 0..3 {
+        let (m, at) = (&s[20 * i..20 * (i + 1)], 64 * i);
+        assert_eq!(&d[at..at + 5], &m[..5], "message {i}, first SGE");
+        assert_eq!(&d[at + 5..at + 16], &before[at + 5..at + 16], "gap {i}");
+        assert_eq!(&d[at + 16..at + 23], &m[5..12], "message {i}, second SGE");
+        assert_eq!(&d[at + 23..at + 32], &before[at + 23..at + 32], "gap {i}");
+        assert_eq!(&d[at + 32..at + 40], &m[12..], "message {i}, third SGE");
+        assert_eq!(&d[at + 40..at + 64], &before[at + 40..at + 64], "tail {i}");
+    }
+}
+
+/// The second of two Sends arrives first, in a segment ahead of the stream (placed at
+/// once, its completion deferred); the first then comes in a read taken as a run:
+/// both complete, in MSN order, when the stream reaches the second.
+#[test]
+fn a_send_taken_ahead_completes_in_order_after_a_run_reaches_it() {
+    let (mut a, mut b) = pair(QpParams {
+        crc: true,
+        ..Default::default()
+    });
+    let (wire, dsts, srcs) = sends(&mut a, &mut b, 2, 24);
+    let (first, second) = wire.split_at(wire.len() / 2);
+    let mem = &mut b.mem;
+    let outcome = b.qp.handle_segment(
+        first.len() as u64,
+        second,
+        &mut RxCtx::new(&b.tpt),
+        &mut |c, data| {
+            let r = &mut mem[c.region.0 as usize];
+            r[c.offset as usize..c.offset as usize + data.len()].copy_from_slice(data);
+        },
+    );
+    assert_eq!(outcome, SegmentOutcome::Taken);
+    assert_eq!(b.region(dsts[1]), a.region(srcs[1]), "placed ahead");
+    assert_eq!(received(&mut b), vec![]);
+    b.feed(first, false);
+    assert_eq!(
+        received(&mut b),
+        vec![(100, WcStatus::Success, 24), (101, WcStatus::Success, 24)]
+    );
+    assert_eq!(b.region(dsts[0]), a.region(srcs[0]));
+    assert_eq!(b.qp.rx_position(), wire.len() as u64);
+}

@@ -1,0 +1,100 @@
+//! The receive path's shortest way for the commonest small message: a whole Send
+//! (untagged, one segment, no invalidation) at the front of a read-ahead, with the
+//! QP's own receive queue. Everything is checked first (framing, header, MSN, CRC,
+//! buffer, length) without changing anything; then the payload is placed, and the
+//! receive completes in the same step: no step machine, no destination list, no
+//! binding list. Anything else, a fault included, is left to the general path
+//! ([`Receiver::take_whole`]), which then takes the same octets and reports the fault
+//! exactly as before; so the outcome never depends on which path took an FPDU.
+
+use super::{Receiver, RxDeps};
+use crate::qp::deliver::QpEvent;
+use crate::qp::fpdu::{Chunk, covering};
+use crate::qp::place::check_rdmap_rules;
+use crate::verbs::{WcOpcode, WcStatus};
+use arrayvec::ArrayVec;
+use softrnic_wire::ddp::{self, DdpRepr, Placement, UNTAGGED_HEADER_LEN};
+use softrnic_wire::mpa::{self, FpduCheck};
+use softrnic_wire::rdmap::Opcode;
+
+/// Where the payload of an untagged FPDU begins: length field and DDP header.
+const PAYLOAD_AT: usize = mpa::ULPDU_LEN_LEN + UNTAGGED_HEADER_LEN;
+
+impl Receiver {
+    /// Takes the Send FPDU at the front of `data` whole, if it is the simple case (see
+    /// the module documentation), and returns its octets on the wire; `None` when it is
+    /// not, and then nothing changed (a payload chunk `place` refused may have been
+    /// written: the general path writes the same octets again and fails the same way).
+    pub(super) fn take_simple_send(
+        &mut self,
+        data: &[u8],
+        d: &mut RxDeps<'_>,
+        place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
+    ) -> Option<usize> {
+        if self.waiting.is_some()
+            || self.await_rtr
+            || self.deferred.len() > 0
+            || !self.stream.at_plain_boundary()
+            || data.len() < PAYLOAD_AT
+            || ddp::header_len_of(data[mpa::ULPDU_LEN_LEN]) != UNTAGGED_HEADER_LEN
+        {
+            return None;
+        }
+        let ulpdu_len = usize::from(u16::from_be_bytes([data[0], data[1]]));
+        let wire_len = mpa::fpdu_len(ulpdu_len);
+        if ulpdu_len < UNTAGGED_HEADER_LEN || data.len() < wire_len {
+            return None;
+        }
+        let h = DdpRepr::parse_bytes(&data[mpa::ULPDU_LEN_LEN..PAYLOAD_AT]).ok()?;
+        if !matches!(h.opcode, Opcode::Send | Opcode::SendSe) || !h.last {
+            return None;
+        }
+        let h = check_rdmap_rules(h).ok()?;
+        let Placement::Untagged { msn, mo: 0, .. } = h.placement else {
+            return None;
+        };
+        if msn != self.untagged.recv_msn() {
+            return None;
+        }
+        let ulpdu_end = mpa::ULPDU_LEN_LEN + ulpdu_len;
+        let mut check = FpduCheck::begin([data[0], data[1]], self.stream.crc_on());
+        check.update(&data[mpa::ULPDU_LEN_LEN..ulpdu_end]);
+        check.finish(&data[ulpdu_end..wire_len]).ok()?;
+        let len = ulpdu_len - UNTAGGED_HEADER_LEN;
+        // The oldest message's buffer: the front of the QP's own queue (bound to it
+        // already if a segment of it came ahead of the stream, or the next free one).
+        let rq = d.buffers.in_place()?;
+        let wqe = rq.front()?;
+        if len as u64 > wqe.total {
+            return None;
+        }
+        let mut dest = ArrayVec::<Chunk, { crate::verbs::MAX_SGE }>::new();
+        let sges = wqe.sges.iter().map(|&(region, offset, len)| Chunk {
+            region,
+            offset,
+            len: len as usize,
+        });
+        covering(sges, 0, len, &mut dest);
+        let mut at = PAYLOAD_AT;
+        for c in dest.iter().filter(|c| c.len > 0) {
+            if !place(*c, &data[at..at + c.len]) {
+                return None;
+            }
+            at += c.len;
+        }
+        // Placed and intact: the FPDU is taken, and its message completes.
+        rq.bind_through(0);
+        self.stream.took_whole(wire_len, len);
+        let wr_id = self.untagged.deliver_send(d.buffers)?;
+        d.buffers.release(d.qp);
+        let mut c = d
+            .out
+            .completion(wr_id, WcStatus::Success, WcOpcode::Recv, len as u32);
+        c.solicited = h.opcode.solicited();
+        d.out.recv(c);
+        if c.solicited {
+            d.out.event(QpEvent::Solicited);
+        }
+        Some(wire_len)
+    }
+}
