@@ -235,7 +235,10 @@ impl Receiver {
     ) -> Res {
         run.complete = true;
         while run.fpdus < max && run.taken < data.len() {
-            if let Some(n) = self.take_simple_send(&data[run.taken..], d, place) {
+            let rest = &data[run.taken..];
+            if sends::untagged_first(rest)
+                && let Some(n) = self.take_simple_send(rest, d, place)
+            {
                 run.taken += n;
                 run.fpdus += 1;
                 continue;

@@ -20,6 +20,15 @@ use softrnic_wire::rdmap::Opcode;
 /// Where the payload of an untagged FPDU begins: length field and DDP header.
 const PAYLOAD_AT: usize = mpa::ULPDU_LEN_LEN + UNTAGGED_HEADER_LEN;
 
+/// Whether `data` begins with an untagged FPDU (the DDP control octet says so): the
+/// one test made inline before [`Receiver::take_simple_send`], so that a run of Writes
+/// pays no call for it.
+#[inline(always)]
+pub(super) fn untagged_first(data: &[u8]) -> bool {
+    data.get(mpa::ULPDU_LEN_LEN)
+        .is_some_and(|&c| ddp::header_len_of(c) == UNTAGGED_HEADER_LEN)
+}
+
 impl Receiver {
     /// Takes the Send FPDU at the front of `data` whole, if it is the simple case (see
     /// the module documentation), and returns its octets on the wire; `None` when it is
