@@ -25,16 +25,11 @@ use crate::transport::fault::FaultTransport;
 use crate::transport::pcap::{ConnRecorder, PcapTransport};
 use crate::transport::polled::PolledTransport;
 use crate::transport::stream::ConnStream;
-use arrayvec::ArrayVec;
 use softrnic_proto::qp::{CqSide, QpConfig, QpEvent, QpParams};
 use softrnic_proto::{Completion, PdId, QpId, QpState, RecvWr, SendWr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-
-/// Completions handed to a CQ in one run at most (`QpShared::deliver`): a run is
-/// gathered on the stack.
-const DELIVER_RUN: usize = 32;
 
 pub use crate::receive::{RX_DIRECT_MIN, RX_STAGING_LEN};
 pub use crate::transmit::TX_GATHER_MAX;
@@ -498,17 +493,7 @@ impl QpShared {
         }
         // Runs of completions for one CQ go in with one claim of its ring and one look
         // at its arm (`CqShared::push_run`), in the order the core released them.
-        let mut run = ArrayVec::<Completion, DELIVER_RUN>::new();
-        let mut run_side = CqSide::Recv;
-        while let Some((side, c)) = g.core.poll_completion() {
-            if side != run_side || run.is_full() {
-                self.push_run(run_side, &run);
-                run.clear();
-                run_side = side;
-            }
-            run.push(c);
-        }
-        self.push_run(run_side, &run);
+        g.core.drain_completions(|side, run| self.push_run(side, run));
         // Queues a burst grew give their room back once empty.
         g.core.shrink_idle_queues();
     }

@@ -33,11 +33,26 @@ pub enum CqSide {
     Recv,
 }
 
+impl CqSide {
+    /// A completion's CQ: the receive CQ for a receive (its opcode is `Recv`, whatever
+    /// its status), the send CQ for every send-queue request.
+    pub fn of(c: &Completion) -> CqSide {
+        match c.opcode {
+            WcOpcode::Recv => CqSide::Recv,
+            WcOpcode::Send | WcOpcode::Write | WcOpcode::Read | WcOpcode::LocalInvalidate => {
+                CqSide::Send
+            }
+        }
+    }
+}
+
 /// Completions and events on their way out, in order.
 #[derive(Debug)]
 pub(crate) struct Outbox {
     qp: QpId,
-    completions: VecDeque<(CqSide, Completion)>,
+    /// Released completions, in order; each one's CQ follows from its opcode
+    /// ([`CqSide::of`]), so a run of them can be handed over as one slice.
+    completions: VecDeque<Completion>,
     events: VecDeque<QpEvent>,
     /// Sequence number of the next send-queue post.
     next_seq: u64,
@@ -83,7 +98,7 @@ impl Outbox {
 
     /// A receive completion, released at once (the receive path calls this in MSN order).
     pub(crate) fn recv(&mut self, c: Completion) {
-        self.completions.push_back((CqSide::Recv, c));
+        self.completions.push_back(c);
     }
 
     pub(crate) fn event(&mut self, e: QpEvent) {
@@ -105,7 +120,7 @@ impl Outbox {
             // Write's completion cost).
             self.release += 1;
             if let Some(c) = c {
-                self.completions.push_back((CqSide::Send, c));
+                self.completions.push_back(c);
             }
             return;
         }
@@ -125,7 +140,7 @@ impl Outbox {
             self.done.pop_front();
             self.release += 1;
             if let Some(c) = c {
-                self.completions.push_back((CqSide::Send, c));
+                self.completions.push_back(c);
             }
         }
     }
@@ -138,7 +153,25 @@ impl Outbox {
     }
 
     pub(crate) fn poll_completion(&mut self) -> Option<(CqSide, Completion)> {
-        self.completions.pop_front()
+        self.completions.pop_front().map(|c| (CqSide::of(&c), c))
+    }
+
+    /// Hands every released completion to `f` in order, as runs bound for one CQ
+    /// each (slices of the queue, no copy), and empties the queue.
+    pub(crate) fn drain_completions(&mut self, mut f: impl FnMut(CqSide, &[Completion])) {
+        let (front, back) = self.completions.as_slices();
+        for mut rest in [front, back] {
+            while let Some(first) = rest.first() {
+                let side = CqSide::of(first);
+                let n = rest
+                    .iter()
+                    .position(|c| CqSide::of(c) != side)
+                    .unwrap_or(rest.len());
+                f(side, &rest[..n]);
+                rest = &rest[n..];
+            }
+        }
+        self.completions.clear();
     }
 
     pub(crate) fn poll_event(&mut self) -> Option<QpEvent> {
@@ -177,5 +210,57 @@ impl Deferred {
 
     pub(crate) fn clear(&mut self) {
         self.ranges.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drained(out: &mut Outbox) -> Vec<(CqSide, Vec<(u64, WcStatus)>)> {
+        let mut runs = Vec::new();
+        out.drain_completions(|side, run| {
+            runs.push((side, run.iter().map(|c| (c.wr_id, c.status)).collect()))
+        });
+        runs
+    }
+
+    /// Completions leave in release order, as runs bound for one CQ each: a receive's
+    /// CQ is the receive CQ whatever its status, a send-queue request's the send CQ.
+    #[test]
+    fn completions_drain_in_order_as_runs_per_cq() {
+        let mut out = Outbox::new(QpId(3));
+        let ok = WcStatus::Success;
+        let flushed = WcStatus::WrFlushError;
+        out.recv(out.completion(1, ok, WcOpcode::Recv, 8));
+        let seq = out.next_send_seq();
+        out.finish_send(seq, Some(out.completion(2, ok, WcOpcode::Write, 8)));
+        out.recv(out.completion(3, ok, WcOpcode::Recv, 8));
+        out.recv(out.completion(4, flushed, WcOpcode::Recv, 0));
+        let seq = out.next_send_seq();
+        out.finish_send(seq, Some(out.completion(5, flushed, WcOpcode::Read, 0)));
+        assert_eq!(
+            drained(&mut out),
+            vec![
+                (CqSide::Recv, vec![(1, ok)]),
+                (CqSide::Send, vec![(2, ok)]),
+                (CqSide::Recv, vec![(3, ok), (4, flushed)]),
+                (CqSide::Send, vec![(5, flushed)]),
+            ]
+        );
+        assert_eq!(out.poll_completion(), None);
+        // Around the end of the queue's buffer (a run may come in two slices): the
+        // same order.
+        for i in 0..3 {
+            out.recv(out.completion(10 + i, ok, WcOpcode::Recv, 8));
+        }
+        assert_eq!(out.poll_completion().map(|(_, c)| c.wr_id), Some(10));
+        for i in 3..9 {
+            out.recv(out.completion(10 + i, ok, WcOpcode::Recv, 8));
+        }
+        let runs = drained(&mut out);
+        assert!(runs.iter().all(|(side, _)| *side == CqSide::Recv));
+        let ids: Vec<u64> = runs.into_iter().flat_map(|(_, r)| r).map(|c| c.0).collect();
+        assert_eq!(ids, (11..19).collect::<Vec<_>>());
     }
 }

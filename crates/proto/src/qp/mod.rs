@@ -560,6 +560,12 @@ impl Qp {
         self.out.poll_completion()
     }
 
+    /// Every completion released so far, in order, as runs bound for one CQ each
+    /// (slices: a run goes into its CQ in one step); afterwards none is left to poll.
+    pub fn drain_completions(&mut self, f: impl FnMut(CqSide, &[Completion])) {
+        self.out.drain_completions(f);
+    }
+
     /// Next event (fatal error, solicited arrival).
     pub fn poll_event(&mut self) -> Option<QpEvent> {
         self.out.poll_event()
