@@ -10,7 +10,7 @@
 //! Every refusal is the Terminate cause RFC 5040/5041 name for it.
 
 use super::fpdu::{Chunk, covering};
-use super::rq::{Grant, RecvSource, RecvWqe};
+use super::rq::{Grant, RecvSource, RecvWqe, Rq};
 use crate::tpt::{RemoteAccess, Tpt};
 use crate::verbs::*;
 use softrnic_wire::ddp::{DdpRepr, Placement};
@@ -248,6 +248,13 @@ impl Untagged {
             Some(rq) => rq.complete_oldest_bound(),
             None => self.bound.pop_front().map(|w| w.wr_id),
         }
+    }
+
+    /// [`Untagged::deliver_send`] for a message whose buffer is the front of the QP's
+    /// own queue `rq`, bound to it or not yet (taken and completed in one step).
+    pub(crate) fn deliver_front_of(&mut self, rq: &mut Rq) -> Option<u64> {
+        self.recv_msn = self.recv_msn.wrapping_add(1);
+        rq.complete_front()
     }
 
     /// An RFC 6581 RTR zero-length Send: consumes its MSN and no buffer.

@@ -176,6 +176,15 @@ impl Rq {
         self.queue.pop_front()
     }
 
+    /// The front buffer's message completed, the buffer bound to it or not yet: it
+    /// leaves the queue, and its work request id is returned.
+    pub(crate) fn complete_front(&mut self) -> Option<u64> {
+        let wr_id = self.queue.front()?.wr_id;
+        self.bound = self.bound.saturating_sub(1);
+        self.queue.pop_front();
+        Some(wr_id)
+    }
+
     /// The oldest bound buffer's message completed: the buffer leaves the queue, and
     /// its work request id is returned (nothing else of it is read or moved).
     pub(crate) fn complete_oldest_bound(&mut self) -> Option<u64> {

@@ -9,10 +9,9 @@
 
 use super::{Receiver, RxDeps};
 use crate::qp::deliver::QpEvent;
-use crate::qp::fpdu::{Chunk, covering};
+use crate::qp::fpdu::Chunk;
 use crate::qp::place::check_rdmap_rules;
 use crate::verbs::{WcOpcode, WcStatus};
-use arrayvec::ArrayVec;
 use softrnic_wire::ddp::{self, DdpRepr, Placement, UNTAGGED_HEADER_LEN};
 use softrnic_wire::mpa::{self, FpduCheck};
 use softrnic_wire::rdmap::Opcode;
@@ -77,24 +76,29 @@ impl Receiver {
         if len as u64 > wqe.total {
             return None;
         }
-        let mut dest = ArrayVec::<Chunk, { crate::verbs::MAX_SGE }>::new();
-        let sges = wqe.sges.iter().map(|&(region, offset, len)| Chunk {
-            region,
-            offset,
-            len: len as usize,
-        });
-        covering(sges, 0, len, &mut dest);
+        // The payload over the buffer's SGEs, in order (as `covering` from offset 0).
         let mut at = PAYLOAD_AT;
-        for c in dest.iter().filter(|c| c.len > 0) {
-            if !place(*c, &data[at..at + c.len]) {
+        let mut left = len;
+        for &(region, offset, sge_len) in &wqe.sges {
+            let k = (sge_len as usize).min(left);
+            if k > 0
+                && !place(
+                    Chunk {
+                        region,
+                        offset,
+                        len: k,
+                    },
+                    &data[at..at + k],
+                )
+            {
                 return None;
             }
-            at += c.len;
+            at += k;
+            left -= k;
         }
         // Placed and intact: the FPDU is taken, and its message completes.
-        rq.bind_through(0);
         self.stream.took_whole(wire_len, len);
-        let wr_id = self.untagged.deliver_send(d.buffers)?;
+        let wr_id = self.untagged.deliver_front_of(rq)?;
         d.buffers.release(d.qp);
         let mut c = d
             .out
