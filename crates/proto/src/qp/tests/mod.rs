@@ -815,4 +815,5 @@ mod closing;
 mod hostile;
 mod markers;
 mod runs;
+mod runs_vs_steps;
 mod segments;
