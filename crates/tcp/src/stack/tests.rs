@@ -59,6 +59,8 @@ struct App {
     eof: bool,
     closed: bool,
     seen: Readiness,
+    /// Packet buffers the stack gave back after they were read (zero-copy receive).
+    spent: usize,
 }
 
 impl App {
@@ -73,6 +75,7 @@ impl App {
             eof: false,
             closed: false,
             seen: Readiness::empty(),
+            spent: 0,
         }
     }
 
@@ -93,7 +96,9 @@ impl App {
         }
         let mut buf = [0u8; 3000];
         loop {
-            match s.read(self.id, &mut buf) {
+            // Reads of changing sizes end inside segments as often as between them.
+            let want = 500 + (self.got.len() * 7) % 2500;
+            match s.read(self.id, &mut buf[..want]) {
                 Ok(0) => {
                     self.eof = true;
                     break;
@@ -103,6 +108,9 @@ impl App {
                 Err(e) => panic!("read on {}: {e}", self.id),
             }
         }
+        let mut spent = Vec::new();
+        s.take_spent(self.id, &mut spent);
+        self.spent += spent.len();
         if self.eof && !self.shut && self.sent == self.out.len() {
             s.shutdown(self.id).unwrap();
             self.shut = true;
@@ -127,6 +135,8 @@ struct Host {
     accepted: usize,
     /// Every event, in order.
     events: Vec<StackEvent>,
+    /// Packet buffers given back after the stack kept them (zero-copy receive).
+    spent: usize,
 }
 
 impl Host {
@@ -140,6 +150,7 @@ impl Host {
             apps: Vec::new(),
             accepted: 0,
             events: Vec::new(),
+            spent: 0,
         }
     }
 
@@ -164,6 +175,8 @@ impl Host {
         }
         for a in &mut self.apps {
             a.run(&mut self.stack);
+            self.spent += a.spent;
+            a.spent = 0;
         }
     }
 }
@@ -174,6 +187,9 @@ struct World {
     b: Host,
     now: Duration,
     buf: Vec<u8>,
+    /// Packets arrive in buffers the stacks may keep ([`Stack::handle_packet_buf`]) of
+    /// at least this many octets (so a small payload is not worth keeping).
+    owned: Option<usize>,
 }
 
 impl World {
@@ -184,6 +200,7 @@ impl World {
             b: Host::new(End::B, cb, ip_b()),
             now: Duration::ZERO,
             buf: vec![0; 1500],
+            owned: None,
         }
     }
 
@@ -230,7 +247,18 @@ impl World {
         while let Some((to, p)) = self.wire.poll_arrival(self.now) {
             let p = p.to_vec();
             let now = self.now;
-            let _ = self.host(to).stack.handle_packet(now, &p, &mut NoRaw);
+            match self.owned {
+                Some(size) => {
+                    let mut buf = vec![0xa5; size.max(p.len())];
+                    buf[..p.len()].copy_from_slice(&p);
+                    let check = LinkChecksum::Unchecked;
+                    let s = &mut self.host(to).stack;
+                    let _ = s.handle_packet_buf(now, buf, p.len(), &mut NoRaw, check);
+                }
+                None => {
+                    let _ = self.host(to).stack.handle_packet(now, &p, &mut NoRaw);
+                }
+            }
             self.flush();
         }
         for e in [End::A, End::B] {
@@ -275,7 +303,21 @@ fn many(imp: Impairments, seed: u64, n: usize, len: usize) -> World {
 
 /// [`many`] with both stacks on `c`.
 fn many_with(imp: Impairments, seed: u64, n: usize, len: usize, c: StackConfig) -> World {
+    many_in(imp, seed, n, len, c, None)
+}
+
+/// [`many_with`]; `owned`: packets arrive in buffers of at least that many octets,
+/// which the stacks may keep.
+fn many_in(
+    imp: Impairments,
+    seed: u64,
+    n: usize,
+    len: usize,
+    c: StackConfig,
+    owned: Option<usize>,
+) -> World {
     let mut w = World::new(imp, seed, c.clone(), c);
+    w.owned = owned;
     w.b.listener = Some(w.b.stack.listen(server(), 64, RxMode::Stream).unwrap());
     w.b.reply = Box::new(move |i| pattern(len / 2 + i, 1000 + i as u64));
     for i in 0..n {
@@ -343,6 +385,24 @@ fn many_connections_survive_loss_reordering_duplication_and_corruption() {
     }
     assert!(lost > 100 && corrupted > 20 && retransmitted > 100);
     assert!(duplicated > 50 && dsacks_out > 50 && reported > 50);
+}
+
+#[test]
+fn payload_kept_in_packet_buffers_reads_back_whole_under_loss_reordering_duplication() {
+    // Packets in buffers of 1500 octets: a full segment (1000) is kept in its buffer,
+    // smaller ones are copied into the ring, so the reader crosses from one to the
+    // other, in and out of order, with duplicates and corruption on the wire.
+    let (mut held, mut spent, mut reordered) = (0, 0, 0);
+    for seed in 0..100 {
+        let w = many_in(harsh(), seed, 4, 12_000, cfg(), Some(1500));
+        check_many(&w, 4, 12_000, seed);
+        held += w.a.stack.stats().packets_held + w.b.stack.stats().packets_held;
+        spent += (w.a.spent + w.b.spent) as u64;
+        reordered += w.wire.stats().reordered;
+    }
+    assert!(reordered > 100, "the wire reordered {reordered}");
+    assert!(held > 5_000, "{held} packets kept");
+    assert_eq!(spent, held, "every kept packet comes back once read");
 }
 
 #[test]

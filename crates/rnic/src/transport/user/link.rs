@@ -2,7 +2,7 @@
 //! arrived, say when it next needs attention, and (for a link with a descriptor) what
 //! to wait on. [`SimLink`] is a device's port on the in-process [`SimNet`].
 
-use super::simnet::{Arrived, SimNet};
+use super::simnet::{Arrived, Packet, SimNet};
 use softrnic_tcp::LinkChecksum;
 use std::io;
 use std::net::Ipv4Addr;
@@ -40,7 +40,13 @@ pub(crate) trait Link: Send {
     /// Hands the packets that have arrived by `now` to `f`, with what the link knows of
     /// their checksums, a bounded batch; true when more may be waiting (call again
     /// after other due work).
-    fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8], LinkChecksum)) -> bool;
+    fn receive(&mut self, now: Duration, f: &mut Receive<'_>) -> bool;
+
+    /// Takes back packet buffers that [`Link::receive`] handed over and the stack kept
+    /// until they were read, for reuse.
+    fn recycle(&mut self, bufs: &mut Vec<Vec<u8>>) {
+        bufs.clear();
+    }
 
     /// When the link needs [`Link::receive`] or [`Link::handle_timeout`] again by
     /// itself (a delayed packet falls due, a neighbour resolution times out).
@@ -61,6 +67,19 @@ pub(crate) trait Link: Send {
     fn detach(&mut self);
 }
 
+/// A packet as a link hands it to the stack.
+pub(crate) enum Incoming<'a> {
+    /// Octets the link keeps.
+    Slice(&'a [u8]),
+    /// A buffer whose first `len` octets are the packet, which the stack may keep
+    /// (zero-copy receive) and give back later with [`Link::recycle`].
+    Buffer(Vec<u8>, usize),
+}
+
+/// What takes arriving packets: returns a [`Incoming::Buffer`]'s buffer unless it keeps
+/// it.
+pub(crate) type Receive<'a> = dyn FnMut(Incoming<'_>, LinkChecksum) -> Option<Vec<u8>> + 'a;
+
 /// A device's address on a [`SimNet`].
 pub(crate) struct SimLink {
     net: SimNet,
@@ -68,6 +87,8 @@ pub(crate) struct SimLink {
     /// When the next packet held back by the network (delay, reordering) falls due.
     next: Option<Duration>,
     batch: Vec<Arrived>,
+    /// Buffers to give back to the network.
+    done: Vec<Vec<u8>>,
     /// The network's packet buffers this sender holds, to write packets into.
     spare: Vec<Vec<u8>>,
     attached: bool,
@@ -90,6 +111,7 @@ impl SimLink {
             addr,
             next: None,
             batch: Vec::new(),
+            done: Vec::new(),
             spare: Vec::new(),
             attached: true,
         })
@@ -135,19 +157,28 @@ impl Link for SimLink {
         }
     }
 
-    fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8], LinkChecksum)) -> bool {
+    /// Hands each packet's buffer over: the stack may keep it until the payload is
+    /// read (then it comes back through [`Link::recycle`]).
+    fn receive(&mut self, now: Duration, f: &mut Receive<'_>) -> bool {
         self.next = self.net.receive(self.addr, now, &mut self.batch);
-        for a in &self.batch {
+        for a in self.batch.drain(..) {
             // The wire knows what it damaged (checksum offload on a trusted link).
             let check = if a.damaged {
                 LinkChecksum::Bad
             } else {
                 LinkChecksum::Good
             };
-            f(a.packet.octets(), check);
+            let Packet { buf, len } = a.packet;
+            if let Some(back) = f(Incoming::Buffer(buf, len), check) {
+                self.done.push(back);
+            }
         }
-        self.net.recycle(&mut self.batch);
+        self.net.recycle(&mut self.done);
         false
+    }
+
+    fn recycle(&mut self, bufs: &mut Vec<Vec<u8>>) {
+        self.net.recycle(bufs);
     }
 
     fn poll_timeout(&self) -> Option<Duration> {

@@ -90,12 +90,6 @@ pub(crate) struct Packet {
     pub(crate) len: usize,
 }
 
-impl Packet {
-    pub(crate) fn octets(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
 /// A packet taken off the wire: its octets, and whether the wire damaged it. The wire
 /// checksums for its ends (checksum offload, as loopback and veth do: a property of
 /// this in-process link, real links keep TCP's checksums), so it says so itself.
@@ -310,12 +304,14 @@ impl SimNet {
         }
     }
 
-    /// Gives packet buffers back for reuse (after [`SimNet::receive`]).
-    pub(crate) fn recycle(&self, bufs: &mut Vec<Arrived>) {
+    /// Gives packet buffers back for reuse (those [`SimNet::receive`] handed out).
+    pub(crate) fn recycle(&self, bufs: &mut Vec<Vec<u8>>) {
+        if bufs.is_empty() {
+            return;
+        }
         if let Ok(mut h) = self.hub.lock() {
             let room = MAX_SPARE.saturating_sub(h.spare.len());
-            h.spare
-                .extend(bufs.drain(..).take(room).map(|a| a.packet.buf));
+            h.spare.extend(bufs.drain(..).take(room));
         }
         bufs.clear();
     }

@@ -7,7 +7,7 @@
 //! notifies the condition variable that blocking users (the CM's MPA exchange,
 //! `connect`, listeners) wait on.
 
-use super::link::{Link, SimLink};
+use super::link::{Incoming, Link, SimLink};
 use super::stream::UserStream;
 use super::{UserLink, UserTcp, UserTcpStats};
 use crate::engine::now;
@@ -75,7 +75,13 @@ pub(crate) struct Inner {
     news: HashMap<ListenerId, HashSet<ConnId>>,
     /// When the stack thread wakes next by itself (`None`: only when woken).
     planned: Option<Duration>,
+    /// Packet buffers read out of (zero-copy receive), on their way back to the link.
+    spent: Vec<Vec<u8>>,
 }
+
+/// Read packet buffers gathered before they go back to the link (one hand-over of
+/// several; a SimNet takes its lock for it).
+const RECYCLE_BATCH: usize = 8;
 
 impl Inner {
     /// Sends everything the stack has to send.
@@ -94,14 +100,29 @@ impl Inner {
         while link.send_with(now, buf, &mut |out| stack.poll_transmit_for(id, now, out)) {}
     }
 
+    /// After a read of connection `id`: the packet buffers it was read out of go back
+    /// to the link, a batch at a time.
+    pub(crate) fn reclaim(&mut self, id: ConnId) {
+        self.stack.take_spent(id, &mut self.spent);
+        if self.spent.len() >= RECYCLE_BATCH {
+            self.link.recycle(&mut self.spent);
+        }
+    }
+
     /// One turn of the stack thread: packets in, timers, packets out, readiness.
     /// Returns whether blocking waiters must be notified.
     fn pump(&mut self, now: Duration) -> bool {
         let Inner { stack, link, .. } = self;
         loop {
-            let more = link.receive(now, &mut |p, check| {
-                // A packet that does not parse is counted by the stack.
-                let _ = stack.handle_packet_checked(now, p, &mut NoRaw, check);
+            // A packet that does not parse is counted by the stack.
+            let more = link.receive(now, &mut |p, check| match p {
+                Incoming::Slice(p) => {
+                    let _ = stack.handle_packet_checked(now, p, &mut NoRaw, check);
+                    None
+                }
+                Incoming::Buffer(buf, len) => {
+                    stack.handle_packet_buf(now, buf, len, &mut NoRaw, check)
+                }
             });
             if !more {
                 break;
@@ -307,6 +328,7 @@ impl UserStack {
                 watched: HashMap::new(),
                 news: HashMap::new(),
                 planned: None,
+                spent: Vec::new(),
             }),
             cv: Condvar::new(),
             wake,
