@@ -136,13 +136,18 @@ fn every_operation_and_a_graceful_close_on_a_clean_network() {
     // receive), both ways: the Send and Write into b, the Read Response into a.
     assert!(stb.stack.packets_held >= 24, "{stb:?}");
     assert!(st.stack.packets_held >= 12, "{st:?}");
+    // And sent without copying the send buffer's octets into the packet: a's Send and
+    // Write, b's Read Response.
+    assert!(st.stack.packets_lent >= 24, "{st:?}");
+    assert!(stb.stack.packets_lent >= 12, "{stb:?}");
 }
 
 #[test]
 fn full_segments_read_out_of_their_packets_under_loss_reordering_duplication() {
-    // Segments of the largest IPv4 packet (as write_bw runs): each is read straight
-    // from the packet buffer it came in, kept by the stack until the QP has read it,
-    // while losses, reordering and duplicates mix kept packets with copied pieces.
+    // Segments of the largest IPv4 packet (as write_bw runs): each carries its
+    // payload by reference to the sender's send buffer and is read straight from
+    // there, kept by the receiving stack until the QP has read it, while losses,
+    // reordering and duplicates mix kept payloads with copied pieces.
     for seed in 1..=3 {
         let net = SimNet::new(SimImpairments {
             loss: 0.02,
@@ -165,6 +170,8 @@ fn full_segments_read_out_of_their_packets_under_loss_reordering_duplication() {
         );
         assert!(stb.stack.packets_held >= 24, "seed {seed}: {stb:?}");
         assert!(st.stack.packets_held >= 12, "seed {seed}: {st:?}");
+        assert!(st.stack.packets_lent >= 24, "seed {seed}: {st:?}");
+        assert!(stb.stack.packets_lent >= 12, "seed {seed}: {stb:?}");
     }
 }
 

@@ -6,11 +6,14 @@
 //! receive, [`crate::Stack::handle_packet_buf`]): the reader then copies it straight
 //! from there, and the buffer is given back for reuse once read
 //! ([`Reassembly::take_spent`]). That saves one copy of every large segment; the ring
-//! keeps the small ones, whose buffers would pin far more memory than they carry.
+//! keeps the small ones, whose buffers would pin far more memory than they carry. A
+//! payload that came by reference ([`Lent`], a share of the sender's send buffer on an
+//! in-process link) is kept the same way, and let go once read.
 
-use crate::conn::Connection;
+use crate::conn::{Connection, Lent};
 use crate::receiver::{Arrival, Receiver};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Pieces held in packet buffers at most (each is at least half its buffer and all lie
 /// inside the window, so this only guards against a window of tiny packets).
@@ -19,10 +22,28 @@ const MAX_HELD: usize = 4096;
 /// Read packet buffers kept for [`Reassembly::take_spent`] at most; more are freed.
 const MAX_SPENT: usize = 64;
 
+/// A buffer a piece is kept in.
+#[derive(Debug)]
+enum HeldBuf {
+    /// The packet's own buffer, given back once read.
+    Packet(Vec<u8>),
+    /// The sender's send buffer chunk the packet carried by reference ([`Lent`]).
+    Shared(Arc<Vec<u8>>),
+}
+
+impl HeldBuf {
+    fn octets(&self) -> &[u8] {
+        match self {
+            HeldBuf::Packet(v) => v,
+            HeldBuf::Shared(a) => a,
+        }
+    }
+}
+
 /// A piece kept in the packet buffer it arrived in.
 #[derive(Debug)]
 struct Held {
-    buf: Vec<u8>,
+    buf: HeldBuf,
     /// Where the piece's first octet is in `buf`.
     at: usize,
     len: usize,
@@ -41,21 +62,36 @@ pub struct HoldSpec {
     base: usize,
 }
 
-/// The buffer of the packet being handled, as [`Reassembly::arrive_in`] sees it.
+/// The buffer of the packet being handled, as [`Reassembly::hold_later`] sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct PacketBuf {
     /// Address of the buffer's first octet.
     pub base: usize,
-    /// The buffer's length (what holding a piece pins).
+    /// The buffer's length.
     pub size: usize,
+    /// What keeping a piece of it costs, in octets: a piece at least half of it is
+    /// worth keeping.
+    pub weight: usize,
 }
 
 impl PacketBuf {
-    /// The buffer `buf`.
+    /// The packet buffer `buf`: keeping a piece pins all of it.
     pub fn of(buf: &[u8]) -> PacketBuf {
         PacketBuf {
             base: buf.as_ptr() as usize,
             size: buf.len(),
+            weight: buf.len(),
+        }
+    }
+
+    /// A sender's chunk `chunk`, of which a packet carried `payload` octets by
+    /// reference ([`Lent`]): a piece that is most of the payload is worth keeping.
+    /// The chunk lives in the sender's send buffer until acknowledged anyway; what
+    /// the pieces kept here pin beyond that spans the window and two chunks at most.
+    pub fn lent(chunk: &[u8], payload: usize) -> PacketBuf {
+        PacketBuf {
+            weight: payload,
+            ..PacketBuf::of(chunk)
         }
     }
 }
@@ -124,7 +160,7 @@ impl Reassembly {
         let inside = at.checked_add(len).is_some_and(|end| end <= packet.size);
         (inside
             && len > 0
-            && 2 * len >= packet.size
+            && 2 * len >= packet.weight
             && self.held.len() < MAX_HELD
             && self.fits(piece))
         .then_some(HoldSpec {
@@ -141,13 +177,29 @@ impl Reassembly {
         if buf.as_ptr() as usize != spec.base || spec.at + spec.len > buf.len() {
             return Some(buf);
         }
+        self.keep(HeldBuf::Packet(buf), spec);
+        None
+    }
+
+    /// [`Reassembly::hold`] for a payload that came by reference: keeps its share of
+    /// the sender's chunk (`PacketBuf::of` the whole chunk found the piece); false if
+    /// `chunk` is not where the piece was found.
+    pub fn hold_lent(&mut self, lent: &Lent, spec: HoldSpec) -> bool {
+        let chunk = &lent.chunk;
+        if chunk.as_ptr() as usize != spec.base || spec.at + spec.len > chunk.len() {
+            return false;
+        }
+        self.keep(HeldBuf::Shared(chunk.clone()), spec);
+        true
+    }
+
+    fn keep(&mut self, buf: HeldBuf, spec: HoldSpec) {
         let held = Held {
             buf,
             at: spec.at,
             len: spec.len,
         };
         self.held.insert(spec.offset, held);
-        None
     }
 
     /// Moves the packet buffers read to the end into `out`, for reuse.
@@ -171,13 +223,16 @@ impl Reassembly {
                     let n = left.min(len - skip);
                     if let Some(h) = self.held.get(&start) {
                         let from = h.at + skip;
-                        out[done..done + n].copy_from_slice(&h.buf[from..from + n]);
+                        out[done..done + n].copy_from_slice(&h.buf.octets()[from..from + n]);
                     }
                     if skip + n == len
-                        && let Some(h) = self.held.remove(&start)
+                        && let Some(Held {
+                            buf: HeldBuf::Packet(buf),
+                            ..
+                        }) = self.held.remove(&start)
                         && self.spent.len() < MAX_SPENT
                     {
-                        self.spent.push(h.buf);
+                        self.spent.push(buf);
                     }
                     n
                 }

@@ -5,7 +5,7 @@
 use super::{
     ConnId, Entry, LinkChecksum, ListenerId, NoRaw, Rx, Sink, Stack, StackReceiver, Stage,
 };
-use crate::conn::{Connection, State};
+use crate::conn::{Connection, Lent, State};
 use crate::reassembly::{HoldSpec, PacketBuf, Reassembly};
 use crate::segment::{Flags, ParseError, Segment};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -70,6 +70,53 @@ impl Stack {
         match kept {
             Ok(Some((id, spec))) => self.hold(id, buf, spec),
             _ => Some(buf),
+        }
+    }
+
+    /// [`Stack::handle_packet_buf`] for a packet whose headers are the first `len`
+    /// octets of `head` and whose payload came by reference (`body`, from a sender's
+    /// [`Stack::poll_transmit_for_lent`] on an in-process link that checks checksums
+    /// for its ends). A large payload is kept by reference until read. Returns `head`
+    /// for reuse.
+    pub fn handle_packet_split<R: StackReceiver>(
+        &mut self,
+        now: Duration,
+        head: Vec<u8>,
+        len: usize,
+        body: &Lent,
+        raw: &mut R,
+        check: LinkChecksum,
+    ) -> Vec<u8> {
+        self.stats.packets_in += 1;
+        let parsed = match (check, head.get(..len)) {
+            (LinkChecksum::Bad, _) => Err(ParseError::TcpChecksum),
+            (_, Some(h)) => Segment::parse_split(h, body.octets()),
+            (_, None) => Err(ParseError::Ipv4),
+        };
+        let seg = match parsed {
+            Ok(s) => s,
+            Err(e) => {
+                self.count_parse_error(e);
+                return head;
+            }
+        };
+        let whole = PacketBuf::lent(&body.chunk, body.range.len());
+        if let Some((id, spec)) = self.segment_in(now, &seg, raw, Some(whole))
+            && let Some(Entry {
+                rx: Rx::Stream(Some(r)),
+                ..
+            }) = self.entry_mut(id)
+            && r.hold_lent(body, spec)
+        {
+            self.stats.packets_held += 1;
+        }
+        head
+    }
+
+    fn count_parse_error(&mut self, e: ParseError) {
+        match e {
+            ParseError::Ipv4Checksum | ParseError::TcpChecksum => self.stats.dropped_checksum += 1,
+            _ => self.stats.dropped_malformed += 1,
         }
     }
 

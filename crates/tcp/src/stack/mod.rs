@@ -214,8 +214,11 @@ pub struct StackStats {
     /// Connection slots freed.
     pub reaped: u64,
     /// Packets whose buffer a connection kept to be read from (zero-copy receive,
-    /// [`Stack::handle_packet_buf`]).
+    /// [`Stack::handle_packet_buf`], or a lent payload kept by reference).
     pub packets_held: u64,
+    /// Packets sent with their payload lent, not copied
+    /// ([`Stack::poll_transmit_lent`]).
+    pub packets_lent: u64,
 }
 
 /// Where a connection is in its life as the stack sees it.
@@ -618,6 +621,22 @@ impl Stack {
     pub fn send_record(&mut self, id: ConnId, record: &[u8]) -> Result<(), StackError> {
         let e = self.user(id)?;
         match e.conn.send_record(record) {
+            Ok(()) => Ok(()),
+            Err(crate::SendError::Full) => Err(StackError::WouldBlock),
+            Err(crate::SendError::Closed) => Err(e.failed.unwrap_or(StackError::Closed)),
+        }
+    }
+
+    /// [`Stack::send_record`] for a record of `len` octets given in parts (an FPDU's
+    /// gather list): see [`Connection::send_record_with`].
+    pub fn send_record_with(
+        &mut self,
+        id: ConnId,
+        len: usize,
+        feed: &mut crate::Feed<'_>,
+    ) -> Result<(), StackError> {
+        let e = self.user(id)?;
+        match e.conn.send_record_with(len, feed) {
             Ok(()) => Ok(()),
             Err(crate::SendError::Full) => Err(StackError::WouldBlock),
             Err(crate::SendError::Closed) => Err(e.failed.unwrap_or(StackError::Closed)),

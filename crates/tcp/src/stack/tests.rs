@@ -4,10 +4,11 @@
 //! impairments: every run replays.
 
 use super::*;
+use crate::conn::Lent;
 use crate::segment::{Flags, IPV4_HEADER_LEN, Options, ParseError};
 use crate::seq::SeqNum;
 use crate::sim::{End, Impairments, Wire};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -61,6 +62,8 @@ struct App {
     seen: Readiness,
     /// Packet buffers the stack gave back after they were read (zero-copy receive).
     spent: usize,
+    /// Send records of up to this many octets instead of a plain stream.
+    records: Option<usize>,
 }
 
 impl App {
@@ -76,6 +79,7 @@ impl App {
             closed: false,
             seen: Readiness::empty(),
             spent: 0,
+            records: None,
         }
     }
 
@@ -84,7 +88,16 @@ impl App {
             return;
         }
         while self.sent < self.out.len() {
-            match s.send(self.id, &self.out[self.sent..]) {
+            let r = match self.records {
+                // Records of changing sizes, from a few octets to more than a segment.
+                Some(max) => {
+                    let len = (1 + (self.sent * 31) % max).min(self.out.len() - self.sent);
+                    let rec = &self.out[self.sent..self.sent + len];
+                    s.send_record(self.id, rec).map(|()| len)
+                }
+                None => s.send(self.id, &self.out[self.sent..]),
+            };
+            match r {
                 Ok(n) => self.sent += n,
                 Err(StackError::WouldBlock) => break,
                 Err(e) => panic!("send on {}: {e}", self.id),
@@ -135,6 +148,8 @@ struct Host {
     accepted: usize,
     /// Every event, in order.
     events: Vec<StackEvent>,
+    /// The accepted connections send records of up to this many octets.
+    records: Option<usize>,
     /// Packet buffers given back after the stack kept them (zero-copy receive).
     spent: usize,
 }
@@ -151,6 +166,7 @@ impl Host {
             accepted: 0,
             events: Vec::new(),
             spent: 0,
+            records: None,
         }
     }
 
@@ -170,7 +186,9 @@ impl Host {
             while let Some(id) = self.stack.accept(l).unwrap() {
                 let out = (self.reply)(self.accepted);
                 self.accepted += 1;
-                self.apps.push(App::new(id, out));
+                let mut app = App::new(id, out);
+                app.records = self.records;
+                self.apps.push(app);
             }
         }
         for a in &mut self.apps {
@@ -190,6 +208,13 @@ struct World {
     /// Packets arrive in buffers the stacks may keep ([`Stack::handle_packet_buf`]) of
     /// at least this many octets (so a small payload is not worth keeping).
     owned: Option<usize>,
+    /// Payloads travel by reference ([`Stack::poll_transmit_lent`]): the wire carries
+    /// the whole packet, and an arriving one whose headers were sent with a lent
+    /// payload is handed over split, with that payload
+    /// ([`Stack::handle_packet_split`]). Needs a wire that does not corrupt.
+    lent: Option<HashMap<Vec<u8>, Lent>>,
+    /// Packets whose payload was lent.
+    lent_packets: u64,
 }
 
 impl World {
@@ -201,6 +226,8 @@ impl World {
             now: Duration::ZERO,
             buf: vec![0; 1500],
             owned: None,
+            lent: None,
+            lent_packets: 0,
         }
     }
 
@@ -215,12 +242,27 @@ impl World {
         for e in [End::A, End::B] {
             let now = self.now;
             let mut buf = std::mem::take(&mut self.buf);
-            let h = self.host(e);
+            let h = match e {
+                End::A => &mut self.a,
+                End::B => &mut self.b,
+            };
             h.app();
             let end = h.end;
             let mut out = Vec::new();
-            while let Some(n) = h.stack.poll_transmit(now, &mut buf) {
-                out.push(buf[..n].to_vec());
+            if let Some(map) = &mut self.lent {
+                while let Some((n, lent)) = h.stack.poll_transmit_lent(now, &mut buf) {
+                    let mut p = buf[..n].to_vec();
+                    if let Some(l) = lent {
+                        p.extend_from_slice(l.octets());
+                        map.insert(buf[..n].to_vec(), l);
+                        self.lent_packets += 1;
+                    }
+                    out.push(p);
+                }
+            } else {
+                while let Some(n) = h.stack.poll_transmit(now, &mut buf) {
+                    out.push(buf[..n].to_vec());
+                }
             }
             for p in out {
                 self.wire.send(end, now, &p);
@@ -247,6 +289,24 @@ impl World {
         while let Some((to, p)) = self.wire.poll_arrival(self.now) {
             let p = p.to_vec();
             let now = self.now;
+            // The headers' length: IPv4's, then TCP's data offset.
+            let ihl = usize::from(p[0] & 0xf) * 4;
+            let head = ihl + usize::from(p.get(ihl + 12).copied().unwrap_or(0) >> 4) * 4;
+            let lent = self
+                .lent
+                .as_ref()
+                .and_then(|m| m.get(p.get(..head)?))
+                .cloned();
+            if let Some(l) = lent {
+                assert_eq!(&p[head..], l.octets(), "the wire must not corrupt here");
+                let s = &mut self.host(to).stack;
+                let check = LinkChecksum::Good;
+                let back =
+                    s.handle_packet_split(now, p[..head].to_vec(), head, &l, &mut NoRaw, check);
+                assert_eq!(back.len(), head);
+                self.flush();
+                continue;
+            }
             match self.owned {
                 Some(size) => {
                     let mut buf = vec![0xa5; size.max(p.len())];
@@ -316,16 +376,38 @@ fn many_in(
     c: StackConfig,
     owned: Option<usize>,
 ) -> World {
+    many_lent(imp, seed, n, len, c, owned, None)
+}
+
+/// [`many_in`]; `records`: both sides send records of up to that many octets, with
+/// payloads lent to the packets that carry them.
+fn many_lent(
+    imp: Impairments,
+    seed: u64,
+    n: usize,
+    len: usize,
+    c: StackConfig,
+    owned: Option<usize>,
+    records: Option<usize>,
+) -> World {
     let mut w = World::new(imp, seed, c.clone(), c);
     w.owned = owned;
+    if records.is_some() {
+        w.lent = Some(HashMap::new());
+        // Packets as large as the wire's MTU allows, so segments reach the MSS.
+        w.buf = vec![0; w.wire.impairments().mtu];
+    }
     w.b.listener = Some(w.b.stack.listen(server(), 64, RxMode::Stream).unwrap());
     w.b.reply = Box::new(move |i| pattern(len / 2 + i, 1000 + i as u64));
+    w.b.records = records;
     for i in 0..n {
         let id =
             w.a.stack
                 .connect(w.now, None, server(), RxMode::Stream)
                 .unwrap();
-        w.a.apps.push(App::new(id, pattern(len + i, i as u64)));
+        let mut app = App::new(id, pattern(len + i, i as u64));
+        app.records = records;
+        w.a.apps.push(app);
     }
     w.run_until(120_000 * MS, |w| {
         w.b.apps.len() == n
@@ -403,6 +485,38 @@ fn payload_kept_in_packet_buffers_reads_back_whole_under_loss_reordering_duplica
     assert!(reordered > 100, "the wire reordered {reordered}");
     assert!(held > 5_000, "{held} packets kept");
     assert_eq!(spent, held, "every kept packet comes back once read");
+}
+
+#[test]
+fn payloads_lent_to_packets_arrive_whole_under_loss_reordering_duplication() {
+    // Segments of up to 16000 octets on a link that checks checksums for its ends:
+    // records of 8 KiB or more are kept in chunks of their own, packets carry
+    // their payload by reference, and the receiver keeps a large one until read,
+    // while loss, reordering and duplicates make retransmissions of lent ranges.
+    let mut c = cfg();
+    c.tcp.checksum_offload = true;
+    c.tcp.mss = 16_000;
+    c.tcp.send_buffer = 128 * 1024;
+    c.tcp.recv_buffer = 128 * 1024;
+    let imp = Impairments {
+        jitter: MS / 2,
+        loss: 0.02,
+        reorder: 0.05,
+        duplicate: 0.02,
+        mtu: 65_535,
+        ..Impairments::default()
+    };
+    let (mut lent, mut held, mut retransmitted) = (0, 0, 0);
+    for seed in 0..60 {
+        let w = many_lent(imp.clone(), seed, 3, 300_000, c.clone(), None, Some(30_000));
+        check_many(&w, 3, 300_000, seed);
+        lent += w.lent_packets;
+        held += w.a.stack.stats().packets_held + w.b.stack.stats().packets_held;
+        retransmitted += w.a.stack.tcp_totals().retransmitted_segments;
+    }
+    assert!(lent > 5_000, "{lent} packets lent their payload");
+    assert!(held > 2_000, "{held} payloads kept by reference");
+    assert!(retransmitted > 100, "{retransmitted} retransmitted");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! to wait on. [`SimLink`] is a device's port on the in-process [`SimNet`].
 
 use super::simnet::{Arrived, Packet, SimNet};
-use softrnic_tcp::LinkChecksum;
+use softrnic_tcp::{Lent, LinkChecksum};
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::RawFd;
@@ -42,6 +42,26 @@ pub(crate) trait Link: Send {
     /// after other due work).
     fn receive(&mut self, now: Duration, f: &mut Receive<'_>) -> bool;
 
+    /// Whether packets may carry their payload by reference ([`Link::send_lent`]).
+    fn lends(&self) -> bool {
+        false
+    }
+
+    /// [`Link::send_with`] for a `fill` that may write only the headers and lend the
+    /// payload ([`softrnic_tcp::Stack::poll_transmit_for_lent`]); a link that does not
+    /// carry payloads by reference copies it behind the headers.
+    fn send_lent(&mut self, now: Duration, scratch: &mut [u8], fill: &mut FillLent<'_>) -> bool {
+        self.send_with(now, scratch, &mut |out| {
+            let (n, lent) = fill(out)?;
+            let Some(l) = lent else {
+                return Some(n);
+            };
+            let body = l.octets();
+            out.get_mut(n..n + body.len())?.copy_from_slice(body);
+            Some(n + body.len())
+        })
+    }
+
     /// Takes back packet buffers that [`Link::receive`] handed over and the stack kept
     /// until they were read, for reuse.
     fn recycle(&mut self, bufs: &mut Vec<Vec<u8>>) {
@@ -74,11 +94,18 @@ pub(crate) enum Incoming<'a> {
     /// A buffer whose first `len` octets are the packet, which the stack may keep
     /// (zero-copy receive) and give back later with [`Link::recycle`].
     Buffer(Vec<u8>, usize),
+    /// A buffer whose first `len` octets are the headers, and the payload, carried by
+    /// reference (a share of the sender's send buffer); the buffer comes back at once.
+    Split(Vec<u8>, usize, Lent),
 }
 
 /// What takes arriving packets: returns a [`Incoming::Buffer`]'s buffer unless it keeps
 /// it.
 pub(crate) type Receive<'a> = dyn FnMut(Incoming<'_>, LinkChecksum) -> Option<Vec<u8>> + 'a;
+
+/// Writes a packet's headers (and its payload, unless lent) into the buffer it is
+/// given: its length written and the lent payload, or `None` when nothing is due.
+pub(crate) type FillLent<'a> = dyn FnMut(&mut [u8]) -> Option<(usize, Option<Lent>)> + 'a;
 
 /// A device's address on a [`SimNet`].
 pub(crate) struct SimLink {
@@ -168,8 +195,12 @@ impl Link for SimLink {
             } else {
                 LinkChecksum::Good
             };
-            let Packet { buf, len } = a.packet;
-            if let Some(back) = f(Incoming::Buffer(buf, len), check) {
+            let Packet { buf, len, body } = a.packet;
+            let incoming = match body {
+                Some(b) => Incoming::Split(buf, len, b),
+                None => Incoming::Buffer(buf, len),
+            };
+            if let Some(back) = f(incoming, check) {
                 self.done.push(back);
             }
         }
@@ -179,6 +210,31 @@ impl Link for SimLink {
 
     fn recycle(&mut self, bufs: &mut Vec<Vec<u8>>) {
         self.net.recycle(bufs);
+    }
+
+    fn lends(&self) -> bool {
+        true
+    }
+
+    /// The payload travels by reference beside the headers written into one of the
+    /// network's buffers: the send buffer's octets are not copied.
+    fn send_lent(&mut self, now: Duration, _scratch: &mut [u8], fill: &mut FillLent<'_>) -> bool {
+        if self.spare.is_empty() {
+            self.net.take_buffers(TAKE, &mut self.spare);
+        }
+        let Some(mut buf) = self.spare.pop() else {
+            return false;
+        };
+        match fill(&mut buf) {
+            Some((n, body)) => {
+                self.net.send_packet(buf, n, body, now);
+                true
+            }
+            None => {
+                self.spare.push(buf);
+                false
+            }
+        }
     }
 
     fn poll_timeout(&self) -> Option<Duration> {

@@ -89,15 +89,26 @@ impl Inner {
         let Inner {
             stack, link, buf, ..
         } = self;
-        while link.send_with(now, buf, &mut |out| stack.poll_transmit(now, out)) {}
+        if link.lends() {
+            while link.send_lent(now, buf, &mut |out| stack.poll_transmit_lent(now, out)) {}
+        } else {
+            while link.send_with(now, buf, &mut |out| stack.poll_transmit(now, out)) {}
+        }
     }
 
-    /// Sends what connection `id` has to send.
+    /// Sends what connection `id` has to send; on a link that carries payloads by
+    /// reference, a large record's segments go without copying its octets.
     fn flush_conn(&mut self, id: ConnId, now: Duration) {
         let Inner {
             stack, link, buf, ..
         } = self;
-        while link.send_with(now, buf, &mut |out| stack.poll_transmit_for(id, now, out)) {}
+        if link.lends() {
+            while link.send_lent(now, buf, &mut |out| {
+                stack.poll_transmit_for_lent(id, now, out)
+            }) {}
+        } else {
+            while link.send_with(now, buf, &mut |out| stack.poll_transmit_for(id, now, out)) {}
+        }
     }
 
     /// After a read of connection `id`: the packet buffers it was read out of go back
@@ -122,6 +133,9 @@ impl Inner {
                 }
                 Incoming::Buffer(buf, len) => {
                     stack.handle_packet_buf(now, buf, len, &mut NoRaw, check)
+                }
+                Incoming::Split(head, len, body) => {
+                    Some(stack.handle_packet_split(now, head, len, &body, &mut NoRaw, check))
                 }
             });
             if !more {

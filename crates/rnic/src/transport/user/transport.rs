@@ -141,6 +141,19 @@ impl Framer {
         if take == 0 {
             return Err(StackError::WouldBlock);
         }
+        if whole && take == total {
+            // The whole FPDU as one record, in one call: a large one may get a chunk
+            // of its own that packets carry by reference.
+            match st.send_record_with(id, take, &mut |put| iov.for_each_piece(take, |p| put(p))) {
+                Ok(()) => {
+                    self.count(take);
+                    return Ok(take);
+                }
+                // No record left (the room is there): as plain octets below.
+                Err(StackError::WouldBlock) => {}
+                Err(e) => return Err(e),
+            }
+        }
         let mut left = take;
         let mut result = Ok(());
         iov.for_each_piece(take, |piece| {
