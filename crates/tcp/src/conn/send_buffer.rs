@@ -123,7 +123,23 @@ impl SendBuffer {
     }
 
     /// Appends `bytes` (which fit) to the chunks that fill in turn.
-    fn append(&mut self, mut bytes: &[u8]) {
+    fn append(&mut self, bytes: &[u8]) {
+        // Most often the last chunk has room for all of it.
+        if let Some(Chunk {
+            store: Store::Own(v),
+            ..
+        }) = self.chunks.back_mut()
+            && self.chunk_size - v.len() >= bytes.len()
+        {
+            v.extend_from_slice(bytes);
+            self.end += bytes.len() as u64;
+            return;
+        }
+        self.append_across(bytes);
+    }
+
+    /// [`SendBuffer::append`] into new chunks as they fill.
+    fn append_across(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             let room = match self.chunks.back() {
                 Some(Chunk {
@@ -166,7 +182,17 @@ impl SendBuffer {
 
     /// Queues `bytes` whole as one record; false (nothing queued) if it does not fit.
     pub fn write_record(&mut self, bytes: &[u8]) -> bool {
-        self.write_record_parts(&[bytes])
+        if self.share_min.is_some_and(|m| bytes.len() >= m) {
+            return self.write_record_parts(&[bytes]);
+        }
+        if bytes.len() > self.free() || self.records.len() == self.max_records {
+            return false;
+        }
+        self.append(bytes);
+        if !bytes.is_empty() {
+            self.records.push_back(self.end);
+        }
+        true
     }
 
     /// Queues the concatenation of `parts` whole as one record (an FPDU given as a
