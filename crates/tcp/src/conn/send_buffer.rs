@@ -70,7 +70,8 @@ pub(crate) struct SendBuffer {
     /// Acknowledged chunks' buffers, for reuse.
     spare: Vec<Vec<u8>>,
     /// Acknowledged shared chunks, which a receiver may still hold: reused once it
-    /// no longer does (fresh memory for every large record would cost page faults).
+    /// no longer does (fresh memory for every large record would cost page faults);
+    /// as many as the buffer's size at most.
     lent_out: VecDeque<Arc<Vec<u8>>>,
     /// The size of a chunk that fills in turn: at least a segment, so that a segment
     /// spans two at most.
@@ -248,6 +249,11 @@ impl SendBuffer {
         true
     }
 
+    /// What the shared chunks kept for reuse hold (at most the buffer's size).
+    fn lent_out_bytes(&self) -> usize {
+        self.lent_out.iter().map(|a| a.capacity()).sum()
+    }
+
     /// An empty buffer for a shared chunk of `len` octets: one that no receiver holds
     /// any more if there is one, else a new one.
     fn reuse_shared(&mut self, len: usize) -> Vec<u8> {
@@ -279,7 +285,10 @@ impl SendBuffer {
                 Store::Own(v) if self.spare.len() <= self.cap / self.chunk_size => {
                     self.spare.push(v);
                 }
-                Store::Shared(a) if self.lent_out.len() < MAX_LENT_OUT => {
+                Store::Shared(a)
+                    if self.lent_out.len() < MAX_LENT_OUT
+                        && self.lent_out_bytes() + a.capacity() <= self.cap =>
+                {
                     self.lent_out.push_back(a);
                 }
                 _ => {}
