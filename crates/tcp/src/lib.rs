@@ -26,7 +26,9 @@ pub mod sim;
 pub mod stack;
 
 pub use config::{Config, Keepalive};
-pub use conn::{Connection, Event, SendError, State, Stats, initial_sequence, reset_for};
+pub use conn::{
+    Connection, Event, Feed, Lent, SendError, State, Stats, initial_sequence, reset_for,
+};
 pub use reassembly::Reassembly;
 pub use receiver::{Arrival, Receiver, Refuse};
 pub use segment::{EmitError, Flags, Options, ParseError, SackBlock, Segment};

@@ -13,8 +13,8 @@ use arrayvec::ArrayVec;
 use bitflags::bitflags;
 use etherparse::checksum::Sum16BitWords;
 use etherparse::{
-    IpNumber, Ipv4Header, Ipv4Slice, TcpHeader, TcpOptionElement, TcpOptions, TcpOptionsIterator,
-    TcpSlice,
+    IpNumber, Ipv4Header, Ipv4HeaderSlice, Ipv4Slice, TcpHeader, TcpHeaderSlice, TcpOptionElement,
+    TcpOptions, TcpOptionsIterator, TcpSlice,
 };
 use std::net::SocketAddrV4;
 
@@ -281,7 +281,63 @@ impl<'a> Segment<'a> {
         out: &mut [u8],
         tcp_checksum: bool,
     ) -> Result<usize, EmitError> {
-        let payload_len = parts[0].len() + parts[1].len();
+        self.emit_with(parts, parts[0].len() + parts[1].len(), out, tcp_checksum)
+    }
+
+    /// Writes the headers of a packet whose `payload_len` octets of payload travel
+    /// apart (by reference, on a link that carries them so: [`crate::Lent`]); returns
+    /// the headers' length. No TCP checksum: only such a link does this.
+    pub(crate) fn emit_headers(
+        &self,
+        payload_len: usize,
+        out: &mut [u8],
+    ) -> Result<usize, EmitError> {
+        let total = self.emit_with([&[], &[]], payload_len, out, false)?;
+        Ok(total - payload_len)
+    }
+
+    /// Reads a packet whose headers (`head`, whose IPv4 total length counts the
+    /// payload) and payload (`body`) lie apart, from a link that checks TCP checksums
+    /// itself. The IPv4 header's checksum is verified.
+    pub fn parse_split(head: &[u8], body: &'a [u8]) -> Result<Segment<'a>, ParseError> {
+        let ip = Ipv4HeaderSlice::from_slice(head).map_err(|_| ParseError::Ipv4)?;
+        if Sum16BitWords::new().add_slice(ip.slice()).ones_complement() != 0 {
+            return Err(ParseError::Ipv4Checksum);
+        }
+        if ip.is_fragmenting_payload() {
+            return Err(ParseError::Fragment);
+        }
+        if ip.protocol() != IpNumber::TCP {
+            return Err(ParseError::NotTcp(ip.protocol().0));
+        }
+        let tcp_at = ip.slice().len();
+        let tcp_bytes = head.get(tcp_at..).ok_or(ParseError::Tcp)?;
+        let tcp = TcpHeaderSlice::from_slice(tcp_bytes).map_err(|_| ParseError::Tcp)?;
+        let header_len = tcp_at + tcp.slice().len();
+        if usize::from(ip.total_len()) != header_len + body.len() || head.len() < header_len {
+            return Err(ParseError::Tcp);
+        }
+        let options = Options::parse(tcp.options())?;
+        Ok(Segment {
+            src: SocketAddrV4::new(ip.source_addr(), tcp.source_port()),
+            dst: SocketAddrV4::new(ip.destination_addr(), tcp.destination_port()),
+            seq: SeqNum(tcp.sequence_number()),
+            ack: SeqNum(tcp.acknowledgment_number()),
+            flags: Flags::from_bits_retain(tcp_bytes[13]),
+            window: tcp.window_size(),
+            options,
+            payload: body,
+        })
+    }
+
+    /// Writes the headers and `parts`, with the lengths of a payload of `payload_len`.
+    fn emit_with(
+        &self,
+        parts: [&[u8]; 2],
+        payload_len: usize,
+        out: &mut [u8],
+        tcp_checksum: bool,
+    ) -> Result<usize, EmitError> {
         let mut tcp = TcpHeader::new(self.src.port(), self.dst.port(), self.seq.0, self.window);
         tcp.acknowledgment_number = self.ack.0;
         let f = self.flags;
@@ -300,9 +356,10 @@ impl<'a> Segment<'a> {
             .ok()
             .filter(|&l| usize::from(l) + IPV4_HEADER_LEN <= usize::from(u16::MAX))
             .ok_or(EmitError::TooLong(payload_len))?;
-        if out.len() < total {
+        let written = total - payload_len + parts[0].len() + parts[1].len();
+        if out.len() < written {
             return Err(EmitError::BufferTooSmall {
-                need: total,
+                need: written,
                 have: out.len(),
             });
         }
@@ -317,7 +374,7 @@ impl<'a> Segment<'a> {
             out[at..at + part.len()].copy_from_slice(part);
             at += part.len();
         }
-        if tcp_checksum {
+        if tcp_checksum && written == total {
             // The checksum field is zero in `h`: the sum is over the rest.
             let sum = self::tcp_checksum(src, dst, &out[IPV4_HEADER_LEN..total]);
             out[IPV4_HEADER_LEN + 16..IPV4_HEADER_LEN + 18].copy_from_slice(&sum.to_ne_bytes());

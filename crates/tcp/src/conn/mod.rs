@@ -32,6 +32,8 @@ use std::net::SocketAddrV4;
 use std::time::Duration;
 use tx::Tx;
 
+pub use send_buffer::{Feed, Lent};
+
 /// The connection states of RFC 9293 section 3.3.2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum State {
@@ -178,6 +180,10 @@ pub struct Connection {
     challenges: (Duration, u32),
     events: ArrayVec<Event, 8>,
     stats: Stats,
+    /// The caller of [`Connection::poll_transmit_lent`] takes payloads by reference.
+    lending: bool,
+    /// The payload of the segment just written, when it travels by reference.
+    lent: Option<Lent>,
 }
 
 impl Connection {
@@ -232,6 +238,8 @@ impl Connection {
             challenges: (Duration::ZERO, 0),
             events: ArrayVec::new(),
             stats: Stats::default(),
+            lending: false,
+            lent: None,
         }
     }
 
@@ -317,6 +325,19 @@ impl Connection {
             return Err(SendError::Closed);
         }
         if self.tx.buf.write_record(record) {
+            Ok(())
+        } else {
+            Err(SendError::Full)
+        }
+    }
+
+    /// [`Connection::send_record`] for a record of `len` octets given in parts (an
+    /// FPDU's gather list): `feed` hands them, in order, to the function it is given.
+    pub fn send_record_with(&mut self, len: usize, feed: &mut Feed<'_>) -> Result<(), SendError> {
+        if !self.can_send() {
+            return Err(SendError::Closed);
+        }
+        if self.tx.buf.write_record_with(len, feed) {
             Ok(())
         } else {
             Err(SendError::Full)

@@ -4,12 +4,28 @@
 //! written straight into the caller's buffer.
 
 use super::tx::{Blocked, Pick, Tlp};
-use super::{Connection, Probe, State};
+use super::{Connection, Lent, Probe, State};
 use crate::segment::{Flags, IPV4_HEADER_LEN, MAX_SACK_BLOCKS, Options, Segment, TCP_HEADER_LEN};
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
 impl Connection {
+    /// [`Connection::poll_transmit`] for a link that carries a payload by reference (an
+    /// in-process one, with [`crate::Config::checksum_offload`]): a segment of a large
+    /// record comes out as its headers in `out` (the length returned) and its payload
+    /// as a [`Lent`] share of the send buffer, not copied.
+    pub fn poll_transmit_lent(
+        &mut self,
+        now: Duration,
+        out: &mut [u8],
+    ) -> Option<(usize, Option<Lent>)> {
+        self.lending = self.cfg.checksum_offload;
+        self.lent = None;
+        let n = self.poll_transmit(now, out);
+        self.lending = false;
+        n.map(|n| (n, self.lent.take()))
+    }
+
     /// Writes the next packet to send into `out` and returns its length, or `None`
     /// when nothing is due. Call it until it returns `None` after every input and
     /// timeout. `out` should hold a whole packet (the MTU, `mss + 40` octets); a smaller
@@ -136,10 +152,20 @@ impl Connection {
             flags |= Flags::PSH;
         }
         let seg = self.header(remote, self.tx.seq(p.start), flags, len as usize, out.len());
-        let parts = self.tx.buf.slices(pay_start - 1, pay_end - 1);
-        let n = seg
-            .emit_parts(parts, out, !self.cfg.checksum_offload)
-            .ok()?;
+        let lent = self
+            .lending
+            .then(|| self.tx.buf.lend(pay_start - 1, pay_end - 1))
+            .flatten();
+        let n = match &lent {
+            // The payload travels by reference: only the headers are written.
+            Some(_) => seg.emit_headers(len as usize, out).ok()?,
+            None => {
+                let parts = self.tx.buf.slices(pay_start - 1, pay_end - 1);
+                seg.emit_parts(parts, out, !self.cfg.checksum_offload)
+                    .ok()?
+            }
+        };
+        self.lent = lent;
         if p.rtx && p.start == self.tx.una {
             // The oldest segment went again: give it a whole timeout to be
             // acknowledged (as Linux does), lest the timer fire during recovery.

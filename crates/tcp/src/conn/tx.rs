@@ -140,6 +140,13 @@ pub(crate) enum Blocked {
     Cwnd,
 }
 
+/// Records at least this long are kept in chunks that packets may carry by reference
+/// (on a link with checksum offload, an in-process one): half a segment, and never
+/// small ones, whose allocation would cost more than the copy it saves.
+fn share_min(mss: u16) -> usize {
+    (usize::from(mss) / 2).max(8 * 1024)
+}
+
 impl Tx {
     pub fn new(cfg: &Config, iss: SeqNum) -> Tx {
         let mss = u64::from(cfg.mss);
@@ -159,7 +166,12 @@ impl Tx {
             scaling: false,
             mss,
             sack_ok: false,
-            buf: SendBuffer::new(cfg.send_buffer, cfg.max_records),
+            buf: SendBuffer::new(
+                cfg.send_buffer,
+                cfg.max_records,
+                usize::from(cfg.mss),
+                cfg.checksum_offload.then(|| share_min(cfg.mss)),
+            ),
             fin: None,
             scoreboard: RangeSet::new(cfg.max_ooo_ranges),
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),

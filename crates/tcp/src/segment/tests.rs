@@ -229,3 +229,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn headers_and_a_payload_apart_parse_as_the_whole_packet() {
+    let payload: Vec<u8> = (0..=200).collect();
+    let seg = sample(&payload);
+    let mut whole = [0u8; 1500];
+    let n = seg.emit_parts([&payload, &[]], &mut whole, false).unwrap();
+    let mut head = [0u8; 100];
+    let h = seg.emit_headers(payload.len(), &mut head).unwrap();
+    assert_eq!(h + payload.len(), n);
+    assert_eq!(head[..h], whole[..h], "the same headers, lengths included");
+    let apart = Segment::parse_split(&head[..h], &payload).unwrap();
+    assert_eq!(apart, Segment::parse_with(&whole[..n], false).unwrap());
+    // A payload of another length than the headers say is refused.
+    assert!(Segment::parse_split(&head[..h], &payload[1..]).is_err());
+    assert!(Segment::parse_split(&head[..h - 1], &payload).is_err());
+    let mut bad = head;
+    bad[10] ^= 1;
+    assert_eq!(
+        Segment::parse_split(&bad[..h], &payload),
+        Err(ParseError::Ipv4Checksum)
+    );
+}

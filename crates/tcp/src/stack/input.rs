@@ -2,9 +2,11 @@
 //! (with the half-open, accept-queue and table bounds), and resets for segments no
 //! connection takes.
 
-use super::{Entry, LinkChecksum, ListenerId, NoRaw, Rx, Sink, Stack, StackReceiver, Stage};
-use crate::conn::{Connection, State};
-use crate::reassembly::Reassembly;
+use super::{
+    ConnId, Entry, LinkChecksum, ListenerId, NoRaw, Rx, Sink, Stack, StackReceiver, Stage,
+};
+use crate::conn::{Connection, Lent, State};
+use crate::reassembly::{HoldSpec, PacketBuf, Reassembly};
 use crate::segment::{Flags, ParseError, Segment};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
@@ -40,6 +42,110 @@ impl Stack {
         raw: &mut R,
         check: LinkChecksum,
     ) -> Result<(), ParseError> {
+        self.handle_packet_in(now, packet, raw, check, None)
+            .map(drop)
+    }
+
+    /// [`Stack::handle_packet_checked`] for a packet in the first `len` octets of a
+    /// buffer the stack may keep (zero-copy receive): a large in-window payload of a
+    /// [`super::RxMode::Stream`] connection stays in `buf` until the user has read it,
+    /// instead of being copied into the connection's [`Reassembly`]; the buffer comes
+    /// back from [`Stack::take_spent`] then. Returns `buf` when the stack did not keep
+    /// it. A packet that does not parse is counted (and its buffer returned).
+    pub fn handle_packet_buf<R: StackReceiver>(
+        &mut self,
+        now: Duration,
+        buf: Vec<u8>,
+        len: usize,
+        raw: &mut R,
+        check: LinkChecksum,
+    ) -> Option<Vec<u8>> {
+        let Some(packet) = buf.get(..len) else {
+            self.stats.packets_in += 1;
+            self.stats.dropped_malformed += 1;
+            return Some(buf);
+        };
+        let whole = PacketBuf::of(&buf);
+        let kept = self.handle_packet_in(now, packet, raw, check, Some(whole));
+        match kept {
+            Ok(Some((id, spec))) => self.hold(id, buf, spec),
+            _ => Some(buf),
+        }
+    }
+
+    /// [`Stack::handle_packet_buf`] for a packet whose headers are the first `len`
+    /// octets of `head` and whose payload came by reference (`body`, from a sender's
+    /// [`Stack::poll_transmit_for_lent`] on an in-process link that checks checksums
+    /// for its ends). A large payload is kept by reference until read. Returns `head`
+    /// for reuse.
+    pub fn handle_packet_split<R: StackReceiver>(
+        &mut self,
+        now: Duration,
+        head: Vec<u8>,
+        len: usize,
+        body: &Lent,
+        raw: &mut R,
+        check: LinkChecksum,
+    ) -> Vec<u8> {
+        self.stats.packets_in += 1;
+        let parsed = match (check, head.get(..len)) {
+            (LinkChecksum::Bad, _) => Err(ParseError::TcpChecksum),
+            (_, Some(h)) => Segment::parse_split(h, body.octets()),
+            (_, None) => Err(ParseError::Ipv4),
+        };
+        let seg = match parsed {
+            Ok(s) => s,
+            Err(e) => {
+                self.count_parse_error(e);
+                return head;
+            }
+        };
+        let whole = PacketBuf::lent(&body.chunk, body.range.len());
+        if let Some((id, spec)) = self.segment_in(now, &seg, raw, Some(whole))
+            && let Some(Entry {
+                rx: Rx::Stream(Some(r)),
+                ..
+            }) = self.entry_mut(id)
+            && r.hold_lent(body, spec)
+        {
+            self.stats.packets_held += 1;
+        }
+        head
+    }
+
+    fn count_parse_error(&mut self, e: ParseError) {
+        match e {
+            ParseError::Ipv4Checksum | ParseError::TcpChecksum => self.stats.dropped_checksum += 1,
+            _ => self.stats.dropped_malformed += 1,
+        }
+    }
+
+    /// Hands `buf` to connection `id`'s byte stream, which kept a piece of it.
+    fn hold(&mut self, id: ConnId, buf: Vec<u8>, spec: HoldSpec) -> Option<Vec<u8>> {
+        let Some(Entry {
+            rx: Rx::Stream(Some(r)),
+            ..
+        }) = self.entry_mut(id)
+        else {
+            return Some(buf);
+        };
+        let back = r.hold(buf, spec);
+        if back.is_none() {
+            self.stats.packets_held += 1;
+        }
+        back
+    }
+
+    /// Parses and handles a packet; `whole`: the buffer it lies in may be kept, and
+    /// the connection that wants to keep a piece of it is returned with the piece.
+    fn handle_packet_in<R: StackReceiver>(
+        &mut self,
+        now: Duration,
+        packet: &[u8],
+        raw: &mut R,
+        check: LinkChecksum,
+        whole: Option<PacketBuf>,
+    ) -> Result<Option<(ConnId, HoldSpec)>, ParseError> {
         self.stats.packets_in += 1;
         let parsed = match check {
             LinkChecksum::Bad => Err(ParseError::TcpChecksum),
@@ -58,8 +164,7 @@ impl Stack {
                 return Err(e);
             }
         };
-        self.handle_segment(now, &seg, raw);
-        Ok(())
+        Ok(self.segment_in(now, &seg, raw, whole))
     }
 
     /// [`Stack::handle_packet`] for a segment parsed already.
@@ -69,9 +174,21 @@ impl Stack {
         seg: &Segment<'_>,
         raw: &mut R,
     ) {
+        self.segment_in(now, seg, raw, None);
+    }
+
+    /// [`Stack::handle_segment`]; `whole`: the packet's buffer, which the connection
+    /// may keep a piece of (it is returned with the piece then).
+    fn segment_in<R: StackReceiver>(
+        &mut self,
+        now: Duration,
+        seg: &Segment<'_>,
+        raw: &mut R,
+        whole: Option<PacketBuf>,
+    ) -> Option<(ConnId, HoldSpec)> {
         if !self.addrs.contains(seg.dst.ip()) {
             self.stats.not_local += 1;
-            return;
+            return None;
         }
         let syn_only = seg.flags & (Flags::SYN | Flags::ACK | Flags::RST) == Flags::SYN;
         if let Some(&id) = self.by_tuple.get(&(seg.dst, seg.src)) {
@@ -88,16 +205,16 @@ impl Stack {
                     self.remove(id);
                 }
                 _ => {
-                    self.deliver(now, id, seg, raw);
-                    return;
+                    return self.deliver(now, id, seg, raw, whole).map(|s| (id, s));
                 }
             }
         }
         if syn_only && let Some(l) = self.listener_for(seg.dst) {
             self.on_syn(now, l, seg);
-            return;
+            return None;
         }
         self.reset(seg);
+        None
     }
 
     /// The listener that takes SYNs to `local`.
@@ -111,17 +228,17 @@ impl Stack {
             .copied()
     }
 
-    /// Hands `seg` to connection `id` and reports what it changed.
+    /// Hands `seg` to connection `id` and reports what it changed; returns the piece
+    /// of `whole` (the packet's buffer) the connection keeps there, if any.
     pub(super) fn deliver<R: StackReceiver>(
         &mut self,
         now: Duration,
-        id: super::ConnId,
+        id: ConnId,
         seg: &Segment<'_>,
         raw: &mut R,
-    ) {
-        let Some(e) = self.entry_mut(id) else {
-            return;
-        };
+        whole: Option<PacketBuf>,
+    ) -> Option<HoldSpec> {
+        let e = self.entry_mut(id)?;
         // The byte stream of a passive open is allocated when its first payload
         // comes, which needs the handshake's ACK: a SYN flood allocates none.
         if matches!(e.rx, Rx::Stream(None))
@@ -132,9 +249,17 @@ impl Stack {
         }
         let before = super::output::Snapshot::of(e);
         let Entry { conn, rx, .. } = e;
-        let mut sink = Sink { id, rx, raw };
+        let mut sink = Sink {
+            id,
+            rx,
+            raw,
+            whole,
+            hold: None,
+        };
         conn.handle_segment(now, seg, &mut sink);
+        let hold = sink.hold;
         self.observe(id, before);
+        hold
     }
 
     /// A SYN for listener `l`: a new half-open connection, within the bounds.
@@ -166,7 +291,7 @@ impl Stack {
         if let Some(lis) = self.listeners.get_mut(&l) {
             lis.half_open.push_back(id);
         }
-        self.deliver(now, id, seg, &mut NoRaw);
+        self.deliver(now, id, seg, &mut NoRaw, None);
     }
 
     /// Drops listener `l`'s oldest half-open connection (no reset: a real client's

@@ -28,7 +28,7 @@ mod tests;
 
 use crate::config::Config;
 use crate::conn::{Connection, State, Stats};
-use crate::reassembly::Reassembly;
+use crate::reassembly::{HoldSpec, PacketBuf, Reassembly};
 use crate::receiver::{Arrival, Receiver};
 use crate::segment::Segment;
 use bitflags::bitflags;
@@ -213,6 +213,12 @@ pub struct StackStats {
     pub accepted: u64,
     /// Connection slots freed.
     pub reaped: u64,
+    /// Packets whose buffer a connection kept to be read from (zero-copy receive,
+    /// [`Stack::handle_packet_buf`], or a lent payload kept by reference).
+    pub packets_held: u64,
+    /// Packets sent with their payload lent, not copied
+    /// ([`Stack::poll_transmit_lent`]).
+    pub packets_lent: u64,
 }
 
 /// Where a connection is in its life as the stack sees it.
@@ -573,6 +579,18 @@ impl Stack {
         Err(StackError::WouldBlock)
     }
 
+    /// Moves the packet buffers connection `id` has been read out of (those kept by
+    /// [`Stack::handle_packet_buf`]) into `out`, for reuse.
+    pub fn take_spent(&mut self, id: ConnId, out: &mut Vec<Vec<u8>>) {
+        if let Some(Entry {
+            rx: Rx::Stream(Some(r)),
+            ..
+        }) = self.entry_mut(id)
+        {
+            r.take_spent(out);
+        }
+    }
+
     /// In-order octets waiting to be read.
     pub fn readable(&self, id: ConnId) -> usize {
         match self.entry(id).map(|e| &e.rx) {
@@ -603,6 +621,22 @@ impl Stack {
     pub fn send_record(&mut self, id: ConnId, record: &[u8]) -> Result<(), StackError> {
         let e = self.user(id)?;
         match e.conn.send_record(record) {
+            Ok(()) => Ok(()),
+            Err(crate::SendError::Full) => Err(StackError::WouldBlock),
+            Err(crate::SendError::Closed) => Err(e.failed.unwrap_or(StackError::Closed)),
+        }
+    }
+
+    /// [`Stack::send_record`] for a record of `len` octets given in parts (an FPDU's
+    /// gather list): see [`Connection::send_record_with`].
+    pub fn send_record_with(
+        &mut self,
+        id: ConnId,
+        len: usize,
+        feed: &mut crate::Feed<'_>,
+    ) -> Result<(), StackError> {
+        let e = self.user(id)?;
+        match e.conn.send_record_with(len, feed) {
             Ok(()) => Ok(()),
             Err(crate::SendError::Full) => Err(StackError::WouldBlock),
             Err(crate::SendError::Closed) => Err(e.failed.unwrap_or(StackError::Closed)),
@@ -778,12 +812,25 @@ struct Sink<'a, R: StackReceiver> {
     id: ConnId,
     rx: &'a mut Rx,
     raw: &'a mut R,
+    /// The packet's buffer, if the stream may keep a piece of it (zero-copy).
+    whole: Option<PacketBuf>,
+    /// The piece it keeps there: the buffer must be handed over.
+    hold: Option<HoldSpec>,
 }
 
 impl<R: StackReceiver> Receiver for Sink<'_, R> {
     fn arrive(&mut self, piece: Arrival<'_>) -> bool {
         match self.rx {
-            Rx::Stream(Some(r)) => r.arrive(piece),
+            Rx::Stream(Some(r)) => {
+                // One piece per packet stays in its buffer; the others are copied.
+                if let Some(whole) = self.whole.filter(|_| self.hold.is_none())
+                    && let Some(spec) = r.hold_later(&piece, whole)
+                {
+                    self.hold = Some(spec);
+                    return true;
+                }
+                r.arrive(piece)
+            }
             Rx::Stream(None) => false,
             Rx::Raw => self.raw.arrive(self.id, piece),
             Rx::Discard => true,

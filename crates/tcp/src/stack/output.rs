@@ -3,7 +3,7 @@
 //! connections that are closed and given back.
 
 use super::{ConnId, DISCARD_ALL, Entry, Queued, Readiness, Rx, Stack, Stage};
-use crate::conn::{Event, State};
+use crate::conn::{Event, Lent, State};
 use crate::reassembly::Reassembly;
 use std::time::Duration;
 
@@ -33,25 +33,51 @@ impl Stack {
     /// returns its length; `None` when nothing is due. Call it until `None` after every
     /// input, timeout and user call.
     pub fn poll_transmit(&mut self, now: Duration, out: &mut [u8]) -> Option<usize> {
+        self.poll_transmit_with(now, out, false).map(|(n, _)| n)
+    }
+
+    /// [`Stack::poll_transmit`] for a link that carries payloads by reference: see
+    /// [`Stack::poll_transmit_for_lent`].
+    pub fn poll_transmit_lent(
+        &mut self,
+        now: Duration,
+        out: &mut [u8],
+    ) -> Option<(usize, Option<Lent>)> {
+        self.poll_transmit_with(now, out, true)
+    }
+
+    fn poll_transmit_with(
+        &mut self,
+        now: Duration,
+        out: &mut [u8],
+        lend: bool,
+    ) -> Option<(usize, Option<Lent>)> {
         while let Some(rst) = self.resets.pop_front() {
             // A buffer too small for a bare header drops the reset.
             if let Ok(n) = rst.emit(out) {
                 self.stats.resets_out += 1;
                 self.stats.packets_out += 1;
-                return Some(n);
+                return Some((n, None));
             }
         }
         let n = self.slots.len();
         for k in 0..n {
             let i = (self.cursor + k) % n;
-            if let Some(e) = &mut self.slots[i]
-                && let Some(len) = e.conn.poll_transmit(now, out)
-            {
+            let Some(e) = &mut self.slots[i] else {
+                continue;
+            };
+            let sent = if lend {
+                e.conn.poll_transmit_lent(now, out)
+            } else {
+                e.conn.poll_transmit(now, out).map(|n| (n, None))
+            };
+            if let Some(r) = sent {
                 // The same connection goes on at the next call, so a burst leaves
                 // together.
                 self.cursor = i;
                 self.stats.packets_out += 1;
-                return Some(len);
+                self.stats.packets_lent += u64::from(r.1.is_some());
+                return Some(r);
             }
         }
         // Everything is out, resets of aborted connections included.
@@ -71,6 +97,22 @@ impl Stack {
         let n = e.conn.poll_transmit(now, out)?;
         self.stats.packets_out += 1;
         Some(n)
+    }
+
+    /// [`Stack::poll_transmit_for`] for a link that carries payloads by reference
+    /// ([`crate::Connection::poll_transmit_lent`]): `out` gets the headers, and the
+    /// payload of a large record comes as a [`Lent`].
+    pub fn poll_transmit_for_lent(
+        &mut self,
+        id: ConnId,
+        now: Duration,
+        out: &mut [u8],
+    ) -> Option<(usize, Option<Lent>)> {
+        let e = self.entry_mut(id)?;
+        let r = e.conn.poll_transmit_lent(now, out)?;
+        self.stats.packets_out += 1;
+        self.stats.packets_lent += u64::from(r.1.is_some());
+        Some(r)
     }
 
     /// When [`Stack::handle_timeout`] must be called next, if ever.

@@ -4,10 +4,11 @@
 //! impairments: every run replays.
 
 use super::*;
+use crate::conn::Lent;
 use crate::segment::{Flags, IPV4_HEADER_LEN, Options, ParseError};
 use crate::seq::SeqNum;
 use crate::sim::{End, Impairments, Wire};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -59,6 +60,10 @@ struct App {
     eof: bool,
     closed: bool,
     seen: Readiness,
+    /// Packet buffers the stack gave back after they were read (zero-copy receive).
+    spent: usize,
+    /// Send records of up to this many octets instead of a plain stream.
+    records: Option<usize>,
 }
 
 impl App {
@@ -73,6 +78,8 @@ impl App {
             eof: false,
             closed: false,
             seen: Readiness::empty(),
+            spent: 0,
+            records: None,
         }
     }
 
@@ -81,7 +88,16 @@ impl App {
             return;
         }
         while self.sent < self.out.len() {
-            match s.send(self.id, &self.out[self.sent..]) {
+            let r = match self.records {
+                // Records of changing sizes, from a few octets to more than a segment.
+                Some(max) => {
+                    let len = (1 + (self.sent * 31) % max).min(self.out.len() - self.sent);
+                    let rec = &self.out[self.sent..self.sent + len];
+                    s.send_record(self.id, rec).map(|()| len)
+                }
+                None => s.send(self.id, &self.out[self.sent..]),
+            };
+            match r {
                 Ok(n) => self.sent += n,
                 Err(StackError::WouldBlock) => break,
                 Err(e) => panic!("send on {}: {e}", self.id),
@@ -93,7 +109,9 @@ impl App {
         }
         let mut buf = [0u8; 3000];
         loop {
-            match s.read(self.id, &mut buf) {
+            // Reads of changing sizes end inside segments as often as between them.
+            let want = 500 + (self.got.len() * 7) % 2500;
+            match s.read(self.id, &mut buf[..want]) {
                 Ok(0) => {
                     self.eof = true;
                     break;
@@ -103,6 +121,9 @@ impl App {
                 Err(e) => panic!("read on {}: {e}", self.id),
             }
         }
+        let mut spent = Vec::new();
+        s.take_spent(self.id, &mut spent);
+        self.spent += spent.len();
         if self.eof && !self.shut && self.sent == self.out.len() {
             s.shutdown(self.id).unwrap();
             self.shut = true;
@@ -127,6 +148,10 @@ struct Host {
     accepted: usize,
     /// Every event, in order.
     events: Vec<StackEvent>,
+    /// The accepted connections send records of up to this many octets.
+    records: Option<usize>,
+    /// Packet buffers given back after the stack kept them (zero-copy receive).
+    spent: usize,
 }
 
 impl Host {
@@ -140,6 +165,8 @@ impl Host {
             apps: Vec::new(),
             accepted: 0,
             events: Vec::new(),
+            spent: 0,
+            records: None,
         }
     }
 
@@ -159,11 +186,15 @@ impl Host {
             while let Some(id) = self.stack.accept(l).unwrap() {
                 let out = (self.reply)(self.accepted);
                 self.accepted += 1;
-                self.apps.push(App::new(id, out));
+                let mut app = App::new(id, out);
+                app.records = self.records;
+                self.apps.push(app);
             }
         }
         for a in &mut self.apps {
             a.run(&mut self.stack);
+            self.spent += a.spent;
+            a.spent = 0;
         }
     }
 }
@@ -174,6 +205,16 @@ struct World {
     b: Host,
     now: Duration,
     buf: Vec<u8>,
+    /// Packets arrive in buffers the stacks may keep ([`Stack::handle_packet_buf`]) of
+    /// at least this many octets (so a small payload is not worth keeping).
+    owned: Option<usize>,
+    /// Payloads travel by reference ([`Stack::poll_transmit_lent`]): the wire carries
+    /// the whole packet, and an arriving one whose headers were sent with a lent
+    /// payload is handed over split, with that payload
+    /// ([`Stack::handle_packet_split`]). Needs a wire that does not corrupt.
+    lent: Option<HashMap<Vec<u8>, Lent>>,
+    /// Packets whose payload was lent.
+    lent_packets: u64,
 }
 
 impl World {
@@ -184,6 +225,9 @@ impl World {
             b: Host::new(End::B, cb, ip_b()),
             now: Duration::ZERO,
             buf: vec![0; 1500],
+            owned: None,
+            lent: None,
+            lent_packets: 0,
         }
     }
 
@@ -198,12 +242,27 @@ impl World {
         for e in [End::A, End::B] {
             let now = self.now;
             let mut buf = std::mem::take(&mut self.buf);
-            let h = self.host(e);
+            let h = match e {
+                End::A => &mut self.a,
+                End::B => &mut self.b,
+            };
             h.app();
             let end = h.end;
             let mut out = Vec::new();
-            while let Some(n) = h.stack.poll_transmit(now, &mut buf) {
-                out.push(buf[..n].to_vec());
+            if let Some(map) = &mut self.lent {
+                while let Some((n, lent)) = h.stack.poll_transmit_lent(now, &mut buf) {
+                    let mut p = buf[..n].to_vec();
+                    if let Some(l) = lent {
+                        p.extend_from_slice(l.octets());
+                        map.insert(buf[..n].to_vec(), l);
+                        self.lent_packets += 1;
+                    }
+                    out.push(p);
+                }
+            } else {
+                while let Some(n) = h.stack.poll_transmit(now, &mut buf) {
+                    out.push(buf[..n].to_vec());
+                }
             }
             for p in out {
                 self.wire.send(end, now, &p);
@@ -230,7 +289,36 @@ impl World {
         while let Some((to, p)) = self.wire.poll_arrival(self.now) {
             let p = p.to_vec();
             let now = self.now;
-            let _ = self.host(to).stack.handle_packet(now, &p, &mut NoRaw);
+            // The headers' length: IPv4's, then TCP's data offset.
+            let ihl = usize::from(p[0] & 0xf) * 4;
+            let head = ihl + usize::from(p.get(ihl + 12).copied().unwrap_or(0) >> 4) * 4;
+            let lent = self
+                .lent
+                .as_ref()
+                .and_then(|m| m.get(p.get(..head)?))
+                .cloned();
+            if let Some(l) = lent {
+                assert_eq!(&p[head..], l.octets(), "the wire must not corrupt here");
+                let s = &mut self.host(to).stack;
+                let check = LinkChecksum::Good;
+                let back =
+                    s.handle_packet_split(now, p[..head].to_vec(), head, &l, &mut NoRaw, check);
+                assert_eq!(back.len(), head);
+                self.flush();
+                continue;
+            }
+            match self.owned {
+                Some(size) => {
+                    let mut buf = vec![0xa5; size.max(p.len())];
+                    buf[..p.len()].copy_from_slice(&p);
+                    let check = LinkChecksum::Unchecked;
+                    let s = &mut self.host(to).stack;
+                    let _ = s.handle_packet_buf(now, buf, p.len(), &mut NoRaw, check);
+                }
+                None => {
+                    let _ = self.host(to).stack.handle_packet(now, &p, &mut NoRaw);
+                }
+            }
             self.flush();
         }
         for e in [End::A, End::B] {
@@ -275,15 +363,51 @@ fn many(imp: Impairments, seed: u64, n: usize, len: usize) -> World {
 
 /// [`many`] with both stacks on `c`.
 fn many_with(imp: Impairments, seed: u64, n: usize, len: usize, c: StackConfig) -> World {
+    many_in(imp, seed, n, len, c, None)
+}
+
+/// [`many_with`]; `owned`: packets arrive in buffers of at least that many octets,
+/// which the stacks may keep.
+fn many_in(
+    imp: Impairments,
+    seed: u64,
+    n: usize,
+    len: usize,
+    c: StackConfig,
+    owned: Option<usize>,
+) -> World {
+    many_lent(imp, seed, n, len, c, owned, None)
+}
+
+/// [`many_in`]; `records`: both sides send records of up to that many octets, with
+/// payloads lent to the packets that carry them.
+fn many_lent(
+    imp: Impairments,
+    seed: u64,
+    n: usize,
+    len: usize,
+    c: StackConfig,
+    owned: Option<usize>,
+    records: Option<usize>,
+) -> World {
     let mut w = World::new(imp, seed, c.clone(), c);
+    w.owned = owned;
+    if records.is_some() {
+        w.lent = Some(HashMap::new());
+        // Packets as large as the wire's MTU allows, so segments reach the MSS.
+        w.buf = vec![0; w.wire.impairments().mtu];
+    }
     w.b.listener = Some(w.b.stack.listen(server(), 64, RxMode::Stream).unwrap());
     w.b.reply = Box::new(move |i| pattern(len / 2 + i, 1000 + i as u64));
+    w.b.records = records;
     for i in 0..n {
         let id =
             w.a.stack
                 .connect(w.now, None, server(), RxMode::Stream)
                 .unwrap();
-        w.a.apps.push(App::new(id, pattern(len + i, i as u64)));
+        let mut app = App::new(id, pattern(len + i, i as u64));
+        app.records = records;
+        w.a.apps.push(app);
     }
     w.run_until(120_000 * MS, |w| {
         w.b.apps.len() == n
@@ -343,6 +467,56 @@ fn many_connections_survive_loss_reordering_duplication_and_corruption() {
     }
     assert!(lost > 100 && corrupted > 20 && retransmitted > 100);
     assert!(duplicated > 50 && dsacks_out > 50 && reported > 50);
+}
+
+#[test]
+fn payload_kept_in_packet_buffers_reads_back_whole_under_loss_reordering_duplication() {
+    // Packets in buffers of 1500 octets: a full segment (1000) is kept in its buffer,
+    // smaller ones are copied into the ring, so the reader crosses from one to the
+    // other, in and out of order, with duplicates and corruption on the wire.
+    let (mut held, mut spent, mut reordered) = (0, 0, 0);
+    for seed in 0..100 {
+        let w = many_in(harsh(), seed, 4, 12_000, cfg(), Some(1500));
+        check_many(&w, 4, 12_000, seed);
+        held += w.a.stack.stats().packets_held + w.b.stack.stats().packets_held;
+        spent += (w.a.spent + w.b.spent) as u64;
+        reordered += w.wire.stats().reordered;
+    }
+    assert!(reordered > 100, "the wire reordered {reordered}");
+    assert!(held > 5_000, "{held} packets kept");
+    assert_eq!(spent, held, "every kept packet comes back once read");
+}
+
+#[test]
+fn payloads_lent_to_packets_arrive_whole_under_loss_reordering_duplication() {
+    // Segments of up to 16000 octets on a link that checks checksums for its ends:
+    // records of 8 KiB or more are kept in chunks of their own, packets carry
+    // their payload by reference, and the receiver keeps a large one until read,
+    // while loss, reordering and duplicates make retransmissions of lent ranges.
+    let mut c = cfg();
+    c.tcp.checksum_offload = true;
+    c.tcp.mss = 16_000;
+    c.tcp.send_buffer = 128 * 1024;
+    c.tcp.recv_buffer = 128 * 1024;
+    let imp = Impairments {
+        jitter: MS / 2,
+        loss: 0.02,
+        reorder: 0.05,
+        duplicate: 0.02,
+        mtu: 65_535,
+        ..Impairments::default()
+    };
+    let (mut lent, mut held, mut retransmitted) = (0, 0, 0);
+    for seed in 0..60 {
+        let w = many_lent(imp.clone(), seed, 3, 300_000, c.clone(), None, Some(30_000));
+        check_many(&w, 3, 300_000, seed);
+        lent += w.lent_packets;
+        held += w.a.stack.stats().packets_held + w.b.stack.stats().packets_held;
+        retransmitted += w.a.stack.tcp_totals().retransmitted_segments;
+    }
+    assert!(lent > 5_000, "{lent} packets lent their payload");
+    assert!(held > 2_000, "{held} payloads kept by reference");
+    assert!(retransmitted > 100, "{retransmitted} retransmitted");
 }
 
 #[test]

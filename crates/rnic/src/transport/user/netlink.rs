@@ -3,7 +3,7 @@
 //! device's address and trades whole IPv4 packets with the stack. The device's
 //! descriptor is what the stack thread waits on.
 
-use super::link::Link;
+use super::link::{Incoming, Link, Receive};
 use super::{UserLink, UserTcp};
 use softrnic_netdev::iface::PROTO_TCP;
 use softrnic_netdev::packet::PacketDevice;
@@ -131,7 +131,7 @@ impl<D: FrameDevice + Send> Link for NetLink<D> {
         }
     }
 
-    fn receive(&mut self, now: Duration, f: &mut dyn FnMut(&[u8], LinkChecksum)) -> bool {
+    fn receive(&mut self, now: Duration, f: &mut Receive<'_>) -> bool {
         let Some(iface) = &mut self.iface else {
             return false;
         };
@@ -139,7 +139,8 @@ impl<D: FrameDevice + Send> Link for NetLink<D> {
             match iface.receive(now, &mut self.frame) {
                 Ok(Ingress::Packet(p)) => {
                     if p.protocol() == PROTO_TCP {
-                        f(p.bytes(), LinkChecksum::Unchecked);
+                        // A frame's octets are the device's: nothing to keep.
+                        let _ = f(Incoming::Slice(p.bytes()), LinkChecksum::Unchecked);
                     }
                 }
                 Ok(Ingress::Drained) => break false,

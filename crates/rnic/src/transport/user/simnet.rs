@@ -3,6 +3,7 @@
 //! corruption, delay). Every run with the same seed and the same traffic makes the same
 //! decisions, so a failure under impairment can be replayed.
 
+use softrnic_tcp::Lent;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::Ipv4Addr;
@@ -81,18 +82,35 @@ impl std::fmt::Debug for SimNet {
 /// at the same time keep their order; then whether the wire damaged it, and its octets.
 type InFlight = Reverse<(Duration, u64, bool, Packet)>;
 
-/// A packet buffer of the network: `len` octets of `buf` are the packet. Buffers keep
-/// their full length (the MTU) from use to use, so that reusing one for a larger packet
-/// costs no zeroing.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
+/// A packet buffer of the network: `len` octets of `buf` are the packet (or its
+/// headers, when `body` carries the payload by reference: a share of the sender's send
+/// buffer, not copied). Buffers keep their full length (the MTU) from use to use, so
+/// that reusing one for a larger packet costs no zeroing.
 pub(crate) struct Packet {
     pub(crate) buf: Vec<u8>,
     pub(crate) len: usize,
+    pub(crate) body: Option<Lent>,
 }
 
-impl Packet {
-    pub(crate) fn octets(&self) -> &[u8] {
-        &self.buf[..self.len]
+// Packets are ordered by (time, order of sending) first, which are unique: these
+// only make the heap's tuple comparable.
+impl PartialEq for Packet {
+    fn eq(&self, other: &Packet) -> bool {
+        self.len == other.len
+    }
+}
+
+impl Eq for Packet {}
+
+impl PartialOrd for Packet {
+    fn partial_cmp(&self, other: &Packet) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Packet {
+    fn cmp(&self, other: &Packet) -> std::cmp::Ordering {
+        self.len.cmp(&other.len)
     }
 }
 
@@ -230,6 +248,12 @@ impl SimNet {
     /// [`SimNet::take_buffers`]) on the wire at `now` (on the engines' clock): the
     /// buffer itself travels, the octets are not copied.
     pub(crate) fn send_owned(&self, buf: Vec<u8>, len: usize, now: Duration) {
+        self.send_packet(buf, len, None, now);
+    }
+
+    /// [`SimNet::send_owned`] for a packet whose first `len` octets of `buf` are the
+    /// headers and whose payload is `body`, carried by reference.
+    pub(crate) fn send_packet(&self, buf: Vec<u8>, len: usize, body: Option<Lent>, now: Duration) {
         let Ok(mut guard) = self.hub.lock() else {
             return;
         };
@@ -248,7 +272,8 @@ impl SimNet {
             h.give_back(buf);
             return;
         }
-        if len > h.imp.mtu || len > buf.len() {
+        let body_len = body.as_ref().map_or(0, |b| b.range.len());
+        if len + body_len > h.imp.mtu || len > buf.len() {
             h.stats.too_big += 1;
             h.give_back(buf);
             return;
@@ -270,6 +295,8 @@ impl SimNet {
         for mut p in copies {
             let damaged = h.chance(h.imp.corrupt) && len > 0;
             if damaged {
+                // A shared payload is never written: the bit flips in the headers (the
+                // packet is marked damaged all the same).
                 let bit = h.next() as usize % (len * 8);
                 p[bit / 8] ^= 1 << (bit % 8);
                 h.stats.corrupted += 1;
@@ -285,11 +312,12 @@ impl SimNet {
             match h.ports.get_mut(&dst) {
                 Some(port)
                     if port.queue.len() < MAX_QUEUED
-                        && port.queued_bytes + len <= MAX_QUEUED_BYTES =>
+                        && port.queued_bytes + len + body_len <= MAX_QUEUED_BYTES =>
                 {
-                    port.queued_bytes += len;
+                    port.queued_bytes += len + body_len;
+                    let body = body.clone();
                     port.queue
-                        .push(Reverse((at, order, damaged, Packet { buf: p, len })));
+                        .push(Reverse((at, order, damaged, Packet { buf: p, len, body })));
                 }
                 _ => {
                     h.stats.queue_drops += 1;
@@ -310,12 +338,14 @@ impl SimNet {
         }
     }
 
-    /// Gives packet buffers back for reuse (after [`SimNet::receive`]).
-    pub(crate) fn recycle(&self, bufs: &mut Vec<Arrived>) {
+    /// Gives packet buffers back for reuse (those [`SimNet::receive`] handed out).
+    pub(crate) fn recycle(&self, bufs: &mut Vec<Vec<u8>>) {
+        if bufs.is_empty() {
+            return;
+        }
         if let Ok(mut h) = self.hub.lock() {
             let room = MAX_SPARE.saturating_sub(h.spare.len());
-            h.spare
-                .extend(bufs.drain(..).take(room).map(|a| a.packet.buf));
+            h.spare.extend(bufs.drain(..).take(room));
         }
         bufs.clear();
     }
@@ -335,7 +365,7 @@ impl SimNet {
                 return Some(*at);
             }
             if let Some(Reverse((_, _, damaged, packet))) = port.queue.pop() {
-                port.queued_bytes -= packet.len;
+                port.queued_bytes -= packet.len + packet.body.as_ref().map_or(0, |b| b.range.len());
                 out.push(Arrived { packet, damaged });
             }
         }

@@ -7,7 +7,7 @@
 //! notifies the condition variable that blocking users (the CM's MPA exchange,
 //! `connect`, listeners) wait on.
 
-use super::link::{Link, SimLink};
+use super::link::{Incoming, Link, SimLink};
 use super::stream::UserStream;
 use super::{UserLink, UserTcp, UserTcpStats};
 use crate::engine::now;
@@ -75,7 +75,13 @@ pub(crate) struct Inner {
     news: HashMap<ListenerId, HashSet<ConnId>>,
     /// When the stack thread wakes next by itself (`None`: only when woken).
     planned: Option<Duration>,
+    /// Packet buffers read out of (zero-copy receive), on their way back to the link.
+    spent: Vec<Vec<u8>>,
 }
+
+/// Read packet buffers gathered before they go back to the link (one hand-over of
+/// several; a SimNet takes its lock for it).
+const RECYCLE_BATCH: usize = 8;
 
 impl Inner {
     /// Sends everything the stack has to send.
@@ -83,15 +89,35 @@ impl Inner {
         let Inner {
             stack, link, buf, ..
         } = self;
-        while link.send_with(now, buf, &mut |out| stack.poll_transmit(now, out)) {}
+        if link.lends() {
+            while link.send_lent(now, buf, &mut |out| stack.poll_transmit_lent(now, out)) {}
+        } else {
+            while link.send_with(now, buf, &mut |out| stack.poll_transmit(now, out)) {}
+        }
     }
 
-    /// Sends what connection `id` has to send.
+    /// Sends what connection `id` has to send; on a link that carries payloads by
+    /// reference, a large record's segments go without copying its octets.
     fn flush_conn(&mut self, id: ConnId, now: Duration) {
         let Inner {
             stack, link, buf, ..
         } = self;
-        while link.send_with(now, buf, &mut |out| stack.poll_transmit_for(id, now, out)) {}
+        if link.lends() {
+            while link.send_lent(now, buf, &mut |out| {
+                stack.poll_transmit_for_lent(id, now, out)
+            }) {}
+        } else {
+            while link.send_with(now, buf, &mut |out| stack.poll_transmit_for(id, now, out)) {}
+        }
+    }
+
+    /// After a read of connection `id`: the packet buffers it was read out of go back
+    /// to the link, a batch at a time.
+    pub(crate) fn reclaim(&mut self, id: ConnId) {
+        self.stack.take_spent(id, &mut self.spent);
+        if self.spent.len() >= RECYCLE_BATCH {
+            self.link.recycle(&mut self.spent);
+        }
     }
 
     /// One turn of the stack thread: packets in, timers, packets out, readiness.
@@ -99,9 +125,18 @@ impl Inner {
     fn pump(&mut self, now: Duration) -> bool {
         let Inner { stack, link, .. } = self;
         loop {
-            let more = link.receive(now, &mut |p, check| {
-                // A packet that does not parse is counted by the stack.
-                let _ = stack.handle_packet_checked(now, p, &mut NoRaw, check);
+            // A packet that does not parse is counted by the stack.
+            let more = link.receive(now, &mut |p, check| match p {
+                Incoming::Slice(p) => {
+                    let _ = stack.handle_packet_checked(now, p, &mut NoRaw, check);
+                    None
+                }
+                Incoming::Buffer(buf, len) => {
+                    stack.handle_packet_buf(now, buf, len, &mut NoRaw, check)
+                }
+                Incoming::Split(head, len, body) => {
+                    Some(stack.handle_packet_split(now, head, len, &body, &mut NoRaw, check))
+                }
             });
             if !more {
                 break;
@@ -307,6 +342,7 @@ impl UserStack {
                 watched: HashMap::new(),
                 news: HashMap::new(),
                 planned: None,
+                spent: Vec::new(),
             }),
             cv: Condvar::new(),
             wake,

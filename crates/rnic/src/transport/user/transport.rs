@@ -9,7 +9,10 @@
 //!   buffer of gathered small ones; [`Framer`] finds their boundaries from the MPA
 //!   length at the start of each.
 //! - **Receiving** copies in-order octets out of the connection's reassembly, into the
-//!   QP's staging buffer or straight into registered memory.
+//!   QP's staging buffer or straight into registered memory. On a SimNet a large
+//!   segment's payload is read straight out of the packet buffer it arrived in (the
+//!   stack keeps the buffer until then: zero-copy receive), and the buffer goes back
+//!   to the network once read.
 //! - **Readiness**: the engine registers the transport under the QP's token; that
 //!   registers an eventfd of the transport's own, which the stack thread writes when
 //!   the connection becomes readable or writable after the QP found it would block, or
@@ -138,6 +141,19 @@ impl Framer {
         if take == 0 {
             return Err(StackError::WouldBlock);
         }
+        if whole && take == total {
+            // The whole FPDU as one record, in one call: a large one may get a chunk
+            // of its own that packets carry by reference.
+            match st.send_record_with(id, take, &mut |put| iov.for_each_piece(take, |p| put(p))) {
+                Ok(()) => {
+                    self.count(take);
+                    return Ok(take);
+                }
+                // No record left (the room is there): as plain octets below.
+                Err(StackError::WouldBlock) => {}
+                Err(e) => return Err(e),
+            }
+        }
         let mut left = take;
         let mut result = Ok(());
         iov.for_each_piece(take, |piece| {
@@ -210,6 +226,7 @@ impl UserTransport {
         match read(&mut g.stack, self.id) {
             Ok(n) => {
                 if n > 0 {
+                    g.reclaim(self.id);
                     // The window may have reopened.
                     self.stack.after(&mut g, self.id);
                 }
