@@ -120,16 +120,22 @@ impl<'a> Reporter<'a> {
             writeln!(
                 o,
                 " Baseline        : plain TCP, same sizes and threads, run right before each size ({}):",
-                if !c.test.is_bw() {
-                    "TCP_NODELAY"
-                } else if c.tcp_nodelay {
-                    "one stream, TCP_NODELAY"
-                } else {
-                    "one stream, Nagle on"
+                match (c.test.is_bw(), c.tcp_nodelay, super::tcp::streams(c)) {
+                    (false, ..) => "TCP_NODELAY".to_string(),
+                    (true, true, 1) => "one stream, TCP_NODELAY".to_string(),
+                    (true, false, 1) => "one stream, Nagle on".to_string(),
+                    (true, true, n) => format!("{n} streams, TCP_NODELAY"),
+                    (true, false, n) => format!("{n} streams, Nagle on"),
                 }
             )?;
+            let streams = super::tcp::streams(c);
             for k in &kinds {
-                writeln!(o, "   TCP {:<13}: {}", k.label(), k.describe(c.test))?;
+                let what = if streams > 1 {
+                    k.describe_streams(streams)
+                } else {
+                    k.describe(c.test)
+                };
+                writeln!(o, "   TCP {:<13}: {}", k.label(), what)?;
             }
             writeln!(
                 o,
