@@ -363,6 +363,10 @@ impl<'a> Reporter<'a> {
         if let Value::Object(a) = &mut v {
             // softrnic slept on completion events; the baselines beside it do not spin.
             a.insert("events".into(), json!(c.events));
+            if transport == "tcp" {
+                // One per QP for write_bw and send_bw (see `tcp_streams`).
+                a.insert("streams".into(), json!(super::tcp::streams(c)));
+            }
         }
         if let (Value::Object(a), Value::Object(b)) = (&mut v, self.figures(m)) {
             a.extend(b);
