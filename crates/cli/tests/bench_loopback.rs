@@ -325,3 +325,36 @@ fn qp_count_list_runs_every_count_and_size() {
     assert_eq!(rows.len(), 4);
     assert!(rows.iter().all(|r| r.tcp.is_some()), "a baseline per round");
 }
+
+/// With `-q N`, write_bw and send_bw's TCP baselines run N streams (one per QP), each
+/// sending its share of the messages, and say so; read_bw's stays one stream.
+#[test]
+fn many_qps_have_as_many_tcp_streams() {
+    for (test, streams) in [("write_bw", 3), ("send_bw", 3), ("read_bw", 1)] {
+        let (lines, rows) = run_json(&[
+            test,
+            "--loopback",
+            "-q",
+            "3",
+            "-n",
+            "20",
+            "-s",
+            "100000",
+            "--baseline",
+            "tcp",
+            "--json",
+            "--quiet",
+        ]);
+        assert_eq!(lines.len(), 2, "{test}: {lines:?}");
+        let tcp = &lines[0];
+        assert_eq!(tcp["transport"], "tcp", "{test}");
+        assert_eq!(tcp["qps"], 3, "{test}");
+        assert_eq!(tcp["streams"], streams, "{test}");
+        // Every stream sent its 20 messages, as every QP did.
+        for (k, v) in tcp["baselines"].as_object().expect("baselines") {
+            assert_eq!(v["iterations"], 60, "{test} {k}");
+        }
+        assert_eq!(lines[1]["iterations"], 60, "{test}");
+        assert!(rows.iter().all(|r| r.tcp.is_some()));
+    }
+}

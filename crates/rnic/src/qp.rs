@@ -258,7 +258,9 @@ impl QpShared {
             }
             let queued =
                 g.core.send_queue_len() > 0 || g.conn.as_ref().is_some_and(|c| !c.tx.is_flushed());
-            return queued && self.progress_pass(&mut g, dev, Pass::TransmitOnly);
+            return queued
+                && !self.waits_for_room(&g, Pass::TransmitOnly)
+                && self.progress_pass(&mut g, dev, Pass::TransmitOnly);
         }
         if let Action::Claim(at) = g.owner.on_consumer_drive(ready, crate::engine::now) {
             self.claim(&mut g, dev, at);
@@ -405,7 +407,7 @@ impl QpShared {
             // Transmit first: a request just posted leaves before the receive path's
             // read (often an empty one) is paid; what the receive path queues (Read
             // Responses, Terminates) goes out in the second pass.
-            if pass != Pass::ReceiveFirst {
+            if pass != Pass::ReceiveFirst && !self.waits_for_room(g, pass) {
                 moved |= self.transmit(g, dev);
             }
             if pass != Pass::TransmitOnly && self.receive(g, dev) {
@@ -420,6 +422,16 @@ impl QpShared {
             dev.post_event(AsyncEvent::Disconnected { qp: self.id });
         }
         moved
+    }
+
+    /// Whether a `pass` that only transmits (after a post, or a many-QP consumer's poll)
+    /// leaves the socket alone: it was full at the last send and the engine owns it, so
+    /// the engine hears when there is room and sends then. (A socket a polling consumer
+    /// has claimed is out of the engine's epoll set: the consumer's passes send.)
+    fn waits_for_room(&self, g: &QpInner, pass: Pass) -> bool {
+        pass == Pass::TransmitOnly
+            && !g.owner.is_claimed()
+            && g.conn.as_ref().is_some_and(|c| c.tx.waits_for_room())
     }
 
     fn receive(&self, g: &mut QpInner, dev: &Shared) -> bool {

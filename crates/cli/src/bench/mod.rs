@@ -23,6 +23,7 @@ pub mod report;
 pub mod server;
 pub mod stats;
 pub mod tcp;
+pub mod tcp_streams;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use softrnic_rnic::{CrcPolicy, Device, DeviceConfig, ProgressMode, affinity};

@@ -120,16 +120,22 @@ impl<'a> Reporter<'a> {
             writeln!(
                 o,
                 " Baseline        : plain TCP, same sizes and threads, run right before each size ({}):",
-                if !c.test.is_bw() {
-                    "TCP_NODELAY"
-                } else if c.tcp_nodelay {
-                    "one stream, TCP_NODELAY"
-                } else {
-                    "one stream, Nagle on"
+                match (c.test.is_bw(), c.tcp_nodelay, super::tcp::streams(c)) {
+                    (false, ..) => "TCP_NODELAY".to_string(),
+                    (true, true, 1) => "one stream, TCP_NODELAY".to_string(),
+                    (true, false, 1) => "one stream, Nagle on".to_string(),
+                    (true, true, n) => format!("{n} streams, TCP_NODELAY"),
+                    (true, false, n) => format!("{n} streams, Nagle on"),
                 }
             )?;
+            let streams = super::tcp::streams(c);
             for k in &kinds {
-                writeln!(o, "   TCP {:<13}: {}", k.label(), k.describe(c.test))?;
+                let what = if streams > 1 {
+                    k.describe_streams(streams)
+                } else {
+                    k.describe(c.test)
+                };
+                writeln!(o, "   TCP {:<13}: {}", k.label(), what)?;
             }
             writeln!(
                 o,
@@ -357,6 +363,10 @@ impl<'a> Reporter<'a> {
         if let Value::Object(a) = &mut v {
             // softrnic slept on completion events; the baselines beside it do not spin.
             a.insert("events".into(), json!(c.events));
+            if transport == "tcp" {
+                // One per QP for write_bw and send_bw (see `tcp_streams`).
+                a.insert("streams".into(), json!(super::tcp::streams(c)));
+            }
         }
         if let (Value::Object(a), Value::Object(b)) = (&mut v, self.figures(m)) {
             a.extend(b);

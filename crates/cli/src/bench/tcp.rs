@@ -20,13 +20,18 @@
 //!   answered by the message (read_lat: the full round trip); *busy-poll* (non-blocking
 //!   sockets both sides spin on) and *blocking* (each side sleeps in `read(2)`).
 //!
+//! - Bandwidth with `-q N` (write_bw, send_bw): N streams, each with its own buffers, in
+//!   one epoll set per side ([`super::tcp_streams`]), beside softrnic's N QPs.
+//!
 //! A 32-octet header from the client starts each connection: magic `SRNT`, test code,
 //! flags (bit 0: `TCP_NODELAY`), discipline ([`TcpKind::code`]; 0, from older clients:
 //! blocking for bandwidth, busy-poll for latency), 1 reserved, size (u64), messages (u64,
-//! 0: duration mode), duration in ms (u32), 4 reserved; network byte order.
+//! 0: duration mode), duration in ms (u32), streams (u32; 0 from older clients: one);
+//! network byte order. The other streams of a run connect right after the first and
+//! send nothing before their data.
 
 use super::stats::{BwMeter, CpuClock, LatStats, Progress};
-use super::{BenchConfig, LatResult, Measured, Mode, Test};
+use super::{BenchConfig, LatResult, Measured, Mode, Test, tcp_streams};
 use std::io::{self, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -110,6 +115,19 @@ impl TcpKind {
         }
     }
 
+    /// What it is with `n` streams (see [`super::tcp_streams`]).
+    pub fn describe_streams(self, n: u16) -> String {
+        let each = "each sending from and reading into its own buffers";
+        match self {
+            TcpKind::Blocking => format!("{n} streams, {each}, one epoll set per side that sleeps"),
+            TcpKind::BusyPoll => format!("{n} streams, {each}, one epoll set per side spun on"),
+            TcpKind::Batching => format!(
+                "{n} streams, {each}, one epoll set per side that sleeps, reads of at least {} KiB",
+                BATCH_READ >> 10
+            ),
+        }
+    }
+
     /// The baselines run with `test`: all of them; with `events` (softrnic sleeps on
     /// completion events), only those that do not spin either.
     pub fn for_test(test: Test, events: bool) -> Vec<TcpKind> {
@@ -132,6 +150,8 @@ struct Header {
     msgs: u64,
     duration_ms: u32,
     nodelay: bool,
+    /// Streams in the run (1: one).
+    streams: u32,
 }
 
 impl Header {
@@ -144,6 +164,7 @@ impl Header {
         b[8..16].copy_from_slice(&self.size.to_be_bytes());
         b[16..24].copy_from_slice(&self.msgs.to_be_bytes());
         b[24..28].copy_from_slice(&self.duration_ms.to_be_bytes());
+        b[28..32].copy_from_slice(&self.streams.to_be_bytes());
         b
     }
 
@@ -170,6 +191,7 @@ impl Header {
             msgs: u64_at(16),
             duration_ms: u32::from_be_bytes([b[24], b[25], b[26], b[27]]),
             nodelay: b[5] & 1 != 0,
+            streams: u32::from_be_bytes([b[28], b[29], b[30], b[31]]).max(1),
         })
     }
 }
@@ -180,12 +202,12 @@ pub fn serve(listener: &TcpListener, max: Option<usize>) -> io::Result<()> {
     while max.is_none_or(|m| served < m) {
         let (s, _) = listener.accept()?;
         served += 1;
-        serve_one(s)?;
+        serve_one(s, listener)?;
     }
     Ok(())
 }
 
-fn serve_one(mut s: TcpStream) -> io::Result<()> {
+fn serve_one(mut s: TcpStream, listener: &TcpListener) -> io::Result<()> {
     let mut hb = [0u8; HEADER_LEN];
     s.read_exact(&mut hb)?;
     let h = Header::decode(&hb)?;
@@ -193,6 +215,11 @@ fn serve_one(mut s: TcpStream) -> io::Result<()> {
     let size = h.size as usize;
     let spin = h.kind == TcpKind::BusyPoll;
     match h.test {
+        Test::WriteBw | Test::SendBw if h.streams > 1 => {
+            let len = read_len(h.kind, size);
+            let (mut s, total) = tcp_streams::receive(s, listener, h.streams, h.kind, len)?;
+            s.write_all(&total.to_be_bytes())?;
+        }
         Test::WriteBw | Test::SendBw => {
             let mut buf = vec![0u8; read_len(h.kind, size)];
             s.set_nonblocking(spin)?;
@@ -333,6 +360,15 @@ fn read_exact_spin(mut s: &TcpStream, buf: &mut [u8]) -> io::Result<bool> {
     Ok(true)
 }
 
+/// The streams a bandwidth baseline runs with `cfg`: one per QP for write_bw and
+/// send_bw; one otherwise (read_bw's server writes a single stream).
+pub fn streams(cfg: &BenchConfig) -> u16 {
+    match cfg.test {
+        Test::WriteBw | Test::SendBw => cfg.qps.max(1),
+        _ => 1,
+    }
+}
+
 /// Runs one size of the baseline `kind` as the client.
 pub fn client_round(
     cfg: &BenchConfig,
@@ -346,6 +382,7 @@ pub fn client_round(
     // unless asked, as an application streaming over TCP would have it.
     let nodelay = !test.is_bw() || cfg.tcp_nodelay;
     s.set_nodelay(nodelay)?;
+    let n = streams(cfg);
     let bw_msgs = cfg.iters * u64::from(cfg.qps);
     let h = Header {
         test,
@@ -360,12 +397,38 @@ pub fn client_round(
         },
         duration_ms: cfg.duration.map_or(0, |d| d.as_millis() as u32),
         nodelay,
+        streams: u32::from(n),
     };
     (&s).write_all(&h.encode())?;
+    let mut others = Vec::with_capacity(usize::from(n) - 1);
+    for _ in 1..n {
+        let o = TcpStream::connect(addr)?;
+        o.set_nodelay(nodelay)?;
+        others.push(o);
+    }
     let label = format!("{} {} B tcp {}", test.name(), size, kind.label());
     let mut progress = Progress::new(label, size, test.is_bw(), cfg.show_progress);
     let cpu = CpuClock::start(cfg.mode == Mode::Loopback);
     let r = match test {
+        Test::WriteBw | Test::SendBw if n > 1 => {
+            let mut all = vec![s.try_clone()?];
+            all.append(&mut others);
+            let start = Instant::now();
+            let deadline = cfg.duration.map(|d| start + d);
+            let mut meter = BwMeter::start(start);
+            let mut tick = |now: Instant, ops: u64| {
+                meter.record(now, ops);
+                progress.tick(now, ops);
+            };
+            let ops = tcp_streams::send(all, kind, size, deadline, cfg.iters, &mut tick)?;
+            // Its clone was in the epoll set, non-blocking: the acknowledgement waits.
+            s.set_nonblocking(false)?;
+            let mut ack = [0u8; 8];
+            (&s).read_exact(&mut ack)?;
+            let end = Instant::now();
+            check_ack(ack, ops, size)?;
+            Measured::Bw(meter.finish(end, ops, size))
+        }
         Test::WriteBw | Test::SendBw => {
             let buf = vec![0x5au8; size];
             let mut w = Writer::new(&s, kind)?;
@@ -390,13 +453,7 @@ pub fn client_round(
             let mut ack = [0u8; 8];
             (&s).read_exact(&mut ack)?;
             let end = Instant::now();
-            let got = u64::from_be_bytes(ack);
-            if got != ops * size as u64 {
-                return Err(io::Error::other(format!(
-                    "reader got {got} octets, {} sent",
-                    ops * size as u64
-                )));
-            }
+            check_ack(ack, ops, size)?;
             Measured::Bw(meter.finish(end, ops, size))
         }
         Test::ReadBw => {
@@ -462,6 +519,18 @@ pub fn client_round(
     Ok(r.with_cpu(&cpu, if test.is_bw() { 0 } else { cfg.warmup }))
 }
 
+/// The reader's count of octets must be what was sent.
+fn check_ack(ack: [u8; 8], ops: u64, size: usize) -> io::Result<()> {
+    let got = u64::from_be_bytes(ack);
+    if got != ops * size as u64 {
+        return Err(io::Error::other(format!(
+            "reader got {got} octets, {} sent",
+            ops * size as u64
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,6 +550,7 @@ mod tests {
                 msgs: 1100,
                 duration_ms: 0,
                 nodelay: true,
+                streams: 1,
             };
             assert_eq!(Header::decode(&h.encode()).unwrap(), h);
         }
@@ -491,7 +561,14 @@ mod tests {
             msgs: 1100,
             duration_ms: 0,
             nodelay: true,
+            streams: 1,
         };
+        // Many streams travel; an older client's 0 means one.
+        let many = Header { streams: 256, ..h };
+        assert_eq!(Header::decode(&many.encode()).unwrap(), many);
+        let mut b = h.encode();
+        b[28..32].fill(0);
+        assert_eq!(Header::decode(&b).unwrap().streams, 1);
         let mut b = h.encode();
         b[0] = 0;
         assert!(Header::decode(&b).is_err());
@@ -513,6 +590,7 @@ mod tests {
             msgs: 10,
             duration_ms: 0,
             nodelay: false,
+            streams: 1,
         }
         .encode();
         b[6] = 0;

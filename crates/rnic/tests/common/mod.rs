@@ -145,12 +145,17 @@ pub fn raw_initiator(e: &End) -> std::net::TcpStream {
 
 /// [`raw_initiator`] with the initiator's MPA settings `cfg`.
 pub fn raw_initiator_with(e: &End, cfg: MpaConfig) -> std::net::TcpStream {
+    raw_initiator_to(&e.dev, &e.qp, cfg)
+}
+
+/// [`raw_initiator_with`], connected to any QP `qp` of `dev`.
+pub fn raw_initiator_to(dev: &Device, qp: &Qp, cfg: MpaConfig) -> std::net::TcpStream {
     use softrnic_proto::cm::{Initiator, InitiatorProgress};
     use std::io::{Read, Write};
-    let listener = e.dev.listen("127.0.0.1:0").unwrap();
+    let listener = dev.listen("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::scope(|s| {
-        let h = s.spawn(|| listener.accept().unwrap().accept(&e.qp, b"").unwrap());
+        let h = s.spawn(|| listener.accept().unwrap().accept(qp, b"").unwrap());
         let mut c = std::net::TcpStream::connect(addr).unwrap();
         c.set_read_timeout(Some(WAIT)).unwrap();
         let mut init = Initiator::new(cfg).unwrap();
