@@ -276,6 +276,14 @@ impl CqShared {
     }
 
     fn pop_into(&self, out: &mut [Completion]) -> usize {
+        // An empty CQ is answered with two loads, without claiming the consumer role
+        // (a compare-exchange, on every empty poll of a busy-polling consumer). A
+        // completion whose push has claimed its slot counts as there; a producer
+        // claims the slot before it publishes it, so a completion the ring would
+        // hand out is never missed here.
+        if self.ring.is_empty() && !self.overflowed.load(Ordering::Acquire) {
+            return 0;
+        }
         let mut n = match self.ring.consumer() {
             Some(mut c) => c.pop_into(out),
             None => return 0,

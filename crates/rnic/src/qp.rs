@@ -452,7 +452,13 @@ impl QpShared {
             }
             if pass != Pass::TransmitOnly && self.receive(g, dev) {
                 moved = true;
-                self.transmit(g, dev);
+                // Only if the receive path queued something (a Read Response, a
+                // Terminate) or octets wait: after a Write or a Send arrives there is
+                // nothing, and this pass is on the way to the program's reply.
+                let waiting = g.conn.as_ref().is_some_and(|c| !c.tx.is_flushed());
+                if g.core.may_transmit() || waiting {
+                    self.transmit(g, dev);
+                }
             }
             disconnected = g.core.is_closing() && self.close_if_done(g, crate::engine::now(), dev);
             self.arm_timer(g, dev);
