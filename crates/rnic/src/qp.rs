@@ -697,7 +697,7 @@ impl Qp {
 
     /// Posts a receive work request.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        self.post_recv_batch(std::iter::once(wr))
+        self.post_recv_batch(std::slice::from_ref(&wr))
     }
 
     /// Posts a chain of receive work requests under one lock of the QP (as
@@ -708,24 +708,38 @@ impl Qp {
         &self,
         wrs: impl IntoIterator<Item = W>,
     ) -> Result<()> {
-        let dev = self.dev()?;
         let mut g = self.shared.lock()?;
+        let dev = self
+            .shared
+            .pass_dev(&mut g)
+            .ok_or(Error::BadState("device closed"))?;
+        let mut posted = Ok(());
         for wr in wrs {
-            g.core.post_recv_ref(wr.borrow(), &dev.tpt)?;
+            if let Err(e) = g.core.post_recv_ref(wr.borrow(), &dev.tpt) {
+                posted = Err(e.into());
+                break;
+            }
         }
-        if g.core.state() == QpState::Error {
-            // A bad receive SGE is a local error: close the connection now (nothing
-            // else may wake this QP), so the peer learns.
-            self.shared.progress_locked(&mut g, &dev);
-        } else {
-            self.shared.deliver(&mut g, &dev);
+        if posted.is_ok() {
+            if g.core.state() == QpState::Error {
+                // A bad receive SGE is a local error: close the connection now
+                // (nothing else may wake this QP), so the peer learns.
+                self.shared.progress_locked(&mut g, &dev);
+            } else {
+                self.shared.deliver(&mut g, &dev);
+            }
         }
-        Ok(())
+        let spare = self.shared.end_pass(&mut g, dev);
+        drop(g);
+        drop(spare);
+        posted
     }
 
     /// Posts a send-queue work request and starts transmitting it on this thread.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        self.post_send_batch(std::iter::once(wr))
+        // Borrowed: the request is copied once, into the send queue (through
+        // `iter::once` it was moved into the iterator and out again first).
+        self.post_send_batch(std::slice::from_ref(&wr))
     }
 
     /// Posts a chain of send-queue work requests, transmitting once after all are queued
