@@ -94,11 +94,13 @@ fn key_other_than(key: u8, old: u8) -> u8 {
 /// never name a region.
 ///
 /// Every change to an entry (removal, invalidation, revalidation, and registration)
-/// advances `epoch`; each thread remembers the last entry it looked up with the epoch
-/// it saw ([`LAST`]), and a look-up of the same STag while the epoch has not moved
-/// takes that copy with one atomic load instead of the shard's lock (two atomic
-/// read-modify-writes: on the data path, a check per work request and per FPDU, mostly
-/// of the same STag).
+/// advances `epoch`; each thread remembers the last two entries it looked up with the
+/// epoch it saw ([`LAST`]), and a look-up of one of those STags while the epoch has not
+/// moved takes that copy with one atomic load instead of the shard's lock (two atomic
+/// read-modify-writes: on the data path, a check per work request and per FPDU). Two,
+/// because a thread that both posts and places checks two STags in turn: a ping-pong
+/// side sends from its source region and receives into its landing region, and with
+/// one remembered entry each check missed.
 #[derive(Debug)]
 pub struct Tpt {
     shards: [RwLock<Shard>; SHARDS],
@@ -121,11 +123,20 @@ impl Default for Tpt {
     }
 }
 
-/// A thread's last look-up: (table id, epoch then, STag, entry or none).
+/// A thread's look-up: (table id, epoch then, STag, entry or none).
 type Remembered = (u64, u64, STag, Option<TptEntry>);
 
+/// Look-ups a thread remembers, the last one first.
+const REMEMBERED: usize = 2;
+
 thread_local! {
-    static LAST: Cell<Option<Remembered>> = const { Cell::new(None) };
+    static LAST: Cell<[Option<Remembered>; REMEMBERED]> = const { Cell::new([None; REMEMBERED]) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Look-ups that read the table on this thread (tests count them).
+    static TABLE_READS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// (shard, slot) of an STag's index, if it can name a region.
@@ -214,13 +225,12 @@ impl Tpt {
     #[inline]
     pub fn get(&self, stag: STag) -> Option<TptEntry> {
         let epoch = self.epoch.load(Ordering::Acquire);
-        let last = LAST.try_with(Cell::get).ok().flatten();
-        if let Some((id, seen, s, e)) = last
-            && id == self.id
-            && seen == epoch
-            && s == stag
-        {
-            return e;
+        if let Ok(last) = LAST.try_with(Cell::get) {
+            for (id, seen, s, e) in last.into_iter().flatten() {
+                if id == self.id && seen == epoch && s == stag {
+                    return e;
+                }
+            }
         }
         self.get_from_table(stag, epoch)
     }
@@ -236,8 +246,16 @@ impl Tpt {
             .get(slot)?
             .filter(|e| e.key == stag_key(stag));
         // Remembered with the epoch read before the look-up: a change made meanwhile
-        // makes the next look-up read the table again.
-        let _ = LAST.try_with(|l| l.set(Some((self.id, epoch, stag, e))));
+        // makes the next look-up read the table again. It becomes the first; the
+        // oldest is forgotten.
+        let _ = LAST.try_with(|l| {
+            let mut last = l.get();
+            last.rotate_right(1);
+            last[0] = Some((self.id, epoch, stag, e));
+            l.set(last);
+        });
+        #[cfg(test)]
+        TABLE_READS.with(|n| n.set(n.get() + 1));
         e
     }
 
@@ -507,6 +525,41 @@ mod tests {
         assert!(ok(&b, a).is_ok());
         assert!(ok(&u, a).is_err(), "the other table's rights");
         assert!(ok(&b, a).is_ok());
+    }
+
+    /// A thread that checks two STags in turn (a ping-pong side: its source region on
+    /// each post, its landing region on each FPDU) reads the table once for each, then
+    /// takes both from what it remembers; a change to either is still seen at once.
+    #[test]
+    fn two_stags_in_turn_are_both_remembered() {
+        let t = Tpt::new();
+        let src = t.insert(entry(1, Access::LOCAL_WRITE)).unwrap();
+        let land = t.insert(entry(1, Access::REMOTE_WRITE)).unwrap();
+        let reads = || TABLE_READS.with(Cell::get);
+        let ok = |s, a| t.check_remote(s, 0x1000, 8, a, PdId(1), TAGGED).is_ok();
+        let before = reads();
+        for _ in 0..10 {
+            assert!(t.get(src).is_some());
+            assert!(ok(land, Access::REMOTE_WRITE));
+        }
+        assert_eq!(reads() - before, 2, "one table read per STag");
+        // The older of the two is invalidated: its next check sees it.
+        t.invalidate(src, PdId(1)).unwrap();
+        assert!(!t.get(src).is_some_and(|e| e.valid), "invalidated");
+        assert!(ok(land, Access::REMOTE_WRITE));
+        t.invalidate(land, PdId(1)).unwrap();
+        assert!(!ok(land, Access::REMOTE_WRITE), "invalidated");
+        // A third STag pushes out the oldest remembered one, which is read again.
+        let third = t.insert(entry(1, Access::REMOTE_READ)).unwrap();
+        assert!(t.get(src).is_some());
+        assert!(t.get(land).is_some());
+        assert!(t.get(third).is_some());
+        let before = reads();
+        assert!(t.get(land).is_some());
+        assert!(t.get(third).is_some());
+        assert_eq!(reads() - before, 0, "the last two are remembered");
+        assert!(t.get(src).is_some());
+        assert_eq!(reads() - before, 1, "the oldest was forgotten");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::handoff::PollCount;
 use crate::limits::Reservation;
 use crate::qp::QpShared;
+use arrayvec::ArrayVec;
 use softrnic_proto::{Completion, WcStatus};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -306,6 +307,14 @@ impl CqShared {
     }
 
     fn pop_into(&self, out: &mut [Completion]) -> usize {
+        // An empty CQ is answered with two loads, without claiming the consumer role
+        // (a compare-exchange, on every empty poll of a busy-polling consumer). A
+        // completion whose push has claimed its slot counts as there; a producer
+        // claims the slot before it publishes it, so a completion the ring would
+        // hand out is never missed here.
+        if self.ring.is_empty() && !self.overflowed.load(Ordering::Acquire) {
+            return 0;
+        }
         let mut n = match self.ring.consumer() {
             Some(mut c) => c.pop_into(out),
             None => return 0,
@@ -343,16 +352,30 @@ impl CqShared {
     /// that keeps doing so takes them over).
     /// A polling consumer's drive of the CQ's QPs: whether anything moved, and whether
     /// the engines read the sockets (many QPs, see [`CONSUMER_READS_MAX_QPS`]).
+    ///
+    /// This runs on every empty poll, so it touches few shared counters: the QPs are
+    /// taken from the list under its lock (no clone of the list), and a QP whose socket
+    /// the consumer holds has its device at hand (`QpShared::consumer_progress`).
     fn drive(&self) -> (bool, bool) {
-        let Some(dev) = self.dev.upgrade() else {
+        let ready = self.polls.drive();
+        let Ok(guard) = self.qps.lock() else {
             return (false, false);
         };
-        let ready = self.polls.drive();
-        let list = self.qp_list();
-        let engine_reads = list.len() > CONSUMER_READS_MAX_QPS;
+        let engine_reads = guard.len() > CONSUMER_READS_MAX_QPS;
         let mut any = false;
-        for qp in list.iter().filter_map(Weak::upgrade) {
-            any |= qp.consumer_progress(&dev, ready, engine_reads);
+        if engine_reads {
+            let list = Arc::clone(&guard);
+            drop(guard);
+            for qp in list.iter().filter_map(Weak::upgrade) {
+                any |= qp.consumer_progress(ready, engine_reads);
+            }
+            return (any, engine_reads);
+        }
+        let qps: ArrayVec<Arc<QpShared>, CONSUMER_READS_MAX_QPS> =
+            guard.iter().filter_map(Weak::upgrade).collect();
+        drop(guard);
+        for qp in &qps {
+            any |= qp.consumer_progress(ready, engine_reads);
         }
         (any, engine_reads)
     }

@@ -98,6 +98,12 @@ pub(crate) struct QpInner {
     srq_flushed: bool,
     /// Who drives the socket: the engine, or a polling consumer.
     owner: Owner,
+    /// The device, held while a polling consumer holds the socket: its passes (a poll
+    /// that drives, a post) move it out and back instead of upgrading the QP's weak
+    /// reference (two atomic read-modify-writes, about 35 ns here, on every empty poll
+    /// and on every post). Dropped when the socket goes back to the engine, so a QP
+    /// keeps its device alive only while a consumer is polling it.
+    claimed_dev: Option<Arc<Shared>>,
     /// The state last reported to tracing.
     traced_state: QpState,
 }
@@ -162,6 +168,7 @@ impl QpShared {
                 timer_armed: None,
                 srq_flushed: false,
                 owner: Owner::new(),
+                claimed_dev: None,
                 traced_state: QpState::Idle,
             }),
             engine: AtomicUsize::new(0),
@@ -243,27 +250,60 @@ impl QpShared {
     /// With `engine_reads` (a CQ with many QPs, see `cq::CONSUMER_READS_MAX_QPS`), the
     /// engine keeps the socket and reads it: the consumer only sends what is queued,
     /// and gives back a socket it had claimed.
-    pub(crate) fn consumer_progress(
+    pub(crate) fn consumer_progress(self: &Arc<Self>, ready: bool, engine_reads: bool) -> bool {
+        let Ok(mut g) = self.inner.try_lock() else {
+            return false;
+        };
+        let Some(dev) = self.pass_dev(&mut g) else {
+            return false;
+        };
+        let moved = self.consumer_pass(&mut g, &dev, ready, engine_reads);
+        let spare = self.end_pass(&mut g, dev);
+        // The lock first: the device must never be dropped under it.
+        drop(g);
+        drop(spare);
+        moved
+    }
+
+    /// The device for a pass under the QP's lock: the one held while the socket is
+    /// claimed (moved out: no reference count touched), or the weak reference upgraded.
+    /// Hand it to [`QpShared::end_pass`] afterwards.
+    fn pass_dev(&self, g: &mut QpInner) -> Option<Arc<Shared>> {
+        g.claimed_dev.take().or_else(|| self.dev.upgrade())
+    }
+
+    /// Keeps the device of a pass while a consumer holds the socket; otherwise returns
+    /// it, to be dropped once the QP's lock is released (it may be the last reference,
+    /// and dropping a device stops its engines, which may be waiting for this lock).
+    fn end_pass(&self, g: &mut QpInner, dev: Arc<Shared>) -> Option<Arc<Shared>> {
+        if g.owner.is_claimed() && g.claimed_dev.is_none() {
+            g.claimed_dev = Some(dev);
+            None
+        } else {
+            Some(dev)
+        }
+    }
+
+    /// [`QpShared::consumer_progress`] under the lock.
+    fn consumer_pass(
         self: &Arc<Self>,
+        g: &mut QpInner,
         dev: &Shared,
         ready: bool,
         engine_reads: bool,
     ) -> bool {
-        let Ok(mut g) = self.inner.try_lock() else {
-            return false;
-        };
         if engine_reads {
             if g.owner.is_claimed() {
-                self.release(&mut g, dev);
+                self.release(g, dev);
             }
             let queued =
                 g.core.send_queue_len() > 0 || g.conn.as_ref().is_some_and(|c| !c.tx.is_flushed());
             return queued
-                && !self.waits_for_room(&g, Pass::TransmitOnly)
-                && self.progress_pass(&mut g, dev, Pass::TransmitOnly);
+                && !self.waits_for_room(g, Pass::TransmitOnly)
+                && self.progress_pass(g, dev, Pass::TransmitOnly);
         }
         if let Action::Claim(at) = g.owner.on_consumer_drive(ready, crate::engine::now) {
-            self.claim(&mut g, dev, at);
+            self.claim(g, dev, at);
         }
         // Every posted request is out and nothing is queued: only the receive path
         // can make something to send (a Read Response, a Terminate), and it is
@@ -276,10 +316,10 @@ impl QpShared {
         } else {
             Pass::Full
         };
-        let moved = self.progress_pass(&mut g, dev, pass);
+        let moved = self.progress_pass(g, dev, pass);
         if g.owner.is_claimed() && g.core.state() != QpState::Rts {
             // Closing or failed: the engine sees it through.
-            self.release(&mut g, dev);
+            self.release(g, dev);
         }
         moved
     }
@@ -371,6 +411,8 @@ impl QpShared {
     /// at once if it is ready.
     fn release(self: &Arc<Self>, g: &mut QpInner, dev: &Shared) {
         g.owner.released();
+        // Never the last reference: the caller's `dev` is another.
+        drop(g.claimed_dev.take());
         self.claimed.store(false, Ordering::Release);
         if let (Some(conn), Some(e)) = (g.conn.as_mut(), dev.engines.get(self.engine()))
             && !g.core.transport_closed()
@@ -412,7 +454,13 @@ impl QpShared {
             }
             if pass != Pass::TransmitOnly && self.receive(g, dev) {
                 moved = true;
-                self.transmit(g, dev);
+                // Only if the receive path queued something (a Read Response, a
+                // Terminate) or octets wait: after a Write or a Send arrives there is
+                // nothing, and this pass is on the way to the program's reply.
+                let waiting = g.conn.as_ref().is_some_and(|c| !c.tx.is_flushed());
+                if g.core.may_transmit() || waiting {
+                    self.transmit(g, dev);
+                }
             }
             disconnected = g.core.is_closing() && self.close_if_done(g, crate::engine::now(), dev);
             self.arm_timer(g, dev);
@@ -668,7 +716,7 @@ impl Qp {
 
     /// Posts a receive work request.
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        self.post_recv_batch(std::iter::once(wr))
+        self.post_recv_batch(std::slice::from_ref(&wr))
     }
 
     /// Posts a chain of receive work requests under one lock of the QP (as
@@ -679,24 +727,38 @@ impl Qp {
         &self,
         wrs: impl IntoIterator<Item = W>,
     ) -> Result<()> {
-        let dev = self.dev()?;
         let mut g = self.shared.lock()?;
+        let dev = self
+            .shared
+            .pass_dev(&mut g)
+            .ok_or(Error::BadState("device closed"))?;
+        let mut posted = Ok(());
         for wr in wrs {
-            g.core.post_recv_ref(wr.borrow(), &dev.tpt)?;
+            if let Err(e) = g.core.post_recv_ref(wr.borrow(), &dev.tpt) {
+                posted = Err(e.into());
+                break;
+            }
         }
-        if g.core.state() == QpState::Error {
-            // A bad receive SGE is a local error: close the connection now (nothing
-            // else may wake this QP), so the peer learns.
-            self.shared.progress_locked(&mut g, &dev);
-        } else {
-            self.shared.deliver(&mut g, &dev);
+        if posted.is_ok() {
+            if g.core.state() == QpState::Error {
+                // A bad receive SGE is a local error: close the connection now
+                // (nothing else may wake this QP), so the peer learns.
+                self.shared.progress_locked(&mut g, &dev);
+            } else {
+                self.shared.deliver(&mut g, &dev);
+            }
         }
-        Ok(())
+        let spare = self.shared.end_pass(&mut g, dev);
+        drop(g);
+        drop(spare);
+        posted
     }
 
     /// Posts a send-queue work request and starts transmitting it on this thread.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        self.post_send_batch(std::iter::once(wr))
+        // Borrowed: the request is copied once, into the send queue (through
+        // `iter::once` it was moved into the iterator and out again first).
+        self.post_send_batch(std::slice::from_ref(&wr))
     }
 
     /// Posts a chain of send-queue work requests, transmitting once after all are queued
@@ -706,16 +768,29 @@ impl Qp {
         &self,
         wrs: impl IntoIterator<Item = W>,
     ) -> Result<()> {
-        let dev = self.dev()?;
         let mut g = self.shared.lock()?;
+        let dev = self
+            .shared
+            .pass_dev(&mut g)
+            .ok_or(Error::BadState("device closed"))?;
+        let mut posted = Ok(());
         for wr in wrs {
-            g.core.post_send_ref(wr.borrow(), &dev.tpt)?;
+            if let Err(e) = g.core.post_send_ref(wr.borrow(), &dev.tpt) {
+                posted = Err(e.into());
+                break;
+            }
         }
-        // After a post: what was posted goes out and what completed is delivered,
-        // without the receive path's `read(2)` (usually an empty one): what arrives is
-        // for the engine, which sees the socket readable, or for the polling consumer.
-        self.shared.progress_pass(&mut g, &dev, Pass::TransmitOnly);
-        Ok(())
+        if posted.is_ok() {
+            // After a post: what was posted goes out and what completed is delivered,
+            // without the receive path's `read(2)` (usually an empty one): what
+            // arrives is for the engine, which sees the socket readable, or for the
+            // polling consumer.
+            self.shared.progress_pass(&mut g, &dev, Pass::TransmitOnly);
+        }
+        let spare = self.shared.end_pass(&mut g, dev);
+        drop(g);
+        drop(spare);
+        posted
     }
 
     /// Graceful close: queued sends finish, then FIN; the QP goes to error (flushing what

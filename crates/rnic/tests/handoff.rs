@@ -204,6 +204,32 @@ fn a_claimed_qp_moves_with_its_cq() {
     );
 }
 
+/// A claimed QP holds its device while its consumer polls (the polls and posts then
+/// need not look the device up), and lets go of it as soon as the consumer goes to
+/// sleep on events: a program that dropped the device meanwhile finds it closed then,
+/// as it would have without the claim. (Whether the device is still held just before
+/// depends on the lease, that is on time: not asserted.)
+#[test]
+fn a_claimed_qp_lets_its_device_go_when_its_consumer_sleeps() {
+    let (a, b) = pair();
+    let End {
+        dev, pd, cq, qp, ..
+    } = a;
+    claim_by_polling(&cq);
+    drop((dev, pd));
+    // A request the device would refuse (another device's memory), so nothing is sent.
+    let foreign = b.pd.alloc_mr(8, Access::LOCAL_WRITE).unwrap();
+    let post = || qp.post_send(SendWr::write(1, foreign.sge(0, 8), foreign.addr(), 0));
+    assert!(cq.poll_one().is_none());
+    let _ = post();
+    cq.req_notify(false);
+    let gone = post();
+    assert!(
+        matches!(gone, Err(Error::BadState("device closed"))),
+        "the device is gone once the consumer sleeps: {gone:?}"
+    );
+}
+
 /// Closing a QP whose consumer holds the socket: both sides see it through.
 #[test]
 fn a_claimed_qp_disconnects() {

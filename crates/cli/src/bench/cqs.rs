@@ -100,7 +100,11 @@ impl CqSet {
     /// many. Completions of one QP keep their order (they are all on one CQ).
     pub fn poll(&self, out: &mut [Completion]) -> usize {
         let n = self.cqs.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        // A hint, not a count: a load and a store, not an atomic read-modify-write
+        // (the busy-polling loops call this between every two socket reads).
+        let turn = self.next.load(Ordering::Relaxed);
+        self.next.store(turn.wrapping_add(1), Ordering::Relaxed);
+        let start = turn % n;
         let mut got = 0;
         for k in 0..n {
             if got == out.len() {
