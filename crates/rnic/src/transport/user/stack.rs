@@ -75,6 +75,8 @@ pub(crate) struct Inner {
     news: HashMap<ListenerId, HashSet<ConnId>>,
     /// When the stack thread wakes next by itself (`None`: only when woken).
     planned: Option<Duration>,
+    /// When this stack last took a packet off its link (for tracing a timeout).
+    last_rx: Option<Duration>,
 }
 
 impl Inner {
@@ -97,9 +99,15 @@ impl Inner {
     /// One turn of the stack thread: packets in, timers, packets out, readiness.
     /// Returns whether blocking waiters must be notified.
     fn pump(&mut self, now: Duration) -> bool {
-        let Inner { stack, link, .. } = self;
+        let Inner {
+            stack,
+            link,
+            last_rx,
+            ..
+        } = self;
         loop {
             let more = link.receive(now, &mut |p, check| {
+                *last_rx = Some(now);
                 // A packet that does not parse is counted by the stack.
                 let _ = stack.handle_packet_checked(now, p, &mut NoRaw, check);
             });
@@ -111,7 +119,21 @@ impl Inner {
             link.handle_timeout(now);
         }
         if stack.poll_timeout().is_some_and(|t| t <= now) {
+            let traced = tracing::enabled!(tracing::Level::DEBUG);
+            let before = traced.then(|| stack.tcp_totals().timeouts);
             stack.handle_timeout(now);
+            if before.is_some_and(|b| stack.tcp_totals().timeouts > b) {
+                // What the sender knew when its timer fired, and what the link held
+                // (a peer whose stack has not taken its packets is a stalled thread,
+                // not a loss): `RUST_LOG=softrnic_rnic::transport::user=debug`.
+                tracing::debug!(
+                    thread = std::thread::current().name().unwrap_or("?"),
+                    since_last_rx = ?last_rx.map(|t| now.saturating_sub(t)),
+                    backlog = %link.backlog(now),
+                    conns = ?stack.recovery_snapshots(now),
+                    "retransmission timeout"
+                );
+            }
         }
         self.flush(now);
         self.dispatch()
@@ -307,6 +329,7 @@ impl UserStack {
                 watched: HashMap::new(),
                 news: HashMap::new(),
                 planned: None,
+                last_rx: None,
             }),
             cv: Condvar::new(),
             wake,
