@@ -237,17 +237,17 @@ fn a_loss_the_sacks_show_is_repaired_by_rack_even_when_they_arrive_with_the_time
     }
 }
 
-#[test]
-fn a_timeout_while_the_receiver_stalled_is_found_spurious_from_one_cumulative_ack() {
-    let mut p = Pair::new();
+/// Warms up, then sends twenty segments while b's thread is off the CPU until just
+/// after a's timer fired (nothing is lost): b then acknowledges all twenty at once,
+/// and the timeout's retransmission reaches it after that. Returns a's stats and
+/// congestion window from before.
+fn timeout_while_the_receiver_stalls(p: &mut Pair) -> (softrnic_tcp::Stats, u64) {
     p.run_until(|p| p.a.state() == State::Established && p.b.state() == State::Established);
     let warm = data(40_000, 1);
     p.send_all(&warm);
     p.run_until(|p| p.got.len() == warm.len() && p.a.unacknowledged() == 0);
     let before = p.a.stats().clone();
     let cwnd = p.a.congestion_window();
-    // Twenty segments go out; b's thread is off the CPU from now until just after a's
-    // timer (5 ms) fired: nothing is lost, nothing is acknowledged meanwhile.
     let burst = data(20_000, 2);
     p.send_all(&burst);
     p.send_from(true);
@@ -257,6 +257,13 @@ fn a_timeout_while_the_receiver_stalled_is_found_spurious_from_one_cumulative_ac
     // the twenty originals and acknowledges them all in one ACK.
     p.b_stalled_until = p.now + 50 * US;
     p.run_until(|p| p.a.unacknowledged() == 0);
+    (before, cwnd)
+}
+
+#[test]
+fn a_timeout_while_the_receiver_stalled_is_found_spurious_from_one_cumulative_ack() {
+    let mut p = Pair::new();
+    let (before, cwnd) = timeout_while_the_receiver_stalls(&mut p);
     let s = p.a.stats().clone();
     assert_eq!(s.timeouts, before.timeouts + 1, "{s:?}");
     assert_eq!(s.spurious_timeouts, before.spurious_timeouts + 1, "{s:?}");
@@ -266,12 +273,36 @@ fn a_timeout_while_the_receiver_stalled_is_found_spurious_from_one_cumulative_ac
         "{} < {cwnd}",
         p.a.congestion_window()
     );
-    p.run_until(|p| p.got.len() == warm.len() + burst.len() && p.b.poll_timeout().is_none());
-    assert_eq!(&p.got[warm.len()..], &burst[..]);
+    p.run_until(|p| p.got.len() == 60_000 && p.b.poll_timeout().is_none());
+    assert_eq!(&p.got[40_000..], &data(20_000, 2)[..]);
     // Sent again: the timeout's segment, and at most one loss probe before it.
     let s = p.a.stats();
     assert!(
         s.retransmitted_segments <= before.retransmitted_segments + 2,
         "{s:?}"
     );
+}
+
+#[test]
+fn the_duplicate_of_a_timeouts_retransmission_does_not_make_rack_wait_for_reordering() {
+    let mut p = Pair::new();
+    timeout_while_the_receiver_stalls(&mut p);
+    // The timeout's retransmission reaches b after the originals: b reports it as a
+    // duplicate (D-SACK). That says the timer was early, not that the network reorders.
+    p.run_until(|p| p.queue.is_empty() && p.b.poll_timeout().is_none());
+    let s = p.a.stats().clone();
+    assert!(s.spurious_retransmits >= 1, "{s:?}");
+    assert_eq!(s.reordered_segments, 0, "{s:?}");
+    // Twenty more segments, the first lost: the SACKs of the other nineteen come back
+    // one round trip (200 us) after they were sent, and RACK, having seen no
+    // reordering, takes the hole as lost then, with no reordering window to wait out.
+    p.lose = vec![60_000];
+    let more = data(20_000, 3);
+    p.send_all(&more);
+    p.send_from(true);
+    let sent = p.now;
+    p.run_until(|p| p.a.stats().fast_retransmits > s.fast_retransmits);
+    assert_eq!(p.now - sent, 200 * US, "{:?}", p.a.stats());
+    p.run_until(|p| p.got.len() == 80_000 && p.a.unacknowledged() == 0);
+    assert_eq!(&p.got[60_000..], &more[..]);
 }
