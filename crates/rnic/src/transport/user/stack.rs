@@ -120,9 +120,10 @@ impl Inner {
         }
         if stack.poll_timeout().is_some_and(|t| t <= now) {
             let traced = tracing::enabled!(tracing::Level::DEBUG);
-            let before = traced.then(|| stack.tcp_totals().timeouts);
+            let before =
+                traced.then(|| (stack.tcp_totals().timeouts, stack.recovery_snapshots(now)));
             stack.handle_timeout(now);
-            if before.is_some_and(|b| stack.tcp_totals().timeouts > b) {
+            if let Some((timeouts, conns)) = before.filter(|b| stack.tcp_totals().timeouts > b.0) {
                 // What the sender knew when its timer fired, and what the link held
                 // (a peer whose stack has not taken its packets is a stalled thread,
                 // not a loss): `RUST_LOG=softrnic_rnic::transport::user=debug`.
@@ -130,7 +131,8 @@ impl Inner {
                     thread = std::thread::current().name().unwrap_or("?"),
                     since_last_rx = ?last_rx.map(|t| now.saturating_sub(t)),
                     backlog = %link.backlog(now),
-                    conns = ?stack.recovery_snapshots(now),
+                    timeouts_before = timeouts,
+                    conns_before = ?conns,
                     "retransmission timeout"
                 );
             }
