@@ -17,11 +17,16 @@
 //!
 //! With `--stall-every-us E --stall-us S`, the sender's thread is off the CPU for S
 //! about every E (as threads are on a busy machine): what arrives meanwhile waits,
-//! and when it runs again it takes that first, then its timers, then sends.
+//! and when it runs again it takes that first, then its timers, then sends. With
+//! `--stall-rx`, the receiver's thread stalls instead (the shape the CLI's clean runs
+//! showed): the sender's data waits for it, and when it runs again it takes all of
+//! it and answers with one ACK, as softrnic's stack thread does (its pump takes every
+//! packet, then sends). `--rto-min-us F` sets the floor under the retransmission
+//! timeout (default: the in-process network's, `RTO_MIN` below).
 //!
 //! `cargo run --release -p softrnic-tcp --example lossy_bulk -- [--seeds N] [--mb M]
 //! [--first SEED] [--loss P] [--reorder P] [--queue] [--timer-us G]
-//! [--stall-every-us E --stall-us S] [--trace]`
+//! [--stall-every-us E --stall-us S [--stall-rx]] [--rto-min-us F] [--trace]`
 
 use softrnic_tcp::sim::{End, Impairments, Wire};
 use softrnic_tcp::{Config, Connection, Reassembly, SeqNum, Stats};
@@ -34,13 +39,18 @@ struct Outcome {
     rx: Stats,
 }
 
-fn config() -> Config {
+/// The floor under the retransmission timeout on softrnic's in-process network
+/// (`SIM_RTO_MIN` in softrnic-rnic's `transport/user/mod.rs`).
+const RTO_MIN: Duration = Duration::from_millis(100);
+
+fn config(rto_min: Duration) -> Config {
     Config {
         mss: u16::MAX - 40,
         send_buffer: 4 << 20,
         recv_buffer: 4 << 20,
         delayed_ack: None,
         checksum_offload: true,
+        rto_min,
         ..Config::fast_link()
     }
 }
@@ -81,11 +91,14 @@ fn read_all(rb: &mut Reassembly, b: &mut Connection, buf: &mut [u8]) -> usize {
 struct Threads {
     /// A timer wakes a sleeping end only at this granularity (zero: exactly).
     granularity: Duration,
-    /// The sender's thread is off the CPU for `stall` about every `stall_every` (zero:
-    /// never): it takes what arrived meanwhile, then its timers, then sends, as
-    /// softrnic's stack thread does when it runs again.
+    /// The sender's thread (the receiver's, with `stall_rx`) is off the CPU for
+    /// `stall` about every `stall_every` (zero: never): it takes what arrived
+    /// meanwhile, then its timers, then sends, as softrnic's stack thread does when it
+    /// runs again.
     stall_every: Duration,
     stall: Duration,
+    stall_rx: bool,
+    rto_min: Duration,
 }
 
 fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads) -> Outcome {
@@ -94,13 +107,15 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
     let gap = |r: &mut softrnic_tcp::sim::Rng| threads.stall_every.mul_f64(0.5 + r.unit());
     let mut next_stall = (!threads.stall_every.is_zero()).then(|| gap(&mut stalls));
     let mut a_stalled_until = Duration::ZERO;
+    let mut b_stalled_until = Duration::ZERO;
     let mut a_inbox: Vec<Vec<u8>> = Vec::new();
+    let mut b_inbox: Vec<Vec<u8>> = Vec::new();
     let paced = imp.rate.is_none();
     let mut a_busy: Option<Duration> = None;
     let a_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1000);
     let b_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 2000);
-    let mut a = Connection::connect(config(), a_addr, b_addr, SeqNum(1));
-    let mut b = Connection::listen(config(), b_addr, SeqNum(2));
+    let mut a = Connection::connect(config(threads.rto_min), a_addr, b_addr, SeqNum(1));
+    let mut b = Connection::listen(config(threads.rto_min), b_addr, SeqNum(2));
     let mut rb = Reassembly::for_connection(&b);
     let mut wire = Wire::new(imp, seed);
     let data: Vec<u8> = (0..1 << 16).map(|i| (i * 7 + 3) as u8).collect();
@@ -117,14 +132,26 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
             }
         }
         if let Some(at) = next_stall.filter(|&t| t <= now) {
-            a_stalled_until = at + threads.stall;
+            if threads.stall_rx {
+                b_stalled_until = at + threads.stall;
+            } else {
+                a_stalled_until = at + threads.stall;
+            }
             next_stall = Some(at + gap(&mut stalls));
         }
         let a_awake = now >= a_stalled_until;
+        let b_awake = now >= b_stalled_until;
         if a_awake {
             send_a(&mut a, &mut wire, now, &mut packet, paced, &mut a_busy);
         }
-        while let Some(n) = b.poll_transmit(now, &mut packet) {
+        if b_awake && !b_inbox.is_empty() {
+            // b's thread runs again: everything that waited, then one answer.
+            for p in b_inbox.drain(..) {
+                let _ = b.handle_packet(now, &p, &mut rb);
+            }
+            got += read_all(&mut rb, &mut b, &mut read);
+        }
+        while let Some(n) = b_awake.then(|| b.poll_transmit(now, &mut packet)).flatten() {
             wire.send(End::B, now, &packet[..n]);
         }
         // A timer wakes a sleeping thread only at the granularity of its wait (mio's
@@ -134,17 +161,23 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
         } else {
             Some(a_stalled_until)
         };
-        let timer = [a_timer, b.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(|t| match t.checked_sub(now) {
-                Some(d) if !granularity.is_zero() && !d.is_zero() => {
-                    let whole = d.as_nanos() / granularity.as_nanos();
-                    now + granularity.saturating_mul((whole as u32).max(1))
-                }
-                _ => t,
-            });
+        let b_timer = if b_awake {
+            b.poll_timeout()
+        } else {
+            Some(b_stalled_until)
+        };
+        let timer =
+            [a_timer, b_timer]
+                .into_iter()
+                .flatten()
+                .min()
+                .map(|t| match t.checked_sub(now) {
+                    Some(d) if !granularity.is_zero() && !d.is_zero() => {
+                        let whole = d.as_nanos() / granularity.as_nanos();
+                        now + granularity.saturating_mul((whole as u32).max(1))
+                    }
+                    _ => t,
+                });
         let next = [wire.next_arrival(), a_busy.filter(|&t| t > now), timer]
             .into_iter()
             .flatten()
@@ -168,6 +201,8 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
                 if !paced {
                     send_a(&mut a, &mut wire, now, &mut packet, paced, &mut a_busy);
                 }
+            } else if now < b_stalled_until {
+                b_inbox.push(p.to_vec());
             } else {
                 let _ = b.handle_packet(now, p, &mut rb);
                 got += read_all(&mut rb, &mut b, &mut read);
@@ -191,7 +226,7 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
                 println!("  RTO at {:?} ({got} of {total} delivered): {s}", now);
             }
         }
-        if b.poll_timeout().is_some_and(|t| t <= now) {
+        if now >= b_stalled_until && b.poll_timeout().is_some_and(|t| t <= now) {
             b.handle_timeout(now);
         }
         got += read_all(&mut rb, &mut b, &mut read);
@@ -251,6 +286,8 @@ fn main() {
         granularity: Duration::from_micros(arg(&args, "--timer-us", 0)),
         stall_every: Duration::from_micros(arg(&args, "--stall-every-us", 0)),
         stall: Duration::from_micros(arg(&args, "--stall-us", 0)),
+        stall_rx: args.iter().any(|a| a == "--stall-rx"),
+        rto_min: Duration::from_micros(arg(&args, "--rto-min-us", RTO_MIN.as_micros() as u64)),
     };
     let total = mb * 1_000_000;
     println!(
@@ -259,19 +296,32 @@ fn main() {
         first + seeds
     );
     println!(
-        "{:>5} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9}",
-        "seed", "clean", "lossy", "ratio", "rtx", "fast", "rto", "sprto", "tlp", "dsack", "refused"
+        "{:>5} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>6} {:>6}",
+        "seed",
+        "clean",
+        "lossy",
+        "ratio",
+        "rtx",
+        "fast",
+        "rto",
+        "sprto",
+        "tlp",
+        "dsack",
+        "refused",
+        "c.rto",
+        "c.sp"
     );
-    let (mut ratios, mut rtos) = (Vec::new(), 0);
+    let (mut ratios, mut rtos, mut clean_rtos) = (Vec::new(), 0, 0);
     for seed in first..first + seeds {
         let clean = run(link(0.0, 0.0, queue), seed, total, false, threads);
         let lossy = run(link(loss, reorder, queue), seed, total, trace, threads);
         let ratio = lossy.goodput / clean.goodput;
         let s = &lossy.stats;
         rtos += s.timeouts;
+        clean_rtos += clean.stats.timeouts;
         ratios.push(ratio);
         println!(
-            "{seed:>5} {:>8.0} {:>8.0} {ratio:>6.3} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9}",
+            "{seed:>5} {:>8.0} {:>8.0} {ratio:>6.3} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>6} {:>6}",
             clean.goodput / 1e6,
             lossy.goodput / 1e6,
             s.retransmitted_segments,
@@ -281,12 +331,14 @@ fn main() {
             s.loss_probes,
             s.spurious_retransmits,
             lossy.rx.bytes_refused,
+            clean.stats.timeouts,
+            clean.stats.spurious_timeouts,
         );
     }
     ratios.sort_by(f64::total_cmp);
     let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
     println!(
-        "ratio mean {mean:.3} median {:.3} min {:.3}; timeouts {rtos} in {} runs",
+        "ratio mean {mean:.3} median {:.3} min {:.3}; timeouts {rtos} lossy, {clean_rtos} clean, in {} runs each",
         ratios[ratios.len() / 2],
         ratios[0],
         ratios.len()

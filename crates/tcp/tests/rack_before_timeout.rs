@@ -8,6 +8,11 @@
 //! Two cases: before any reordering was seen (RACK takes the hole as lost at once),
 //! and after (the hole is inside RACK's reordering window, whose timer must run out
 //! before the retransmission timer may).
+//!
+//! The receiver's thread stalls too (the stall the CLI's clean runs showed): it takes
+//! nothing for longer than the sender's timeout, then everything at once, and answers
+//! with one acknowledgment of it all. The timeout that fired meanwhile is spurious,
+//! and that acknowledgment must show it.
 
 use softrnic_tcp::{Config, Connection, Reassembly, Refuse, Segment, SeqNum, State};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -41,6 +46,7 @@ struct Pair {
     /// A data segment from a with this stream offset arrives this much later.
     hold: Option<(u64, Duration)>,
     a_stalled_until: Duration,
+    b_stalled_until: Duration,
     got: Vec<u8>,
     buf: Vec<u8>,
 }
@@ -62,6 +68,7 @@ impl Pair {
             lose: Vec::new(),
             hold: None,
             a_stalled_until: Duration::ZERO,
+            b_stalled_until: Duration::ZERO,
             got: Vec::new(),
             buf: vec![0; 1500],
         }
@@ -130,13 +137,15 @@ impl Pair {
         self.send_from(is_a);
     }
 
-    /// Runs until `done`, moving time to the next arrival or timer (a's only once its
-    /// stall is over).
+    /// Runs until `done`, moving time to the next arrival or timer (an end's only once
+    /// its stall is over).
     fn run_until(&mut self, done: impl Fn(&Pair) -> bool) {
         let limit = self.now + Duration::from_secs(10);
         while !done(self) {
             assert!(self.now < limit, "not done: {:?}", self.a.stats());
-            self.turn(false);
+            if self.now >= self.b_stalled_until {
+                self.turn(false);
+            }
             if self.now >= self.a_stalled_until {
                 self.turn(true);
             }
@@ -154,7 +163,8 @@ impl Pair {
             ]
             .into_iter()
             .flatten()
-            .min();
+            .min()
+            .map(|t| t.max(self.b_stalled_until));
             let next = [a_next, b_next].into_iter().flatten().min();
             let Some(next) = next else {
                 assert!(
@@ -164,6 +174,10 @@ impl Pair {
                 );
                 return;
             };
+            if done(self) {
+                // (Before time moves on: the state the turns left is the one asked for.)
+                return;
+            }
             self.now = self.now.max(next);
         }
     }
@@ -221,4 +235,74 @@ fn a_loss_the_sacks_show_is_repaired_by_rack_even_when_they_arrive_with_the_time
             assert!(before.reordered_segments + before.spurious_retransmits > 0);
         }
     }
+}
+
+/// Warms up, then sends twenty segments while b's thread is off the CPU until just
+/// after a's timer fired (nothing is lost): b then acknowledges all twenty at once,
+/// and the timeout's retransmission reaches it after that. Returns a's stats and
+/// congestion window from before.
+fn timeout_while_the_receiver_stalls(p: &mut Pair) -> (softrnic_tcp::Stats, u64) {
+    p.run_until(|p| p.a.state() == State::Established && p.b.state() == State::Established);
+    let warm = data(40_000, 1);
+    p.send_all(&warm);
+    p.run_until(|p| p.got.len() == warm.len() && p.a.unacknowledged() == 0);
+    let before = p.a.stats().clone();
+    let cwnd = p.a.congestion_window();
+    let burst = data(20_000, 2);
+    p.send_all(&burst);
+    p.send_from(true);
+    p.b_stalled_until = p.now + Duration::from_secs(1);
+    p.run_until(|p| p.a.stats().timeouts > before.timeouts);
+    // b runs again before the timeout's retransmission reaches it (100 us): it takes
+    // the twenty originals and acknowledges them all in one ACK.
+    p.b_stalled_until = p.now + 50 * US;
+    p.run_until(|p| p.a.unacknowledged() == 0);
+    (before, cwnd)
+}
+
+#[test]
+fn a_timeout_while_the_receiver_stalled_is_found_spurious_from_one_cumulative_ack() {
+    let mut p = Pair::new();
+    let (before, cwnd) = timeout_while_the_receiver_stalls(&mut p);
+    let s = p.a.stats().clone();
+    assert_eq!(s.timeouts, before.timeouts + 1, "{s:?}");
+    assert_eq!(s.spurious_timeouts, before.spurious_timeouts + 1, "{s:?}");
+    // The window is back where it was, at once (not after the duplicate's report).
+    assert!(
+        p.a.congestion_window() >= cwnd,
+        "{} < {cwnd}",
+        p.a.congestion_window()
+    );
+    p.run_until(|p| p.got.len() == 60_000 && p.b.poll_timeout().is_none());
+    assert_eq!(&p.got[40_000..], &data(20_000, 2)[..]);
+    // Sent again: the timeout's segment, and at most one loss probe before it.
+    let s = p.a.stats();
+    assert!(
+        s.retransmitted_segments <= before.retransmitted_segments + 2,
+        "{s:?}"
+    );
+}
+
+#[test]
+fn the_duplicate_of_a_timeouts_retransmission_does_not_make_rack_wait_for_reordering() {
+    let mut p = Pair::new();
+    timeout_while_the_receiver_stalls(&mut p);
+    // The timeout's retransmission reaches b after the originals: b reports it as a
+    // duplicate (D-SACK). That says the timer was early, not that the network reorders.
+    p.run_until(|p| p.queue.is_empty() && p.b.poll_timeout().is_none());
+    let s = p.a.stats().clone();
+    assert!(s.spurious_retransmits >= 1, "{s:?}");
+    assert_eq!(s.reordered_segments, 0, "{s:?}");
+    // Twenty more segments, the first lost: the SACKs of the other nineteen come back
+    // one round trip (200 us) after they were sent, and RACK, having seen no
+    // reordering, takes the hole as lost then, with no reordering window to wait out.
+    p.lose = vec![60_000];
+    let more = data(20_000, 3);
+    p.send_all(&more);
+    p.send_from(true);
+    let sent = p.now;
+    p.run_until(|p| p.a.stats().fast_retransmits > s.fast_retransmits);
+    assert_eq!(p.now - sent, 200 * US, "{:?}", p.a.stats());
+    p.run_until(|p| p.got.len() == 80_000 && p.a.unacknowledged() == 0);
+    assert_eq!(&p.got[60_000..], &more[..]);
 }

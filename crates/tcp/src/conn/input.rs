@@ -276,6 +276,13 @@ impl Connection {
             0
         };
         let sack = self.tx.take_sack(&seg.options.sack, ack as i64, now);
+        // Before the window grows: an acknowledgment that covers everything a timeout
+        // sent again would end its recovery there, and the proof that the timeout was
+        // spurious (originals delivered) would go unseen.
+        if self.tx.timeout_was_spurious() {
+            self.stats.spurious_timeouts += 1;
+            self.stats.undone_reductions += 1;
+        }
         if advanced {
             self.tx.grow(acked);
             self.retries = 0;
@@ -290,10 +297,6 @@ impl Connection {
             if !self.tx.sack_ok && self.tx.on_dupack() {
                 self.stats.fast_retransmits += 1;
             }
-        }
-        if self.tx.timeout_was_spurious() {
-            self.stats.spurious_timeouts += 1;
-            self.stats.undone_reductions += 1;
         }
         if let Some((l, r)) = sack.dsack {
             self.stats.spurious_retransmits += 1;

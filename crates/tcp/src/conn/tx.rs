@@ -350,8 +350,13 @@ impl Tx {
             }
             self.rtx_now = false;
             self.timed = None;
-            self.recent_rtx[self.recent_rtx_next] = (pick.start, pick.end);
-            self.recent_rtx_next = (self.recent_rtx_next + 1) % RECENT_RTX;
+            if !self.rto_recovery {
+                // A timeout's retransmissions are the timer's decision, not RACK's: a
+                // duplicate of one says the timer was early (a stalled peer), not that
+                // RACK should wait longer for reordering.
+                self.recent_rtx[self.recent_rtx_next] = (pick.start, pick.end);
+                self.recent_rtx_next = (self.recent_rtx_next + 1) % RECENT_RTX;
+            }
             if let Some(u) = &mut self.undo {
                 u.retransmissions = u.retransmissions.saturating_add(1);
             }

@@ -360,6 +360,17 @@ impl Stack {
         t
     }
 
+    /// Every connection's send-side recovery state
+    /// ([`crate::Connection::recovery_snapshot`]), for tracing a timeout.
+    #[doc(hidden)]
+    pub fn recovery_snapshots(&self, now: Duration) -> Vec<String> {
+        self.slots
+            .iter()
+            .flatten()
+            .map(|e| e.conn.recovery_snapshot(now))
+            .collect()
+    }
+
     /// Connections in the table (every state).
     pub fn connections(&self) -> usize {
         self.live

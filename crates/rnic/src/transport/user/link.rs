@@ -85,6 +85,12 @@ pub(crate) trait Link: Send {
 
     /// The device is closing: leave the link (others stop reaching this address).
     fn detach(&mut self);
+
+    /// What is waiting on the link, in one line, for tracing a stall.
+    fn backlog(&self, now: Duration) -> String {
+        let _ = now;
+        String::new()
+    }
 }
 
 /// A packet as a link hands it to the stack.
@@ -239,6 +245,14 @@ impl Link for SimLink {
 
     fn poll_timeout(&self) -> Option<Duration> {
         self.next
+    }
+
+    fn backlog(&self, now: Duration) -> String {
+        let mut s = String::new();
+        for (addr, n, oldest) in self.net.backlog(now) {
+            s.push_str(&format!("{addr}: {n} waiting, oldest {oldest:?}; "));
+        }
+        s
     }
 
     fn detach(&mut self) {

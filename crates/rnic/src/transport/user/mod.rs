@@ -24,12 +24,15 @@ pub(crate) mod netlink;
 pub mod simnet;
 pub(crate) mod stack;
 pub(crate) mod stream;
+#[cfg(test)]
+mod timer_floor_tests;
 pub(crate) mod transport;
 
 pub use netlink::{NetStats, mac_for};
 pub use simnet::{Impairments, SimNet, WireStats};
 use softrnic_netdev::MacAddr;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 /// The link a device's own TCP sends its packets on.
 #[derive(Debug, Clone)]
@@ -112,8 +115,8 @@ impl UserTcp {
 /// every segment (with segments of up to 64 KiB an ACK costs little; delaying them
 /// gained nothing on the simulated network and drew loss probes for an odd last
 /// segment whose ACK waited). On a simulated network, whose ends are softrnic stacks with
-/// round trips of microseconds, the timers of [`softrnic_tcp::Config::fast_link`] (a 5
-/// ms floor under the retransmission timeout) and checksum offload (the network
+/// round trips of microseconds, the timers of [`softrnic_tcp::Config::fast_link`] with
+/// `SIM_RTO_MIN` (100 ms) under the retransmission timeout, and checksum offload (the network
 /// checksums for its ends and marks what it damages, as loopback and veth do; a
 /// property of that link: real links keep TCP's checksums); on a frame link, whose
 /// peer may be Linux (ACKs delayed up to 200 ms), the defaults.
@@ -130,15 +133,33 @@ pub fn tcp_for(link: &UserLink) -> softrnic_tcp::Config {
         UserLink::Sim(_) => softrnic_tcp::Config::fast_link(),
         _ => softrnic_tcp::Config::default(),
     };
+    let rto_min = match link {
+        UserLink::Sim(_) => SIM_RTO_MIN,
+        _ => base.rto_min,
+    };
     softrnic_tcp::Config {
         mss: u16::MAX - 40,
         send_buffer: buffer,
         recv_buffer: buffer as u32,
         delayed_ack: None,
         checksum_offload: matches!(link, UserLink::Sim(_)),
+        rto_min,
         ..base
     }
 }
+
+/// The floor under the retransmission timeout on a [`SimNet`]: longer than a thread of
+/// this process stays off the CPU. The network there is threads: a packet waits until
+/// the receiving stack's thread (or the thread holding its lock) runs, and so does its
+/// ACK, so a round trip that is microseconds most of the time is now and then as long
+/// as the scheduler keeps a thread waiting. On 2 vCPUs shared with builds (load 5-10),
+/// `write_bw --loopback --transport user:sim` saw packets wait up to 50 ms, and a 5 ms
+/// floor fired on a third of the runs with no loss at all. Losses do not wait for this
+/// timer: RACK and the loss probe (RFC 8985) repair them on timers of a few round trips;
+/// it is the last resort (a retransmission lost with its probe), as Linux's 200 ms
+/// `rto_min` is on loopback. A timeout that fires anyway during a stall is found
+/// spurious by the acknowledgment that follows and undone (RFC 5682/4015).
+pub(crate) const SIM_RTO_MIN: Duration = Duration::from_millis(100);
 
 /// What a device's own TCP has done ([`crate::Device::user_tcp_stats`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

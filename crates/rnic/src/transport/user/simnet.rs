@@ -350,6 +350,22 @@ impl SimNet {
         bufs.clear();
     }
 
+    /// Per address, the packets waiting for its stack and how long the oldest due one
+    /// has waited at `now` (for tracing a stall: a stack that has not taken its
+    /// packets).
+    pub(crate) fn backlog(&self, now: Duration) -> Vec<(Ipv4Addr, usize, Option<Duration>)> {
+        let Ok(h) = self.hub.lock() else {
+            return Vec::new();
+        };
+        h.ports
+            .iter()
+            .map(|(a, p)| {
+                let oldest = p.queue.iter().map(|Reverse((at, ..))| *at).min();
+                (*a, p.queue.len(), oldest.map(|t| now.saturating_sub(t)))
+            })
+            .collect()
+    }
+
     /// Takes the packets for `addr` that are due at `now` into `out`; returns when the
     /// next one is due.
     pub(crate) fn receive(

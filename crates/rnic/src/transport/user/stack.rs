@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     planned: Option<Duration>,
     /// Packet buffers read out of (zero-copy receive), on their way back to the link.
     spent: Vec<Vec<u8>>,
+    /// When this stack last took a packet off its link (for tracing a timeout).
+    last_rx: Option<Duration>,
 }
 
 /// Read packet buffers gathered before they go back to the link (one hand-over of
@@ -123,19 +125,27 @@ impl Inner {
     /// One turn of the stack thread: packets in, timers, packets out, readiness.
     /// Returns whether blocking waiters must be notified.
     fn pump(&mut self, now: Duration) -> bool {
-        let Inner { stack, link, .. } = self;
+        let Inner {
+            stack,
+            link,
+            last_rx,
+            ..
+        } = self;
         loop {
             // A packet that does not parse is counted by the stack.
-            let more = link.receive(now, &mut |p, check| match p {
-                Incoming::Slice(p) => {
-                    let _ = stack.handle_packet_checked(now, p, &mut NoRaw, check);
-                    None
-                }
-                Incoming::Buffer(buf, len) => {
-                    stack.handle_packet_buf(now, buf, len, &mut NoRaw, check)
-                }
-                Incoming::Split(head, len, body) => {
-                    Some(stack.handle_packet_split(now, head, len, &body, &mut NoRaw, check))
+            let more = link.receive(now, &mut |p, check| {
+                *last_rx = Some(now);
+                match p {
+                    Incoming::Slice(p) => {
+                        let _ = stack.handle_packet_checked(now, p, &mut NoRaw, check);
+                        None
+                    }
+                    Incoming::Buffer(buf, len) => {
+                        stack.handle_packet_buf(now, buf, len, &mut NoRaw, check)
+                    }
+                    Incoming::Split(head, len, body) => {
+                        Some(stack.handle_packet_split(now, head, len, &body, &mut NoRaw, check))
+                    }
                 }
             });
             if !more {
@@ -146,7 +156,23 @@ impl Inner {
             link.handle_timeout(now);
         }
         if stack.poll_timeout().is_some_and(|t| t <= now) {
+            let traced = tracing::enabled!(tracing::Level::DEBUG);
+            let before =
+                traced.then(|| (stack.tcp_totals().timeouts, stack.recovery_snapshots(now)));
             stack.handle_timeout(now);
+            if let Some((timeouts, conns)) = before.filter(|b| stack.tcp_totals().timeouts > b.0) {
+                // What the sender knew when its timer fired, and what the link held
+                // (a peer whose stack has not taken its packets is a stalled thread,
+                // not a loss): `RUST_LOG=softrnic_rnic::transport::user=debug`.
+                tracing::debug!(
+                    thread = std::thread::current().name().unwrap_or("?"),
+                    since_last_rx = ?last_rx.map(|t| now.saturating_sub(t)),
+                    backlog = %link.backlog(now),
+                    timeouts_before = timeouts,
+                    conns_before = ?conns,
+                    "retransmission timeout"
+                );
+            }
         }
         self.flush(now);
         self.dispatch()
@@ -343,6 +369,7 @@ impl UserStack {
                 news: HashMap::new(),
                 planned: None,
                 spent: Vec::new(),
+                last_rx: None,
             }),
             cv: Condvar::new(),
             wake,
