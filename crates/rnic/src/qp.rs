@@ -493,7 +493,8 @@ impl QpShared {
         }
         // Runs of completions for one CQ go in with one claim of its ring and one look
         // at its arm (`CqShared::push_run`), in the order the core released them.
-        g.core.drain_completions(|side, run| self.push_run(side, run));
+        g.core
+            .drain_completions(|side, run| self.push_run(side, run));
         // Queues a burst grew give their room back once empty.
         g.core.shrink_idle_queues();
     }
