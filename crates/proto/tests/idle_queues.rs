@@ -138,8 +138,11 @@ fn a_burst_grows_the_queues_and_idle_gives_it_back() {
             .unwrap();
     }
     assert_eq!(allocations() - allocs, 1, "the next burst's send queue");
+    // Its completions likewise: the queue they wait in takes its room back at once.
+    let allocs = allocations();
     while qp.poll_transmit(&mut fpdu) {
         qp.transmit_done();
     }
+    assert_eq!(allocations() - allocs, 1, "the next burst's completions");
     assert_eq!(std::iter::from_fn(|| qp.poll_completion()).count(), 128);
 }
