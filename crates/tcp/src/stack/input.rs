@@ -113,6 +113,7 @@ impl Stack {
         head
     }
 
+    /// Counts a packet that does not parse: a checksum failure or a malformed packet.
     fn count_parse_error(&mut self, e: ParseError) {
         match e {
             ParseError::Ipv4Checksum | ParseError::TcpChecksum => self.stats.dropped_checksum += 1,
@@ -155,12 +156,7 @@ impl Stack {
         let seg = match parsed {
             Ok(s) => s,
             Err(e) => {
-                match e {
-                    ParseError::Ipv4Checksum | ParseError::TcpChecksum => {
-                        self.stats.dropped_checksum += 1
-                    }
-                    _ => self.stats.dropped_malformed += 1,
-                }
+                self.count_parse_error(e);
                 return Err(e);
             }
         };
