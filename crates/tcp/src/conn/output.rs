@@ -175,13 +175,22 @@ impl Connection {
             self.tx.probe_resent(p.start, p.end);
         }
         self.stats.loss_probes += 1;
+        let before = self.tx.tlp;
         self.tx.tlp = Some(Tlp {
             end: self.tx.nxt,
-            resent: p.rtx.then_some((p.start, p.end)),
-            in_recovery: self.tx.recovering(),
+            // A probe sent again after one that resent a range keeps that range: a
+            // duplicate of it still says the original arrived.
+            resent: p
+                .rtx
+                .then_some((p.start, p.end))
+                .or(before.and_then(|t| t.resent)),
+            in_recovery: before.map_or(self.tx.recovering(), |t| t.in_recovery),
+            sent: before.map_or(1, |t| t.sent + 1),
         });
         self.timers.pto = None;
         self.timers.rto = Some(now + self.tx.rtt.timeout());
+        let sent = self.tx.tlp.map_or(1, |t| t.sent);
+        self.arm_next_probe(now, sent);
         Some(n)
     }
 

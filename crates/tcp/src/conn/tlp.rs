@@ -12,12 +12,24 @@
 //! everything it took as lost and then hears nothing (a retransmission was lost, and
 //! the window let nothing be sent after it for RACK to notice that by), the probe
 //! resends the last segment not SACKed, rather than waiting for the timer.
+//!
+//! Beyond RFC 8985, which sends one probe and then leaves it to the timer: a probe
+//! that hears nothing is followed by another after twice the wait, up to
+//! [`MAX_PROBES`] in a row (as QUIC's probe timeout backs off, RFC 9002 6.2), before
+//! the retransmission timer acts. A small message lost together with its probe (or
+//! with the acknowledgments of both) is then repaired in a few round trips; the timer,
+//! whose floor must outlast a stalled thread on softrnic's in-process network, stays
+//! the last resort.
 
 use super::{Connection, State};
 use std::time::Duration;
 
 /// The probe timeout before any round trip has been measured (RFC 8985 7.2).
 const PTO_WITHOUT_RTT: Duration = Duration::from_secs(1);
+
+/// Probes sent in a row without an answer before only the retransmission timer is
+/// left.
+pub(crate) const MAX_PROBES: u32 = 3;
 
 impl Connection {
     /// Starts (or restarts) the probe timer after data went out or an acknowledgment
@@ -60,10 +72,30 @@ impl Connection {
         }
     }
 
+    /// A probe went out (the `sent`th in a row): unless that was the last allowed, the
+    /// next one follows after twice the wait of this one if nothing is heard, provided
+    /// that comes before the retransmission timer (a probe never takes the timer's
+    /// place and its backoff). An acknowledgment meanwhile re-arms or stops the probe
+    /// timer ([`Connection::arm_probe`]).
+    pub(super) fn arm_next_probe(&mut self, now: Duration, sent: u32) {
+        if sent >= MAX_PROBES || self.tx.recovering() {
+            // (During a recovery one probe only, as before: the recovery's own
+            // retransmissions and the timer repair what it leaves.)
+            return;
+        }
+        let at = now + self.probe_timeout() * (1 << sent);
+        if self.timers.rto.is_none_or(|rto| at < rto) {
+            self.timers.pto = Some(at);
+        }
+    }
+
     /// The probe timer expired: a probe is due, and the retransmission timer starts
     /// again behind it.
     pub(super) fn on_probe_timeout(&mut self, now: Duration) {
-        if self.tx.flight() == 0 || self.tx.rto_recovery || self.tx.tlp.is_some() {
+        if self.tx.flight() == 0
+            || self.tx.rto_recovery
+            || self.tx.tlp.is_some_and(|p| p.sent >= MAX_PROBES)
+        {
             return;
         }
         self.tlp_due = true;

@@ -106,6 +106,8 @@ pub(crate) struct Tlp {
     pub end: u64,
     pub resent: Option<(u64, u64)>,
     pub in_recovery: bool,
+    /// Probes sent in a row with no answer, this one included.
+    pub sent: u32,
 }
 
 /// What the SACK blocks of an acknowledgment said.
