@@ -14,9 +14,10 @@
 //! resends the last segment not SACKed, rather than waiting for the timer.
 //!
 //! Beyond RFC 8985, which sends one probe and then leaves it to the timer: a probe
-//! that hears nothing is followed by another after twice the wait, up to
-//! [`MAX_PROBES`] in a row (as QUIC's probe timeout backs off, RFC 9002 6.2), before
-//! the retransmission timer acts. A small message lost together with its probe (or
+//! that hears nothing is followed by another after twice the wait (and at least an
+//! eighth, then a quarter, of the retransmission timeout), up to [`MAX_PROBES`] in a
+//! row (as QUIC's probe timeout backs off, RFC 9002 6.2), before the retransmission
+//! timer acts. A small message lost together with its probe (or
 //! with the acknowledgments of both) is then repaired in a few round trips; the timer,
 //! whose floor must outlast a stalled thread on softrnic's in-process network, stays
 //! the last resort.
@@ -83,7 +84,13 @@ impl Connection {
             // retransmissions and the timer repair what it leaves.)
             return;
         }
-        let at = now + self.probe_timeout() * (1 << sent);
+        // Twice the last wait, and at least an eighth, then a quarter, of the
+        // retransmission timeout: a probe that went while the peer's thread was off
+        // the CPU is answered with everything else when it runs again, in one ACK; if
+        // that one is lost, the next probe should come after the stall, not inside it.
+        let wait = (self.probe_timeout() * (1 << sent))
+            .max(self.tx.rtt.timeout() / (1 << (MAX_PROBES + 1 - sent)));
+        let at = now + wait;
         if self.timers.rto.is_none_or(|rto| at < rto) {
             self.timers.pto = Some(at);
         }
