@@ -149,9 +149,9 @@ impl Connection {
         self.force_send = false;
         self.rx.acked();
         self.arm_rto(now);
-        if !p.rtx || self.tx.sent.lost_bytes() == 0 {
-            self.arm_probe(now);
-        }
+        // (The probe timer stops while segments taken as lost may still go now, and
+        // runs once the window holds the rest back.)
+        self.arm_probe(now);
         self.stats.segments_out += 1;
         if p.rtx {
             self.stats.retransmitted_segments += 1;

@@ -35,16 +35,19 @@ pub(crate) const MAX_PROBES: u32 = 3;
 impl Connection {
     /// Starts (or restarts) the probe timer after data went out or an acknowledgment
     /// delivered some, when a probe may be sent (RFC 8985 7.2): SACK in use, data in
-    /// flight, no timeout's recovery under way, no probe outstanding, nothing waiting
-    /// to be sent again and no reordering timer running (RACK acts then). Otherwise
-    /// the timer stops.
+    /// flight, no timeout's recovery under way, no probe outstanding, nothing that
+    /// may be sent again now and no reordering timer running (RACK acts then).
+    /// Otherwise the timer stops. Beyond RFC 8985: segments taken as lost that the
+    /// congestion window holds back do not stop it (if the acknowledgments that
+    /// would let them go never come, the probe sends the first of them).
     pub(super) fn arm_probe(&mut self, now: Duration) {
+        let held_back = self.tx.sent.lost_bytes() > 0 && !self.tx.retransmission_ready();
         let t = &self.tx;
         let may = t.sack_ok
             && t.flight() > 0
             && !t.rto_recovery
             && t.tlp.is_none()
-            && t.sent.lost_bytes() == 0
+            && (t.sent.lost_bytes() == 0 || held_back)
             && self.timers.reo.is_none()
             && matches!(
                 self.state,

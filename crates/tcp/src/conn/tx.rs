@@ -291,11 +291,17 @@ impl Tx {
         }
     }
 
-    /// The loss probe (RFC 8985 7.3): a new segment if the peer's window takes one,
-    /// whatever the congestion window says; else the last segment the peer has not
-    /// SACKed, again (the last one sent, unless a recovery is under way).
+    /// The loss probe (RFC 8985 7.3): the first segment taken as lost, if the window
+    /// held it back; else a new segment if the peer's window takes one, whatever the
+    /// congestion window says; else the last segment the peer has not SACKed, again
+    /// (the last one sent, unless a recovery is under way).
     pub fn pick_probe(&mut self, room: u64) -> Option<Pick> {
         let room = room.min(self.mss).max(1);
+        if let Some(i) = self.sent.first_lost() {
+            // Taken as lost and held back by the window: the probe is its
+            // retransmission.
+            return Some(self.resend(i, room));
+        }
         let all = self.stream_end();
         if self.nxt < all && !self.sent.is_full() {
             let end = self.seg_end(self.nxt, all.min(self.una + self.wnd), room);
