@@ -3,7 +3,7 @@
 //! start at 5 ms and double; under 1% loss and 5% reordering, with the segments of
 //! softrnic's in-process network (64 KiB) or of Ethernet (1500 octets), data moves
 //! without a single retransmission timeout (only at the very end, a lost last segment
-//! whose loss probe is lost too leaves the timer as the only repair). A failing seed is printed so it replays
+//! whose loss probes are all lost too leaves the timer as the only repair). A failing seed is printed so it replays
 //! (`SOFTRNIC_TCP_SEED=n`).
 
 mod common;
@@ -51,11 +51,13 @@ fn timeouts_on_a_fast_link_start_at_five_milliseconds_and_double() {
         .map(|l| l.at)
         .collect();
     let gaps: Vec<Duration> = sends.windows(2).map(|w| w[1] - w[0]).collect();
-    // A loss probe within the first 5 ms, then timeouts from the 5 ms floor, doubling.
-    assert_eq!(sends.len(), 7, "{gaps:?}");
-    assert!(gaps[0] <= 5 * MS, "{gaps:?}");
-    assert_eq!(gaps[1..], [5, 10, 20, 40, 80].map(|m| m * MS), "{gaps:?}");
-    assert_eq!(n.a.conn.stats().loss_probes, 1);
+    // Three loss probes, each waiting longer than the one before (all within
+    // the 5 ms floor), then timeouts from the floor, doubling.
+    assert_eq!(sends.len(), 9, "{gaps:?}");
+    assert!(gaps[..3].iter().all(|&g| g <= 5 * MS), "{gaps:?}");
+    assert!(gaps[1] > gaps[0] && gaps[2] > gaps[1], "{gaps:?}");
+    assert_eq!(gaps[3..], [5, 10, 20, 40, 80].map(|m| m * MS), "{gaps:?}");
+    assert_eq!(n.a.conn.stats().loss_probes, 3);
     assert_eq!(n.a.events.last(), Some(&Event::TimedOut));
 }
 

@@ -14,7 +14,9 @@
 //! with one acknowledgment of it all. The timeout that fired meanwhile is spurious,
 //! and that acknowledgment must show it.
 
-use softrnic_tcp::{Config, Connection, Reassembly, Refuse, Segment, SeqNum, State};
+use softrnic_tcp::{
+    Config, Connection, Flags, Options, Reassembly, Refuse, SackBlock, Segment, SeqNum, State,
+};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
@@ -305,4 +307,57 @@ fn the_duplicate_of_a_timeouts_retransmission_does_not_make_rack_wait_for_reorde
     assert_eq!(p.now - sent, 200 * US, "{:?}", p.a.stats());
     p.run_until(|p| p.got.len() == 80_000 && p.a.unacknowledged() == 0);
     assert_eq!(&p.got[60_000..], &more[..]);
+}
+
+#[test]
+fn losses_the_window_holds_back_are_probed_when_the_acknowledgments_stop() {
+    let mut p = Pair::new();
+    p.run_until(|p| p.a.state() == State::Established && p.b.state() == State::Established);
+    let warm = data(40_000, 1);
+    p.send_all(&warm);
+    p.run_until(|p| p.got.len() == warm.len() && p.a.unacknowledged() == 0);
+    let before = p.a.stats().clone();
+    // Twenty segments go out and b takes none of them (its thread is off the CPU),
+    // but one ACK of b's arrives a round trip later, SACKing the fifth to the eighth:
+    // RACK takes the first three as lost, the recovery resends the first at once and
+    // the window (half the flight) holds the other two back. Then nothing more comes.
+    let burst = data(20_000, 2);
+    p.send_all(&burst);
+    p.send_from(true);
+    p.b_stalled_until = p.now + Duration::from_secs(1);
+    let sent = p.now;
+    let mut sack = arrayvec::ArrayVec::new();
+    sack.push(SackBlock {
+        left: SeqNum(2 + 44_000),
+        right: SeqNum(2 + 48_000),
+    });
+    let ack = Segment {
+        src: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 2000),
+        dst: SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1000),
+        seq: SeqNum(10),
+        ack: SeqNum(2 + 40_000),
+        flags: Flags::ACK,
+        window: u16::MAX,
+        options: Options {
+            sack,
+            ..Options::default()
+        },
+        payload: &[],
+    };
+    let mut packet = vec![0; 100];
+    let n = ack.emit(&mut packet).expect("an ACK fits");
+    packet.truncate(n);
+    p.put(p.now + 200 * US, true, packet);
+    // Before the retransmission timer (5 ms): a loss probe sends the next segment the
+    // window held back, so that its answer (or a later probe's) lets the rest go.
+    p.run_until(|p| p.now >= sent + 4000 * US);
+    let s = p.a.stats();
+    assert_eq!(s.timeouts, before.timeouts, "{s:?}");
+    assert_eq!(s.fast_retransmits, before.fast_retransmits + 1, "{s:?}");
+    assert_eq!(s.loss_probes, before.loss_probes + 1, "{s:?}");
+    assert_eq!(
+        s.retransmitted_segments,
+        before.retransmitted_segments + 2,
+        "{s:?}"
+    );
 }

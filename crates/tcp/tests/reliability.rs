@@ -484,8 +484,8 @@ fn a_timeout_shrinks_the_congestion_window_to_one_segment() {
     n.established();
     transfer(&mut n, 50_000, 11);
     n.b.got.clear();
-    // Lose the whole next flight and the loss probe after it: only the timer can
-    // recover.
+    // Lose the whole next flight and the loss probes after it (three, each waiting
+    // twice as long as the last): only the timer can recover.
     let lost = Rc::new(Cell::new(true));
     let l = lost.clone();
     n.filter = Some(Box::new(move |from, seg| {
@@ -499,7 +499,7 @@ fn a_timeout_shrinks_the_congestion_window_to_one_segment() {
     let probes = n.a.conn.stats().loss_probes;
     n.run_until(10_000 * MS, |n| n.a.conn.stats().timeouts > before);
     lost.set(false);
-    assert_eq!(n.a.conn.stats().loss_probes, probes + 1);
+    assert_eq!(n.a.conn.stats().loss_probes, probes + 3);
     assert_eq!(n.a.conn.congestion_window(), 1000);
     n.run_until(60_000 * MS, |n| n.b.got.len() == 20_000);
     assert_bytes(&n.b.got, &pattern(20_000, 12));

@@ -175,9 +175,9 @@ impl Connection {
         self.force_send = false;
         self.rx.acked();
         self.arm_rto(now);
-        if !p.rtx || self.tx.sent.lost_bytes() == 0 {
-            self.arm_probe(now);
-        }
+        // (The probe timer stops while segments taken as lost may still go now, and
+        // runs once the window holds the rest back.)
+        self.arm_probe(now);
         self.stats.segments_out += 1;
         if p.rtx {
             self.stats.retransmitted_segments += 1;
@@ -201,13 +201,22 @@ impl Connection {
             self.tx.probe_resent(p.start, p.end);
         }
         self.stats.loss_probes += 1;
+        let before = self.tx.tlp;
         self.tx.tlp = Some(Tlp {
             end: self.tx.nxt,
-            resent: p.rtx.then_some((p.start, p.end)),
-            in_recovery: self.tx.recovering(),
+            // A probe sent again after one that resent a range keeps that range: a
+            // duplicate of it still says the original arrived.
+            resent: p
+                .rtx
+                .then_some((p.start, p.end))
+                .or(before.and_then(|t| t.resent)),
+            in_recovery: before.map_or(self.tx.recovering(), |t| t.in_recovery),
+            sent: before.map_or(1, |t| t.sent + 1),
         });
         self.timers.pto = None;
         self.timers.rto = Some(now + self.tx.rtt.timeout());
+        let sent = self.tx.tlp.map_or(1, |t| t.sent);
+        self.arm_next_probe(now, sent);
         Some(n)
     }
 

@@ -12,6 +12,15 @@
 //! everything it took as lost and then hears nothing (a retransmission was lost, and
 //! the window let nothing be sent after it for RACK to notice that by), the probe
 //! resends the last segment not SACKed, rather than waiting for the timer.
+//!
+//! Beyond RFC 8985, which sends one probe and then leaves it to the timer: a probe
+//! that hears nothing is followed by another after twice the wait (and at least an
+//! eighth, then a quarter, of the retransmission timeout), up to [`MAX_PROBES`] in a
+//! row (as QUIC's probe timeout backs off, RFC 9002 6.2), before the retransmission
+//! timer acts. A small message lost together with its probe (or
+//! with the acknowledgments of both) is then repaired in a few round trips; the timer,
+//! whose floor must outlast a stalled thread on softrnic's in-process network, stays
+//! the last resort.
 
 use super::{Connection, State};
 use std::time::Duration;
@@ -19,19 +28,26 @@ use std::time::Duration;
 /// The probe timeout before any round trip has been measured (RFC 8985 7.2).
 const PTO_WITHOUT_RTT: Duration = Duration::from_secs(1);
 
+/// Probes sent in a row without an answer before only the retransmission timer is
+/// left.
+pub(crate) const MAX_PROBES: u32 = 3;
+
 impl Connection {
     /// Starts (or restarts) the probe timer after data went out or an acknowledgment
     /// delivered some, when a probe may be sent (RFC 8985 7.2): SACK in use, data in
-    /// flight, no timeout's recovery under way, no probe outstanding, nothing waiting
-    /// to be sent again and no reordering timer running (RACK acts then). Otherwise
-    /// the timer stops.
+    /// flight, no timeout's recovery under way, no probe outstanding, nothing that
+    /// may be sent again now and no reordering timer running (RACK acts then).
+    /// Otherwise the timer stops. Beyond RFC 8985: segments taken as lost that the
+    /// congestion window holds back do not stop it (if the acknowledgments that
+    /// would let them go never come, the probe sends the first of them).
     pub(super) fn arm_probe(&mut self, now: Duration) {
+        let held_back = self.tx.sent.lost_bytes() > 0 && !self.tx.retransmission_ready();
         let t = &self.tx;
         let may = t.sack_ok
             && t.flight() > 0
             && !t.rto_recovery
             && t.tlp.is_none()
-            && t.sent.lost_bytes() == 0
+            && (t.sent.lost_bytes() == 0 || held_back)
             && self.timers.reo.is_none()
             && matches!(
                 self.state,
@@ -60,10 +76,36 @@ impl Connection {
         }
     }
 
+    /// A probe went out (the `sent`th in a row): unless that was the last allowed, the
+    /// next one follows after twice the wait of this one if nothing is heard, provided
+    /// that comes before the retransmission timer (a probe never takes the timer's
+    /// place and its backoff). An acknowledgment meanwhile re-arms or stops the probe
+    /// timer ([`Connection::arm_probe`]).
+    pub(super) fn arm_next_probe(&mut self, now: Duration, sent: u32) {
+        if sent >= MAX_PROBES || self.tx.recovering() {
+            // (During a recovery one probe only, as before: the recovery's own
+            // retransmissions and the timer repair what it leaves.)
+            return;
+        }
+        // Twice the last wait, and at least an eighth, then a quarter, of the
+        // retransmission timeout: a probe that went while the peer's thread was off
+        // the CPU is answered with everything else when it runs again, in one ACK; if
+        // that one is lost, the next probe should come after the stall, not inside it.
+        let wait = (self.probe_timeout() * (1 << sent))
+            .max(self.tx.rtt.timeout() / (1 << (MAX_PROBES + 1 - sent)));
+        let at = now + wait;
+        if self.timers.rto.is_none_or(|rto| at < rto) {
+            self.timers.pto = Some(at);
+        }
+    }
+
     /// The probe timer expired: a probe is due, and the retransmission timer starts
     /// again behind it.
     pub(super) fn on_probe_timeout(&mut self, now: Duration) {
-        if self.tx.flight() == 0 || self.tx.rto_recovery || self.tx.tlp.is_some() {
+        if self.tx.flight() == 0
+            || self.tx.rto_recovery
+            || self.tx.tlp.is_some_and(|p| p.sent >= MAX_PROBES)
+        {
             return;
         }
         self.tlp_due = true;

@@ -106,6 +106,8 @@ pub(crate) struct Tlp {
     pub end: u64,
     pub resent: Option<(u64, u64)>,
     pub in_recovery: bool,
+    /// Probes sent in a row with no answer, this one included.
+    pub sent: u32,
 }
 
 /// What the SACK blocks of an acknowledgment said.
@@ -301,11 +303,17 @@ impl Tx {
         }
     }
 
-    /// The loss probe (RFC 8985 7.3): a new segment if the peer's window takes one,
-    /// whatever the congestion window says; else the last segment the peer has not
-    /// SACKed, again (the last one sent, unless a recovery is under way).
+    /// The loss probe (RFC 8985 7.3): the first segment taken as lost, if the window
+    /// held it back; else a new segment if the peer's window takes one, whatever the
+    /// congestion window says; else the last segment the peer has not SACKed, again
+    /// (the last one sent, unless a recovery is under way).
     pub fn pick_probe(&mut self, room: u64) -> Option<Pick> {
         let room = room.min(self.mss).max(1);
+        if let Some(i) = self.sent.first_lost() {
+            // Taken as lost and held back by the window: the probe is its
+            // retransmission.
+            return Some(self.resend(i, room));
+        }
         let all = self.stream_end();
         if self.nxt < all && !self.sent.is_full() {
             let end = self.seg_end(self.nxt, all.min(self.una + self.wnd), room);

@@ -1,0 +1,80 @@
+//! Loss probes in a row (RFC 8985's tail loss probe, backed off as QUIC's probe
+//! timeout is, RFC 9002 6.2): a small message lost together with its first probe is
+//! repaired by the next probe, not by the retransmission timer, whose floor on
+//! softrnic's in-process network (100 ms) must outlast a stalled thread. After
+//! three probes that hear nothing, the timer acts.
+
+mod common;
+
+use common::*;
+use softrnic_tcp::Config;
+use std::cell::Cell;
+use std::rc::Rc;
+
+/// ACKs not delayed, a 100 ms floor under the timeout, a 2 ms round trip.
+fn config() -> Config {
+    Config {
+        delayed_ack: None,
+        peer_max_ack_delay: MS,
+        rto_min: 100 * MS,
+        ..cfg()
+    }
+}
+
+/// a and b connected, 1000 octets moved (the round trip is measured); then the
+/// next `drop` sendings of a data segment from a are lost. Returns the counter of
+/// sendings dropped.
+fn lossy_after_warm_up(drop: u32) -> (Net, Rc<Cell<u32>>) {
+    let mut n = Net::new(config(), config());
+    n.established();
+    n.a.outbox.extend(pattern(1000, 1));
+    n.run_until(10_000 * MS, |n| {
+        n.b.got.len() == 1000 && n.a.conn.unacknowledged() == 0
+    });
+    let dropped = Rc::new(Cell::new(0));
+    let d = dropped.clone();
+    n.filter = Some(Box::new(move |from, seg| {
+        if from == Side::A && !seg.payload.is_empty() && d.get() < drop {
+            d.set(d.get() + 1);
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    (n, dropped)
+}
+
+#[test]
+fn a_message_lost_with_its_first_probe_is_repaired_by_the_second() {
+    let (mut n, dropped) = lossy_after_warm_up(2);
+    let from = n.now;
+    n.a.outbox.extend(pattern(100, 2));
+    n.run_until(10_000 * MS, |n| {
+        n.b.got.len() == 1100 && n.a.conn.unacknowledged() == 0
+    });
+    assert_eq!(dropped.get(), 2);
+    assert_bytes(&n.b.got[1000..], &pattern(100, 2));
+    let s = n.a.conn.stats();
+    assert_eq!(s.timeouts, 0, "{s:?}");
+    assert_eq!(s.loss_probes, 2, "{s:?}");
+    // Two probe waits (about 5 ms and 10 ms) and a round trip, far below the floor.
+    assert!(n.now - from < 30 * MS, "{:?}", n.now - from);
+}
+
+#[test]
+fn after_three_unanswered_probes_the_timer_repairs_with_backoff() {
+    let (mut n, dropped) = lossy_after_warm_up(4);
+    let from = n.now;
+    n.a.outbox.extend(pattern(100, 2));
+    n.run_until(10_000 * MS, |n| {
+        n.b.got.len() == 1100 && n.a.conn.unacknowledged() == 0
+    });
+    assert_eq!(dropped.get(), 4);
+    assert_bytes(&n.b.got[1000..], &pattern(100, 2));
+    let s = n.a.conn.stats();
+    // The segment, three probes, then the timeout's retransmission (the fifth
+    // sending) arrives.
+    assert_eq!(s.loss_probes, 3, "{s:?}");
+    assert_eq!(s.timeouts, 1, "{s:?}");
+    assert!(n.now - from >= 100 * MS, "{:?}", n.now - from);
+}
