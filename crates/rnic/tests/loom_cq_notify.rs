@@ -69,6 +69,11 @@ impl Cq {
     /// Returns the producers whose completions that poll found.
     fn arm_and_poll(&self, solicited_only: bool) -> Vec<u32> {
         self.arm.arm(solicited_only);
+        // As `CqShared::pop_into`: an empty ring is answered from its head and tail,
+        // without claiming the consumer role.
+        if self.ring.is_empty() {
+            return Vec::new();
+        }
         let mut rx = self.ring.consumer().unwrap();
         let mut got = Vec::new();
         while let Some(c) = rx.pop() {
