@@ -112,6 +112,9 @@ pub struct EngineInfo {
     pub tid: i32,
     /// Socket readiness events it has handled for QPs.
     pub events: u64,
+    /// QP timers it has run (lease checks, which hand a polled socket back to the
+    /// engine and serve what waits on it; close timers).
+    pub timer_drives: u64,
     /// QPs whose sockets it serves now.
     pub qps: usize,
 }
@@ -126,7 +129,14 @@ pub(crate) struct Engine {
     timers: Arc<Timers>,
     cpu: Option<usize>,
     tid: i32,
-    events: Arc<AtomicU64>,
+    served: Arc<Served>,
+}
+
+/// What an engine has done, counted for [`EngineInfo`].
+#[derive(Default)]
+struct Served {
+    events: AtomicU64,
+    timer_drives: AtomicU64,
 }
 
 impl Engine {
@@ -138,10 +148,10 @@ impl Engine {
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let stop = Arc::new(AtomicBool::new(false));
         let dev: Arc<OnceLock<Weak<Shared>>> = Arc::new(OnceLock::new());
-        let events = Arc::new(AtomicU64::new(0));
+        let served = Arc::new(Served::default());
         let qps: Arc<QpMap> = Arc::default();
         let timers: Arc<Timers> = Arc::default();
-        let (s, d, n, q) = (stop.clone(), dev.clone(), events.clone(), qps.clone());
+        let (s, d, n, q) = (stop.clone(), dev.clone(), served.clone(), qps.clone());
         let t = timers.clone();
         let (started_tx, started) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
@@ -179,7 +189,7 @@ impl Engine {
             timers,
             cpu,
             tid,
-            events,
+            served,
         })
     }
 
@@ -197,7 +207,8 @@ impl Engine {
             vector,
             cpu: self.cpu,
             tid: self.tid,
-            events: self.events.load(Ordering::Relaxed),
+            events: self.served.events.load(Ordering::Relaxed),
+            timer_drives: self.served.timer_drives.load(Ordering::Relaxed),
             qps: self.qps.lock().map_or(0, |m| m.len()),
         }
     }
@@ -298,7 +309,7 @@ fn run(
     dev: Arc<OnceLock<Weak<Shared>>>,
     qps: Arc<QpMap>,
     timers: Arc<Timers>,
-    handled: Arc<AtomicU64>,
+    served: Arc<Served>,
     spin: Duration,
 ) {
     let mut events = Events::with_capacity(256);
@@ -360,7 +371,12 @@ fn run(
             continue;
         }
         // Counted before the work, so whoever sees its results sees the count too.
-        handled.fetch_add(ready.len() as u64, Ordering::Relaxed);
+        served
+            .events
+            .fetch_add(ready.len() as u64, Ordering::Relaxed);
+        served
+            .timer_drives
+            .fetch_add(timed.len() as u64, Ordering::Relaxed);
         // Spin after socket work only: a timer (a lease check) is no sign of traffic.
         let busy = !ready.is_empty();
         for qp in ready.drain(..) {
