@@ -223,8 +223,14 @@ fn tshark_decodes_softrnic_traffic_without_errors() {
             (_, other) => panic!("{}: {other:?}", c.name),
         }
     }
-    let (pcap, ours) = capture.finish_with_path();
-    assert_eq!(ours.len(), cases.len());
+    let (pcap, all) = capture.finish_with_path();
+    assert_eq!(all.len(), cases.len());
+    assert!(
+        all.iter()
+            .flat_map(|c| c.fpdus())
+            .any(|p| p.header.opcode.to_bits() == 7),
+        "a Terminate is in the capture"
+    );
 
     // 1. Nothing malformed, no error-level expert info.
     let bad = tshark(
@@ -242,16 +248,50 @@ fn tshark_decodes_softrnic_traffic_without_errors() {
     );
     assert!(bad.trim().is_empty(), "tshark found errors:\n{bad}");
 
+    // A connection whose capture shows a lost, reordered or repeated segment (the
+    // kernel's loopback and dumpcap do that now and then: softrnic's decoder follows
+    // sequence numbers, tshark's MPA reassembly then loses the FPDUs around it) is
+    // left out of the counts below; the others must match exactly, and most must be
+    // there.
+    let server_port = addr.port();
+    let disturbed: Vec<u16> = values(
+        &pcap,
+        "tcp.analysis.lost_segment || tcp.analysis.out_of_order || \
+         tcp.analysis.retransmission || tcp.analysis.spurious_retransmission",
+        "tcp.port",
+    )
+    .iter()
+    .filter_map(|p| p.parse::<u16>().ok())
+    .filter(|&p| p != server_port)
+    .collect::<std::collections::BTreeSet<_>>()
+    .into_iter()
+    .collect();
+    assert!(
+        disturbed.len() <= cases.len() / 3,
+        "the capture of {} of {} connections is disturbed (ports {disturbed:?})",
+        disturbed.len(),
+        cases.len()
+    );
+    let ours: Vec<_> = all
+        .iter()
+        .filter(|c| !disturbed.contains(&c.client.port))
+        .collect();
+    let clean = |filter: &str| -> String {
+        disturbed.iter().fold(format!("({filter})"), |f, p| {
+            format!("{f} && !(tcp.port == {p})")
+        })
+    };
+
     // 2. tshark sees every FPDU and MPA frame we see, with the same opcodes.
     let our_fpdus: usize = ours.iter().map(|c| c.fpdus().count()).sum();
-    let their_fpdus = values(&pcap, "iwarp_mpa.fpdu", "iwarp_mpa.ulpdulength").len();
+    let their_fpdus = values(&pcap, &clean("iwarp_mpa.fpdu"), "iwarp_mpa.ulpdulength").len();
     assert_eq!(
         their_fpdus, our_fpdus,
-        "FPDUs decoded by tshark vs softrnic"
+        "FPDUs decoded by tshark vs softrnic (disturbed captures left out: {disturbed:?})"
     );
     let their_frames = values(&pcap, "iwarp_mpa.req || iwarp_mpa.rep", "tcp.stream").len();
     assert_eq!(their_frames, 2 * cases.len(), "MPA Requests and Replies");
-    let mut their_ops = values(&pcap, "iwarp_rdma", "iwarp_rdma.opcode")
+    let mut their_ops = values(&pcap, &clean("iwarp_rdma"), "iwarp_rdma.opcode")
         .iter()
         .map(|v| u8::from_str_radix(v.trim_start_matches("0x"), 16).expect("opcode"))
         .collect::<Vec<_>>();
@@ -263,7 +303,6 @@ fn tshark_decodes_softrnic_traffic_without_errors() {
     their_ops.sort_unstable();
     our_ops.sort_unstable();
     assert_eq!(their_ops, our_ops, "RDMAP opcodes");
-    assert!(our_ops.contains(&7), "a Terminate is in the capture");
 
     // 3. Every CRC that tshark checks is good, and it checks all of the CRC connections.
     let with_crc: usize = ours
@@ -271,7 +310,7 @@ fn tshark_decodes_softrnic_traffic_without_errors() {
         .filter(|c| c.crc)
         .map(|c| c.fpdus().count())
         .sum();
-    let text = tshark(&["-V"], &pcap);
+    let text = tshark(&["-V", "-Y", &clean("tcp")], &pcap);
     assert_eq!(text.matches("Bad CRC32").count(), 0);
     assert_eq!(
         text.matches("Good CRC32").count(),
@@ -282,10 +321,7 @@ fn tshark_decodes_softrnic_traffic_without_errors() {
     // 4. Markers were negotiated both ways on the two marked connections, and tshark
     //    read them: an FPDU of 512 octets or more on the wire spans a marker position,
     //    so there are at least as many markers as such FPDUs.
-    let marked: Vec<_> = ours
-        .iter()
-        .filter(|c| c.markers != (false, false))
-        .collect();
+    let marked: Vec<_> = all.iter().filter(|c| c.markers != (false, false)).collect();
     assert_eq!(marked.len(), 2, "connections with markers");
     assert!(
         marked.iter().all(|c| c.markers == (true, true)),
@@ -293,6 +329,7 @@ fn tshark_decodes_softrnic_traffic_without_errors() {
     );
     let spanning = marked
         .iter()
+        .filter(|c| !disturbed.contains(&c.client.port))
         .flat_map(|c| c.fpdus())
         .filter(|f| f.range.len() >= 512)
         .count();
@@ -304,7 +341,7 @@ fn tshark_decodes_softrnic_traffic_without_errors() {
     );
     eprintln!(
         "tshark: {their_fpdus} FPDUs over {} connections, {with_crc} CRCs good, \
-         {their_markers} markers, no errors",
+         {their_markers} markers, no errors; disturbed captures left out: {disturbed:?}",
         cases.len()
     );
 }
