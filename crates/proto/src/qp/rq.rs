@@ -188,13 +188,7 @@ impl Rq {
     /// The oldest bound buffer's message completed: the buffer leaves the queue, and
     /// its work request id is returned (nothing else of it is read or moved).
     pub(crate) fn complete_oldest_bound(&mut self) -> Option<u64> {
-        if self.bound == 0 {
-            return None;
-        }
-        let wr_id = self.queue.front()?.wr_id;
-        self.bound -= 1;
-        self.queue.pop_front();
-        Some(wr_id)
+        self.remove_oldest_bound().map(|w| w.wr_id)
     }
 }
 

@@ -21,7 +21,8 @@ const PAYLOAD_AT: usize = mpa::ULPDU_LEN_LEN + UNTAGGED_HEADER_LEN;
 
 /// Whether `data` begins with an untagged FPDU (the DDP control octet says so): the
 /// one test made inline before [`Receiver::take_simple_send`], so that a run of Writes
-/// pays no call for it.
+/// pays no call for it. (That function does not repeat it: a tagged header parses as
+/// tagged placement there and is refused.)
 #[inline(always)]
 pub(super) fn untagged_first(data: &[u8]) -> bool {
     data.get(mpa::ULPDU_LEN_LEN)
@@ -44,7 +45,6 @@ impl Receiver {
             || self.deferred.len() > 0
             || !self.stream.at_plain_boundary()
             || data.len() < PAYLOAD_AT
-            || ddp::header_len_of(data[mpa::ULPDU_LEN_LEN]) != UNTAGGED_HEADER_LEN
         {
             return None;
         }
