@@ -6,6 +6,10 @@
 //! engine nor its consumer involved, a few times in a hundred on a loaded machine.
 //! Here the stale event is handed to the QP directly, as the old engine's loop would,
 //! so the check does not depend on timing.
+//!
+//! Also here, read under the QP's lock rather than through the device's lifetime
+//! (which an engine at work extends): a consumer that arms its CQ gives back the
+//! socket and the device it held at once.
 
 use crate::{Access, Cq, Device, DeviceConfig, Pd, Qp, QpInit, SendWr, WcStatus};
 
@@ -99,4 +103,21 @@ fn the_engine_of_the_qp_drives_it() {
     a.qp.shared.on_ready(&a.dev.shared, 0, || drove = true);
     assert!(drove, "the QP's own engine was turned away");
     completed();
+}
+
+#[test]
+fn a_consumer_that_arms_its_cq_lets_go_of_the_socket_and_the_device() {
+    let (a, _b) = connected();
+    let mut spins = 0u64;
+    while a.qp.shared.claim_state() != (true, true) {
+        assert!(a.cq.poll_one().is_none(), "no traffic expected");
+        spins += 1;
+        assert!(spins < 100_000_000, "the polling consumer never claimed");
+    }
+    a.cq.req_notify(false);
+    assert_eq!(
+        a.qp.shared.claim_state(),
+        (false, false),
+        "the socket or the device is still held by the sleeping consumer"
+    );
 }

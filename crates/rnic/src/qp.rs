@@ -391,6 +391,15 @@ impl QpShared {
         self.progress_locked(&mut g, dev);
     }
 
+    /// Whether a polling consumer holds the socket, and whether the QP holds its
+    /// device (as it does only while claimed), read together under the lock.
+    #[cfg(test)]
+    pub(crate) fn claim_state(&self) -> (bool, bool) {
+        self.lock().map_or((false, false), |g| {
+            (g.owner.is_claimed(), g.claimed_dev.is_some())
+        })
+    }
+
     /// The polls of the QP's CQs so far.
     fn polls(&self) -> u64 {
         let s = self.send_cq.polls().polls();

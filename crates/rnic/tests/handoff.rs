@@ -229,8 +229,11 @@ fn a_claimed_qp_moves_with_its_cq() {
 /// A claimed QP holds its device while its consumer polls (the polls and posts then
 /// need not look the device up), and lets go of it as soon as the consumer goes to
 /// sleep on events: a program that dropped the device meanwhile finds it closed then,
-/// as it would have without the claim. (Whether the device is still held just before
-/// depends on the lease, that is on time: not asserted.)
+/// as it would have without the claim, once no engine is at work with it. (An engine
+/// holds the device while it drives, and the socket handed back is reported to it at
+/// once, so a post just after the arm may still find the device: the QP's own hold is
+/// checked under its lock in `src/engine_tests.rs`. Whether the device is still held
+/// just before the arm depends on the lease, that is on time: not asserted.)
 #[test]
 fn a_claimed_qp_lets_its_device_go_when_its_consumer_sleeps() {
     let (a, b) = pair();
@@ -245,11 +248,20 @@ fn a_claimed_qp_lets_its_device_go_when_its_consumer_sleeps() {
     assert!(cq.poll_one().is_none());
     let _ = post();
     cq.req_notify(false);
-    let gone = post();
-    assert!(
-        matches!(gone, Err(Error::BadState("device closed"))),
-        "the device is gone once the consumer sleeps: {gone:?}"
-    );
+    let mut tries = 0u64;
+    loop {
+        match post() {
+            Err(Error::BadState("device closed")) => break,
+            other => {
+                tries += 1;
+                assert!(
+                    tries < 100_000_000,
+                    "the device outlived its consumer's sleep: {other:?}"
+                );
+                std::thread::yield_now();
+            }
+        }
+    }
 }
 
 /// Closing a QP whose consumer holds the socket: both sides see it through.
