@@ -243,7 +243,8 @@ impl Engine {
     }
 
     /// Stops serving `qp`'s socket. Events fetched later find no entry and are dropped;
-    /// a batch already looked up may drive the QP once more, which finds nothing to do.
+    /// a batch already looked up finds, under the QP's lock, that the QP is not this
+    /// engine's any more, and skips it.
     pub(crate) fn deregister(&self, sock: &mut (impl mio::event::Source + ?Sized), qp: QpId) {
         let _ = self.registry.deregister(sock);
         self.forget(token_of(qp));

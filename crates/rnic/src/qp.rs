@@ -188,9 +188,9 @@ impl QpShared {
     /// Moves the QP's socket to engine `to` (its receive CQ moved to a handler on
     /// another CPU). Under the QP lock: the old engine forgets the socket, the new one
     /// registers it (epoll reports a socket that is ready at registration, so nothing
-    /// that arrived in between is missed), and the QP is driven once. An event the old
-    /// engine already fetched drives the QP once more, which finds nothing to do, and its
-    /// timer for the QP finds the QP gone from its map.
+    /// that arrived in between is missed), and the QP is driven once. An event or a
+    /// timer the old engine already fetched is skipped ([`QpShared::on_ready`]), and
+    /// its later timers find the QP gone from its map.
     pub(crate) fn move_to_engine(self: &Arc<Self>, dev: &Shared, to: usize) -> Result<()> {
         let mut g = self.lock()?;
         let from = self.engine();
