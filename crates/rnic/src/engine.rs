@@ -110,10 +110,12 @@ pub struct EngineInfo {
     pub cpu: Option<usize>,
     /// The kernel's thread id (`/proc/self/task/<tid>`).
     pub tid: i32,
-    /// Socket readiness events it has handled for QPs.
+    /// Socket readiness events on which it drove a QP. (An event fetched for a socket
+    /// that a polling consumer claimed, or that moved to another engine, before the
+    /// engine took the QP's lock is skipped, and not counted.)
     pub events: u64,
     /// QP timers it has run (lease checks, which hand a polled socket back to the
-    /// engine and serve what waits on it; close timers).
+    /// engine and serve what waits on it; close timers), for QPs it still serves.
     pub timer_drives: u64,
     /// QPs whose sockets it serves now.
     pub qps: usize,
@@ -163,7 +165,7 @@ impl Engine {
                 if ok {
                     // This thread's buffer pool is the engine's: it keeps more.
                     crate::buf_pool::serve_as_engine();
-                    run(poll, s, d, q, t, n, spin);
+                    run(index, poll, s, d, q, t, n, spin);
                 }
             })?;
         let tid = match started.recv() {
@@ -241,7 +243,8 @@ impl Engine {
     }
 
     /// Stops serving `qp`'s socket. Events fetched later find no entry and are dropped;
-    /// a batch already looked up may drive the QP once more, which finds nothing to do.
+    /// a batch already looked up finds, under the QP's lock, that the QP is not this
+    /// engine's any more, and skips it.
     pub(crate) fn deregister(&self, sock: &mut (impl mio::event::Source + ?Sized), qp: QpId) {
         let _ = self.registry.deregister(sock);
         self.forget(token_of(qp));
@@ -303,7 +306,9 @@ fn token_of(qp: QpId) -> Token {
     Token(qp.0 as usize)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
+    index: usize,
     mut poll: Poll,
     stop: Arc<AtomicBool>,
     dev: Arc<OnceLock<Weak<Shared>>>,
@@ -370,20 +375,22 @@ fn run(
         if ready.is_empty() && timed.is_empty() {
             continue;
         }
-        // Counted before the work, so whoever sees its results sees the count too.
-        served
-            .events
-            .fetch_add(ready.len() as u64, Ordering::Relaxed);
-        served
-            .timer_drives
-            .fetch_add(timed.len() as u64, Ordering::Relaxed);
         // Spin after socket work only: a timer (a lease check) is no sign of traffic.
         let busy = !ready.is_empty();
+        // Counted under the QP's lock before the work, so whoever sees its results
+        // sees the count too; an event or timer for a socket this engine no longer
+        // serves (claimed, or moved to another engine, since it was fetched) is
+        // skipped and not counted.
+        let count = |n: &AtomicU64| n.fetch_add(1, Ordering::Relaxed);
         for qp in ready.drain(..) {
-            qp.on_ready(&d);
+            qp.on_ready(&d, index, || {
+                count(&served.events);
+            });
         }
         for qp in timed.drain(..) {
-            qp.on_timer(&d);
+            qp.on_timer(&d, index, || {
+                count(&served.timer_drives);
+            });
         }
         if busy {
             last_busy = Instant::now();
@@ -394,3 +401,7 @@ fn run(
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+#[path = "engine_tests.rs"]
+mod tests;

@@ -26,9 +26,9 @@
 //!   at once if it is readable: nothing that arrived meanwhile waits for a later event.
 //!
 //! Every change of owner happens under the QP's lock ([`Owner`] lives there); the
-//! engine reads a lock-free mirror of "claimed" only to skip stale readiness events,
-//! and a stale read makes it drive the QP once more under the lock, which is always
-//! correct. The counts are relaxed: a stale one moves a hand-off by one poll or one
+//! engine reads a lock-free mirror of "claimed" only to skip stale readiness events
+//! cheaply, and checks again under the lock (the consumer may claim between the two):
+//! an engine drives a QP only while it serves the socket. The counts are relaxed: a stale one moves a hand-off by one poll or one
 //! lease. `tests/loom_handoff.rs` checks with loom that, whatever the interleaving of a
 //! consumer that claims and stops, the engine's lease checks and data arriving, the
 //! data is read and the socket ends with its engine.

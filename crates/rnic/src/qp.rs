@@ -188,9 +188,9 @@ impl QpShared {
     /// Moves the QP's socket to engine `to` (its receive CQ moved to a handler on
     /// another CPU). Under the QP lock: the old engine forgets the socket, the new one
     /// registers it (epoll reports a socket that is ready at registration, so nothing
-    /// that arrived in between is missed), and the QP is driven once. An event the old
-    /// engine already fetched drives the QP once more, which finds nothing to do, and its
-    /// timer for the QP finds the QP gone from its map.
+    /// that arrived in between is missed), and the QP is driven once. An event or a
+    /// timer the old engine already fetched is skipped ([`QpShared::on_ready`]), and
+    /// its later timers find the QP gone from its map.
     pub(crate) fn move_to_engine(self: &Arc<Self>, dev: &Shared, to: usize) -> Result<()> {
         let mut g = self.lock()?;
         let from = self.engine();
@@ -338,24 +338,36 @@ impl QpShared {
         }
     }
 
-    /// The engine saw the socket ready: progress, unless a polling consumer holds it
-    /// (the event was fetched before the socket left the engine's epoll set).
-    pub(crate) fn on_ready(&self, dev: &Shared) {
+    /// Engine `engine` saw the socket ready: progress (calling `count` first), unless
+    /// the socket is no longer that engine's: the event was fetched before a polling
+    /// consumer claimed it or before the QP moved to another engine. Checked again under
+    /// the lock, since either may happen between the fetch and the lock; the new owner
+    /// drives the QP (a socket added to an epoll set is reported at once if ready).
+    pub(crate) fn on_ready(&self, dev: &Shared, engine: usize, count: impl FnOnce()) {
         if self.claimed.load(Ordering::Acquire) {
             return;
         }
-        if let Ok(mut g) = self.inner.lock() {
+        if let Ok(mut g) = self.inner.lock()
+            && !g.owner.is_claimed()
+            && self.engine() == engine
+        {
+            count();
             self.progress_locked(&mut g, dev);
         }
     }
 
-    /// One of the QP's timers fired at its engine: the close timer (progress sees the
-    /// time), or the lease of a polling consumer's claim, extended while it polls and
-    /// ended once it has stopped.
-    pub(crate) fn on_timer(self: &Arc<Self>, dev: &Shared) {
+    /// One of the QP's timers fired at engine `engine`: the close timer (progress sees
+    /// the time), or the lease of a polling consumer's claim, extended while it polls
+    /// and ended once it has stopped. `count` is called first, unless the QP has moved
+    /// to another engine since the timer was taken (the move armed its timers there).
+    pub(crate) fn on_timer(self: &Arc<Self>, dev: &Shared, engine: usize, count: impl FnOnce()) {
         let Ok(mut g) = self.inner.lock() else {
             return;
         };
+        if self.engine() != engine {
+            return;
+        }
+        count();
         if g.owner.is_claimed() {
             let polls = self.polls();
             match g.owner.on_timer(crate::engine::now(), polls) {
@@ -377,6 +389,15 @@ impl QpShared {
             }
         }
         self.progress_locked(&mut g, dev);
+    }
+
+    /// Whether a polling consumer holds the socket, and whether the QP holds its
+    /// device (as it does only while claimed), read together under the lock.
+    #[cfg(test)]
+    pub(crate) fn claim_state(&self) -> (bool, bool) {
+        self.lock().map_or((false, false), |g| {
+            (g.owner.is_claimed(), g.claimed_dev.is_some())
+        })
     }
 
     /// The polls of the QP's CQs so far.
