@@ -8,7 +8,7 @@
 //! overhead. `cargo bench -p softrnic-wire --bench codec`.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use softrnic_wire::crc::crc32c;
+use softrnic_wire::crc::{crc32c, crc32c_append};
 use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN};
 use softrnic_wire::mpa::{self, Deframer, MAX_FPDU_LEN, MAX_ULPDU_LEN};
 use softrnic_wire::rdmap::Opcode;
@@ -145,14 +145,22 @@ fn fpdu_stream(c: &mut Criterion) {
     g.finish();
 }
 
-/// CRC32c alone: 64 B (a small Send), 1448 B (an MSS-sized FPDU), 64 KiB.
+/// CRC32c alone: 64 B (a small Send), 1448 B (an MSS-sized FPDU), 64 KiB, 1 MiB.
 fn crc(c: &mut Criterion) {
     let mut g = c.benchmark_group("crc32c");
-    for size in [64usize, 1448, 64 * 1024] {
+    for size in [64usize, 256, 512, 1448, 64 * 1024, 1024 * 1024] {
         let data = payload(size);
         g.throughput(Throughput::Bytes(size as u64));
         g.bench_function(BenchmarkId::from_parameter(size), |b| {
             b.iter(|| crc32c(black_box(&data)))
+        });
+        // Continued from a header's CRC, as the data path computes it.
+        g.bench_function(BenchmarkId::new("append", size), |b| {
+            b.iter(|| crc32c_append(black_box(0x1234_5678), black_box(&data)))
+        });
+        // The crc32 instruction alone (the `crc32c` crate, used before), for comparison.
+        g.bench_function(BenchmarkId::new("crc32-instruction", size), |b| {
+            b.iter(|| ::crc32c::crc32c(black_box(&data)))
         });
     }
     g.finish();
