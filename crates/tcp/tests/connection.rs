@@ -114,6 +114,31 @@ fn a_receiver_that_does_not_read_closes_the_window() {
 }
 
 #[test]
+fn time_held_back_by_the_peers_window_is_counted() {
+    let mut n = Net::new(cfg(), cfg());
+    n.established();
+    n.b.reading = false;
+    n.a.outbox.extend(pattern(100_000, 5));
+    n.run_until(5000 * MS, |n| n.b.rx.readable() == 16 * 1024);
+    let closed = n.now;
+    let before = n.a.conn.stats().rwnd_limited_us;
+    // Held back for three seconds of window probes, then the reader drains it all.
+    n.run_until(10_000 * MS, |n| n.now >= closed + 3000 * MS);
+    n.b.reading = true;
+    n.run_until(60_000 * MS, |n| n.b.got.len() == 100_000);
+    assert_bytes(&n.b.got, &pattern(100_000, 5));
+    let s = n.a.conn.stats();
+    assert!(
+        s.rwnd_limited_us >= before + 3_000_000
+            && s.rwnd_limited_us + s.cwnd_limited_us + s.sndbuf_limited_us
+                <= n.now.as_micros() as u64,
+        "{} us held back by the window ({before} before it closed) in {:?}",
+        s.rwnd_limited_us,
+        n.now
+    );
+}
+
+#[test]
 fn records_go_out_whole() {
     let mut n = Net::new(cfg(), cfg());
     n.established();

@@ -129,6 +129,23 @@ pub struct Stats {
     pub window_probes: u64,
     pub keepalive_probes: u64,
     pub resets_out: u64,
+    /// Microseconds new data waited for the congestion window (or for records of
+    /// segments in flight) while the send buffer held some (RFC 4898's
+    /// SndLimTimeCwnd): where a sender's time goes under loss.
+    pub cwnd_limited_us: u64,
+    /// Microseconds new data waited for the peer's window (SndLimTimeRwnd).
+    pub rwnd_limited_us: u64,
+    /// Microseconds everything queued was sent and the send buffer had no room for
+    /// more (unacknowledged octets fill it: a hole the peer has not reported filled).
+    pub sndbuf_limited_us: u64,
+}
+
+/// What holds a sender back, for [`Stats`]' `*_limited_us`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    Cwnd,
+    Rwnd,
+    SendBuffer,
 }
 
 /// Which probe is due.
@@ -184,6 +201,8 @@ pub struct Connection {
     lending: bool,
     /// The payload of the segment just written, when it travels by reference.
     lent: Option<Lent>,
+    /// What holds new data back since when (`None`: nothing, or nothing to send).
+    limited: Option<(Limit, Duration)>,
 }
 
 impl Connection {
@@ -240,6 +259,7 @@ impl Connection {
             stats: Stats::default(),
             lending: false,
             lent: None,
+            limited: None,
         }
     }
 

@@ -4,7 +4,7 @@
 //! written straight into the caller's buffer.
 
 use super::tx::{Blocked, Pick, Tlp};
-use super::{Connection, Lent, Probe, State};
+use super::{Connection, Lent, Limit, Probe, State};
 use crate::segment::{Flags, IPV4_HEADER_LEN, MAX_SACK_BLOCKS, Options, Segment, TCP_HEADER_LEN};
 use std::net::SocketAddrV4;
 use std::time::Duration;
@@ -50,6 +50,32 @@ impl Connection {
             State::SynReceived | State::TimeWait => self.send_ack(remote, out),
             _ => self.send_synchronized(now, remote, out),
         }
+    }
+
+    /// Counts the time new data waited for a window or for room in the send buffer
+    /// (`Stats::cwnd_limited_us`, `rwnd_limited_us`, `sndbuf_limited_us`), from one
+    /// transmit attempt to the next that finds another reason (or none).
+    fn note_limit(&mut self, now: Duration, blocked: Option<Blocked>) {
+        let limit = match blocked {
+            None => None,
+            Some(Blocked::Cwnd) => Some(Limit::Cwnd),
+            Some(Blocked::Window) => Some(Limit::Rwnd),
+            Some(Blocked::Idle) => {
+                (self.tx.buf.free() < usize::from(self.cfg.mss)).then_some(Limit::SendBuffer)
+            }
+        };
+        if self.limited.map(|(l, _)| l) == limit {
+            return;
+        }
+        if let Some((l, since)) = self.limited {
+            let us = now.saturating_sub(since).as_micros() as u64;
+            match l {
+                Limit::Cwnd => self.stats.cwnd_limited_us += us,
+                Limit::Rwnd => self.stats.rwnd_limited_us += us,
+                Limit::SendBuffer => self.stats.sndbuf_limited_us += us,
+            }
+        }
+        self.limited = limit.map(|l| (l, now));
     }
 
     fn send_syn(&mut self, now: Duration, remote: SocketAddrV4, out: &mut [u8]) -> Option<usize> {
@@ -101,7 +127,9 @@ impl Connection {
                 return self.send_probe(now, remote, p, out);
             }
         }
-        match self.tx.pick(room, self.force_send) {
+        let picked = self.tx.pick(room, self.force_send);
+        self.note_limit(now, picked.as_ref().err().copied());
+        match picked {
             Ok(p) => return self.send_data(now, remote, p, out),
             Err(Blocked::Window) if self.tx.flight() == 0 && self.timers.persist.is_none() => {
                 let backoff = 1u32 << self.persist_backoff.min(16);
