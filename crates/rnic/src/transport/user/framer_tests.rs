@@ -171,3 +171,32 @@ fn a_batch_that_fits_goes_at_once_and_nothing_fits_is_would_block() {
     assert_eq!(&got[data.len()..n], &data[..]);
     assert!(!framer.lost);
 }
+
+#[test]
+fn a_batch_that_would_fit_an_empty_buffer_does_not_wait_for_all_of_its_room() {
+    let one = fpdu_len(ULPDU);
+    let mut net = Net::new(5 * one);
+    let data = fpdus(6);
+    let mut framer = Framer::new(false);
+    let mut storage = Vec::new();
+    gather(&data[..2 * one], &mut storage);
+    // SAFETY: every entry points into `data`, which outlives the list.
+    let iov = unsafe { IoVecs::new(&storage) };
+    assert_eq!(framer.queue_gather(&mut net.a, net.ca, iov), Ok(2 * one));
+    // Not acknowledged yet: room for three more. A batch of four (which the empty
+    // buffer would hold) puts three in now rather than waiting for room for four.
+    gather(&data[2 * one..], &mut storage);
+    // SAFETY: as above.
+    let iov = unsafe { IoVecs::new(&storage) };
+    assert_eq!(framer.queue_gather(&mut net.a, net.ca, iov), Ok(3 * one));
+    net.exchange();
+    gather(&data[5 * one..], &mut storage);
+    // SAFETY: as above.
+    let iov = unsafe { IoVecs::new(&storage) };
+    assert_eq!(framer.queue_gather(&mut net.a, net.ca, iov), Ok(one));
+    net.exchange();
+    let mut got = vec![0u8; data.len() + 10];
+    let n = net.b.read(net.cb, &mut got).expect("read");
+    assert_eq!(&got[..n], &data[..]);
+    assert_eq!(net.payloads, vec![one; 6]);
+}
