@@ -203,6 +203,10 @@ pub struct Connection {
     lent: Option<Lent>,
     /// What holds new data back since when (`None`: nothing, or nothing to send).
     limited: Option<(Limit, Duration)>,
+    /// The user's last send found no room (and none succeeded since).
+    send_refused: bool,
+    /// The latest time the connection was given (its calls that take no time).
+    clock: Duration,
 }
 
 impl Connection {
@@ -260,6 +264,8 @@ impl Connection {
             lending: false,
             lent: None,
             limited: None,
+            send_refused: false,
+            clock: Duration::ZERO,
         }
     }
 
@@ -332,9 +338,40 @@ impl Connection {
             return Err(SendError::Closed);
         }
         match self.tx.buf.write(data) {
-            0 if !data.is_empty() => Err(SendError::Full),
-            n => Ok(n),
+            0 if !data.is_empty() => Err(self.refused()),
+            n => {
+                self.send_refused = false;
+                Ok(n)
+            }
         }
+    }
+
+    /// A send found no room: unless a window holds the data back (the buffer is then
+    /// full because of it), the time until the next transmit attempt counts as held
+    /// back by the send buffer (from the last time the connection was given).
+    fn refused(&mut self) -> SendError {
+        self.send_refused = true;
+        if self.limited.is_none() {
+            self.set_limit(self.clock, Some(Limit::SendBuffer));
+        }
+        SendError::Full
+    }
+
+    /// What holds new data back from `now` on; the time under the previous reason is
+    /// added to its counter.
+    fn set_limit(&mut self, now: Duration, limit: Option<Limit>) {
+        if self.limited.map(|(l, _)| l) == limit {
+            return;
+        }
+        if let Some((l, since)) = self.limited {
+            let us = now.saturating_sub(since).as_micros() as u64;
+            match l {
+                Limit::Cwnd => self.stats.cwnd_limited_us += us,
+                Limit::Rwnd => self.stats.rwnd_limited_us += us,
+                Limit::SendBuffer => self.stats.sndbuf_limited_us += us,
+            }
+        }
+        self.limited = limit.map(|l| (l, now));
     }
 
     /// Queues `record` whole, or nothing: segments hold whole records when they fit
@@ -345,9 +382,10 @@ impl Connection {
             return Err(SendError::Closed);
         }
         if self.tx.buf.write_record(record) {
+            self.send_refused = false;
             Ok(())
         } else {
-            Err(SendError::Full)
+            Err(self.refused())
         }
     }
 
@@ -358,9 +396,10 @@ impl Connection {
             return Err(SendError::Closed);
         }
         if self.tx.buf.write_record_with(len, feed) {
+            self.send_refused = false;
             Ok(())
         } else {
-            Err(SendError::Full)
+            Err(self.refused())
         }
     }
 

@@ -31,6 +31,7 @@ impl Connection {
     /// timeout. `out` should hold a whole packet (the MTU, `mss + 40` octets); a smaller
     /// one gets smaller segments.
     pub fn poll_transmit(&mut self, now: Duration, out: &mut [u8]) -> Option<usize> {
+        self.clock = self.clock.max(now);
         if let Some(rst) = &self.rst_pending {
             let n = rst
                 .emit_parts([&[], &[]], out, !self.cfg.checksum_offload)
@@ -54,28 +55,18 @@ impl Connection {
 
     /// Counts the time new data waited for a window or for room in the send buffer
     /// (`Stats::cwnd_limited_us`, `rwnd_limited_us`, `sndbuf_limited_us`), from one
-    /// transmit attempt to the next that finds another reason (or none).
+    /// transmit attempt (or refused send) to the next that finds another reason (or
+    /// none).
     fn note_limit(&mut self, now: Duration, blocked: Option<Blocked>) {
         let limit = match blocked {
             None => None,
             Some(Blocked::Cwnd) => Some(Limit::Cwnd),
             Some(Blocked::Window) => Some(Limit::Rwnd),
-            Some(Blocked::Idle) => {
-                (self.tx.buf.free() < usize::from(self.cfg.mss)).then_some(Limit::SendBuffer)
-            }
+            Some(Blocked::Idle) => (self.send_refused
+                || self.tx.buf.free() < usize::from(self.cfg.mss))
+            .then_some(Limit::SendBuffer),
         };
-        if self.limited.map(|(l, _)| l) == limit {
-            return;
-        }
-        if let Some((l, since)) = self.limited {
-            let us = now.saturating_sub(since).as_micros() as u64;
-            match l {
-                Limit::Cwnd => self.stats.cwnd_limited_us += us,
-                Limit::Rwnd => self.stats.rwnd_limited_us += us,
-                Limit::SendBuffer => self.stats.sndbuf_limited_us += us,
-            }
-        }
-        self.limited = limit.map(|l| (l, now));
+        self.set_limit(now, limit);
     }
 
     fn send_syn(&mut self, now: Duration, remote: SocketAddrV4, out: &mut [u8]) -> Option<usize> {
@@ -128,7 +119,11 @@ impl Connection {
             }
         }
         let picked = self.tx.pick(room, self.force_send);
-        self.note_limit(now, picked.as_ref().err().copied());
+        match &picked {
+            // A retransmission says nothing of what holds new data back.
+            Ok(p) if p.rtx => {}
+            _ => self.note_limit(now, picked.as_ref().err().copied()),
+        }
         match picked {
             Ok(p) => return self.send_data(now, remote, p, out),
             Err(Blocked::Window) if self.tx.flight() == 0 && self.timers.persist.is_none() => {

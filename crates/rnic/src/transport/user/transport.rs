@@ -154,12 +154,9 @@ impl Framer {
                     }
                 })
             };
-            let r = if len <= st.send_capacity(id) {
-                st.send_record_with(id, len, fed)
-            } else {
-                Err(StackError::WouldBlock)
-            };
-            match r {
+            // A record that does not fit is refused before it is fed (and the TCP
+            // counts the time the sender is held back from then on).
+            match st.send_record_with(id, len, fed) {
                 Ok(()) => {
                     self.count(len);
                     taken += len;
