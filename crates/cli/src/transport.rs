@@ -297,6 +297,10 @@ impl Counters {
                 dup_acks_in: a.dup_acks_in - b.dup_acks_in,
                 out_of_order_in: a.out_of_order_in - b.out_of_order_in,
                 dropped_checksum: a.dropped_checksum - b.dropped_checksum,
+                undone_reductions: a.undone_reductions - b.undone_reductions,
+                cwnd_limited_us: a.cwnd_limited_us - b.cwnd_limited_us,
+                rwnd_limited_us: a.rwnd_limited_us - b.rwnd_limited_us,
+                sndbuf_limited_us: a.sndbuf_limited_us - b.sndbuf_limited_us,
                 ..TcpStats::default()
             }),
             (a, _) => a.clone(),
@@ -335,6 +339,10 @@ impl Counters {
                     "dup_acks_in": t.dup_acks_in,
                     "out_of_order_in": t.out_of_order_in,
                     "dropped_checksum": t.dropped_checksum,
+                    "undone_reductions": t.undone_reductions,
+                    "cwnd_limited_us": t.cwnd_limited_us,
+                    "rwnd_limited_us": t.rwnd_limited_us,
+                    "sndbuf_limited_us": t.sndbuf_limited_us,
                 }),
             );
         }

@@ -22,11 +22,19 @@
 //! showed): the sender's data waits for it, and when it runs again it takes all of
 //! it and answers with one ACK, as softrnic's stack thread does (its pump takes every
 //! packet, then sends). `--rto-min-us F` sets the floor under the retransmission
-//! timeout (default: the in-process network's, `RTO_MIN` below).
+//! timeout (default: the in-process network's, `RTO_MIN` below). `--reorder-us D`
+//! holds a reordered packet back D (default 200). `--rx-cpu`: the receiver copies what
+//! it reads at the sender's rate, giving the window back slice by slice, as the QP's
+//! copy into region memory does. `--batch B`: the sender queues 65000-octet records
+//! B at a time, a batch only once all of it fits (as the user transport queued a
+//! QP's gather list of B FPDUs before this was changed; 1 is FPDU by FPDU). The
+//! last three columns are the milliseconds the sender waited for the congestion
+//! window, the peer's window and room in its send buffer.
 //!
 //! `cargo run --release -p softrnic-tcp --example lossy_bulk -- [--seeds N] [--mb M]
-//! [--first SEED] [--loss P] [--reorder P] [--queue] [--timer-us G]
-//! [--stall-every-us E --stall-us S [--stall-rx]] [--rto-min-us F] [--trace]`
+//! [--first SEED] [--loss P] [--reorder P] [--reorder-us D] [--queue] [--timer-us G]
+//! [--stall-every-us E --stall-us S [--stall-rx]] [--rto-min-us F] [--rx-cpu]
+//! [--batch B] [--trace]`
 
 use softrnic_tcp::sim::{End, Impairments, Wire};
 use softrnic_tcp::{Config, Connection, Reassembly, SeqNum, Stats};
@@ -58,12 +66,12 @@ fn config(rto_min: Duration) -> Config {
 /// Octets per second the sender's CPU writes (or the wire carries, with `queue`).
 const RATE: u64 = 6_500_000_000;
 
-fn link(loss: f64, reorder: f64, queue: bool) -> Impairments {
+fn link(loss: f64, reorder: f64, reorder_delay: Duration, queue: bool) -> Impairments {
     Impairments {
         delay: Duration::from_micros(5),
         loss,
         reorder,
-        reorder_delay: Duration::from_micros(200),
+        reorder_delay,
         rate: queue.then_some(RATE),
         mtu: 65535,
         queue_limit: 100_000,
@@ -99,6 +107,54 @@ struct Threads {
     stall: Duration,
     stall_rx: bool,
     rto_min: Duration,
+    /// The sender queues FPDU-sized records this many at a time, a batch only when
+    /// all of it fits (0: a byte stream, as much as fits).
+    batch: usize,
+    /// The receiver's reader copies at the sender's rate, so reading takes time and
+    /// the window reopens only as it reads (as the QP's copy into region memory does).
+    rx_cpu: bool,
+}
+
+/// The receiver's reader: with `rx_cpu` it copies at [`RATE`], one slice at a time,
+/// and gives the window back when a slice is copied.
+#[derive(Default)]
+struct Reader {
+    busy_until: Option<Duration>,
+    unreleased: usize,
+}
+
+/// Octets of a record with `--batch` (an FPDU of softrnic's loopback size).
+const FPDU: usize = 65_000;
+
+/// Octets the reader copies in one go with `rx_cpu`.
+const READ_SLICE: usize = 256 << 10;
+
+impl Reader {
+    /// Reads what it may at `now`; returns how many octets were delivered.
+    fn run(
+        &mut self,
+        rx_cpu: bool,
+        now: Duration,
+        rb: &mut Reassembly,
+        b: &mut Connection,
+        buf: &mut [u8],
+    ) -> usize {
+        if !rx_cpu {
+            return read_all(rb, b, buf);
+        }
+        if self.busy_until.is_some_and(|t| t > now) {
+            return 0;
+        }
+        self.busy_until = None;
+        b.release(std::mem::take(&mut self.unreleased));
+        let slice = READ_SLICE.min(buf.len());
+        let n = rb.read(&mut buf[..slice]);
+        if n > 0 {
+            self.unreleased = n;
+            self.busy_until = Some(now + Duration::from_nanos(n as u64 * 1_000_000_000 / RATE));
+        }
+        n
+    }
 }
 
 fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads) -> Outcome {
@@ -112,6 +168,7 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
     let mut b_inbox: Vec<Vec<u8>> = Vec::new();
     let paced = imp.rate.is_none();
     let mut a_busy: Option<Duration> = None;
+    let mut reader = Reader::default();
     let a_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1000);
     let b_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 2000);
     let mut a = Connection::connect(config(threads.rto_min), a_addr, b_addr, SeqNum(1));
@@ -124,11 +181,27 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
     let mut packet = vec![0u8; 65535];
     let mut read = vec![0u8; 1 << 20];
     while got < total {
-        while queued < total {
-            let n = (total - queued).min(data.len());
-            match a.send(&data[..n]) {
-                Ok(k) => queued += k,
-                Err(_) => break,
+        if threads.batch == 0 {
+            while queued < total {
+                let n = (total - queued).min(data.len());
+                match a.send(&data[..n]) {
+                    Ok(k) => queued += k,
+                    Err(_) => break,
+                }
+            }
+        } else {
+            // FPDU-sized records, a batch at a time, each batch whole or not at all.
+            let batch = (threads.batch * FPDU).min(total - queued);
+            if a.send_capacity() >= batch {
+                let mut left = batch;
+                while left > 0 {
+                    let n = left.min(FPDU);
+                    if a.send_record(&data[..n]).is_err() {
+                        break;
+                    }
+                    left -= n;
+                    queued += n;
+                }
             }
         }
         if let Some(at) = next_stall.filter(|&t| t <= now) {
@@ -149,7 +222,7 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
             for p in b_inbox.drain(..) {
                 let _ = b.handle_packet(now, &p, &mut rb);
             }
-            got += read_all(&mut rb, &mut b, &mut read);
+            got += reader.run(threads.rx_cpu, now, &mut rb, &mut b, &mut read);
         }
         while let Some(n) = b_awake.then(|| b.poll_transmit(now, &mut packet)).flatten() {
             wire.send(End::B, now, &packet[..n]);
@@ -178,11 +251,16 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
                     }
                     _ => t,
                 });
-        let next = [wire.next_arrival(), a_busy.filter(|&t| t > now), timer]
-            .into_iter()
-            .flatten()
-            .min()
-            .expect("something is due");
+        let next = [
+            wire.next_arrival(),
+            a_busy.filter(|&t| t > now),
+            reader.busy_until.filter(|&t| t > now),
+            timer,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .expect("something is due");
         if trace && next > now + Duration::from_millis(1) {
             println!(
                 "  idle {:?} from {now:?} ({got} of {total} delivered; a's timer {:?}, b's {:?}): {}",
@@ -205,7 +283,7 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
                 b_inbox.push(p.to_vec());
             } else {
                 let _ = b.handle_packet(now, p, &mut rb);
-                got += read_all(&mut rb, &mut b, &mut read);
+                got += reader.run(threads.rx_cpu, now, &mut rb, &mut b, &mut read);
                 while let Some(n) = b.poll_transmit(now, &mut packet) {
                     wire.send(End::B, now, &packet[..n]);
                 }
@@ -229,7 +307,7 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
         if now >= b_stalled_until && b.poll_timeout().is_some_and(|t| t <= now) {
             b.handle_timeout(now);
         }
-        got += read_all(&mut rb, &mut b, &mut read);
+        got += reader.run(threads.rx_cpu, now, &mut rb, &mut b, &mut read);
     }
     Outcome {
         goodput: total as f64 / now.as_secs_f64(),
@@ -281,6 +359,7 @@ fn main() {
     let loss: f64 = arg(&args, "--loss", 0.01);
     let reorder: f64 = arg(&args, "--reorder", 0.05);
     let trace = args.iter().any(|a| a == "--trace");
+    let reorder_delay = Duration::from_micros(arg(&args, "--reorder-us", 200));
     let queue = args.iter().any(|a| a == "--queue");
     let threads = Threads {
         granularity: Duration::from_micros(arg(&args, "--timer-us", 0)),
@@ -288,6 +367,8 @@ fn main() {
         stall: Duration::from_micros(arg(&args, "--stall-us", 0)),
         stall_rx: args.iter().any(|a| a == "--stall-rx"),
         rto_min: Duration::from_micros(arg(&args, "--rto-min-us", RTO_MIN.as_micros() as u64)),
+        rx_cpu: args.iter().any(|a| a == "--rx-cpu"),
+        batch: arg(&args, "--batch", 0),
     };
     let total = mb * 1_000_000;
     println!(
@@ -296,7 +377,7 @@ fn main() {
         first + seeds
     );
     println!(
-        "{:>5} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>6} {:>6}",
+        "{:>5} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>6} {:>6} {:>6} {:>6} {:>6}",
         "seed",
         "clean",
         "lossy",
@@ -309,19 +390,34 @@ fn main() {
         "dsack",
         "refused",
         "c.rto",
-        "c.sp"
+        "c.sp",
+        "cwnd",
+        "rwnd",
+        "sndbuf"
     );
     let (mut ratios, mut rtos, mut clean_rtos) = (Vec::new(), 0, 0);
     for seed in first..first + seeds {
-        let clean = run(link(0.0, 0.0, queue), seed, total, false, threads);
-        let lossy = run(link(loss, reorder, queue), seed, total, trace, threads);
+        let clean = run(
+            link(0.0, 0.0, reorder_delay, queue),
+            seed,
+            total,
+            false,
+            threads,
+        );
+        let lossy = run(
+            link(loss, reorder, reorder_delay, queue),
+            seed,
+            total,
+            trace,
+            threads,
+        );
         let ratio = lossy.goodput / clean.goodput;
         let s = &lossy.stats;
         rtos += s.timeouts;
         clean_rtos += clean.stats.timeouts;
         ratios.push(ratio);
         println!(
-            "{seed:>5} {:>8.0} {:>8.0} {ratio:>6.3} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>6} {:>6}",
+            "{seed:>5} {:>8.0} {:>8.0} {ratio:>6.3} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>6} {:>6} {:>6} {:>6} {:>6}",
             clean.goodput / 1e6,
             lossy.goodput / 1e6,
             s.retransmitted_segments,
@@ -333,6 +429,9 @@ fn main() {
             lossy.rx.bytes_refused,
             clean.stats.timeouts,
             clean.stats.spurious_timeouts,
+            s.cwnd_limited_us / 1000,
+            s.rwnd_limited_us / 1000,
+            s.sndbuf_limited_us / 1000,
         );
     }
     ratios.sort_by(f64::total_cmp);

@@ -114,6 +114,69 @@ fn a_receiver_that_does_not_read_closes_the_window() {
 }
 
 #[test]
+fn time_held_back_by_the_peers_window_is_counted() {
+    let mut n = Net::new(cfg(), cfg());
+    n.established();
+    n.b.reading = false;
+    n.a.outbox.extend(pattern(100_000, 5));
+    n.run_until(5000 * MS, |n| n.b.rx.readable() == 16 * 1024);
+    let closed = n.now;
+    let before = n.a.conn.stats().rwnd_limited_us;
+    // Held back for three seconds of window probes, then the reader drains it all.
+    n.run_until(10_000 * MS, |n| n.now >= closed + 3000 * MS);
+    n.b.reading = true;
+    n.run_until(60_000 * MS, |n| n.b.got.len() == 100_000);
+    assert_bytes(&n.b.got, &pattern(100_000, 5));
+    let s = n.a.conn.stats();
+    assert!(
+        s.rwnd_limited_us >= before + 3_000_000
+            && s.rwnd_limited_us + s.cwnd_limited_us + s.sndbuf_limited_us
+                <= n.now.as_micros() as u64,
+        "{} us held back by the window ({before} before it closed) in {:?}",
+        s.rwnd_limited_us,
+        n.now
+    );
+}
+
+#[test]
+fn time_held_back_by_a_full_send_buffer_is_counted() {
+    // 8 KiB of send buffer, less than the initial congestion window (ten 1000-octet
+    // segments) and the peer's window: what holds the sender back is its own buffer,
+    // with octets the peer has not acknowledged yet, for most of each 400 ms round
+    // trip.
+    let slow = Config {
+        send_buffer: 8 * 1024,
+        rto_initial: 3000 * MS,
+        rto_min: 3000 * MS,
+        ..cfg()
+    };
+    let mut n = Net::new(slow.clone(), slow);
+    n.delay = 200 * MS;
+    n.established();
+    let start = n.now;
+    // Records of 3000 octets: two fill 6000 of the 8192, and the third is refused
+    // while room for a whole segment is left.
+    let data = pattern(99_000, 6);
+    let mut queued = 0;
+    while n.b.got.len() < data.len() && n.now < start + 60_000 * MS {
+        if queued < data.len() && n.a.conn.send_record(&data[queued..queued + 3000]).is_ok() {
+            queued += 3000;
+            continue;
+        }
+        n.step();
+    }
+    assert_bytes(&n.b.got, &data);
+    let s = n.a.conn.stats();
+    let elapsed = (n.now - start).as_micros() as u64;
+    assert!(
+        s.sndbuf_limited_us >= elapsed * 3 / 4 && s.sndbuf_limited_us <= elapsed,
+        "{} us held back by the send buffer in {elapsed} us",
+        s.sndbuf_limited_us,
+    );
+    assert_eq!((s.cwnd_limited_us, s.rwnd_limited_us), (0, 0));
+}
+
+#[test]
 fn records_go_out_whole() {
     let mut n = Net::new(cfg(), cfg());
     n.established();

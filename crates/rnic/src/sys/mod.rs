@@ -7,4 +7,5 @@ pub(crate) mod eventfd;
 pub mod nofile;
 pub(crate) mod random;
 pub(crate) mod socket;
+pub(crate) mod timerfd;
 pub mod usage;

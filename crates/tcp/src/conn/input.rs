@@ -51,6 +51,7 @@ impl Connection {
         if !self.matches(seg) {
             return false;
         }
+        self.clock = self.clock.max(now);
         self.stats.segments_in += 1;
         match self.state {
             State::Closed => self.rst_pending = super::reset_for(seg),

@@ -129,6 +129,23 @@ pub struct Stats {
     pub window_probes: u64,
     pub keepalive_probes: u64,
     pub resets_out: u64,
+    /// Microseconds new data waited for the congestion window (or for records of
+    /// segments in flight) while the send buffer held some (RFC 4898's
+    /// SndLimTimeCwnd): where a sender's time goes under loss.
+    pub cwnd_limited_us: u64,
+    /// Microseconds new data waited for the peer's window (SndLimTimeRwnd).
+    pub rwnd_limited_us: u64,
+    /// Microseconds everything queued was sent and the send buffer had no room for
+    /// more (unacknowledged octets fill it: a hole the peer has not reported filled).
+    pub sndbuf_limited_us: u64,
+}
+
+/// What holds a sender back, for [`Stats`]' `*_limited_us`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    Cwnd,
+    Rwnd,
+    SendBuffer,
 }
 
 /// Which probe is due.
@@ -184,6 +201,12 @@ pub struct Connection {
     lending: bool,
     /// The payload of the segment just written, when it travels by reference.
     lent: Option<Lent>,
+    /// What holds new data back since when (`None`: nothing, or nothing to send).
+    limited: Option<(Limit, Duration)>,
+    /// The user's last send found no room (and none succeeded since).
+    send_refused: bool,
+    /// The latest time the connection was given (its calls that take no time).
+    clock: Duration,
 }
 
 impl Connection {
@@ -240,6 +263,9 @@ impl Connection {
             stats: Stats::default(),
             lending: false,
             lent: None,
+            limited: None,
+            send_refused: false,
+            clock: Duration::ZERO,
         }
     }
 
@@ -312,9 +338,40 @@ impl Connection {
             return Err(SendError::Closed);
         }
         match self.tx.buf.write(data) {
-            0 if !data.is_empty() => Err(SendError::Full),
-            n => Ok(n),
+            0 if !data.is_empty() => Err(self.refused()),
+            n => {
+                self.send_refused = false;
+                Ok(n)
+            }
         }
+    }
+
+    /// A send found no room: unless a window holds the data back (the buffer is then
+    /// full because of it), the time until the next transmit attempt counts as held
+    /// back by the send buffer (from the last time the connection was given).
+    fn refused(&mut self) -> SendError {
+        self.send_refused = true;
+        if self.limited.is_none() {
+            self.set_limit(self.clock, Some(Limit::SendBuffer));
+        }
+        SendError::Full
+    }
+
+    /// What holds new data back from `now` on; the time under the previous reason is
+    /// added to its counter.
+    fn set_limit(&mut self, now: Duration, limit: Option<Limit>) {
+        if self.limited.map(|(l, _)| l) == limit {
+            return;
+        }
+        if let Some((l, since)) = self.limited {
+            let us = now.saturating_sub(since).as_micros() as u64;
+            match l {
+                Limit::Cwnd => self.stats.cwnd_limited_us += us,
+                Limit::Rwnd => self.stats.rwnd_limited_us += us,
+                Limit::SendBuffer => self.stats.sndbuf_limited_us += us,
+            }
+        }
+        self.limited = limit.map(|l| (l, now));
     }
 
     /// Queues `record` whole, or nothing: segments hold whole records when they fit
@@ -325,9 +382,10 @@ impl Connection {
             return Err(SendError::Closed);
         }
         if self.tx.buf.write_record(record) {
+            self.send_refused = false;
             Ok(())
         } else {
-            Err(SendError::Full)
+            Err(self.refused())
         }
     }
 
@@ -338,9 +396,10 @@ impl Connection {
             return Err(SendError::Closed);
         }
         if self.tx.buf.write_record_with(len, feed) {
+            self.send_refused = false;
             Ok(())
         } else {
-            Err(SendError::Full)
+            Err(self.refused())
         }
     }
 

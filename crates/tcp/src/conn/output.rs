@@ -4,7 +4,7 @@
 //! written straight into the caller's buffer.
 
 use super::tx::{Blocked, Pick, Tlp};
-use super::{Connection, Lent, Probe, State};
+use super::{Connection, Lent, Limit, Probe, State};
 use crate::segment::{Flags, IPV4_HEADER_LEN, MAX_SACK_BLOCKS, Options, Segment, TCP_HEADER_LEN};
 use std::net::SocketAddrV4;
 use std::time::Duration;
@@ -31,6 +31,7 @@ impl Connection {
     /// timeout. `out` should hold a whole packet (the MTU, `mss + 40` octets); a smaller
     /// one gets smaller segments.
     pub fn poll_transmit(&mut self, now: Duration, out: &mut [u8]) -> Option<usize> {
+        self.clock = self.clock.max(now);
         if let Some(rst) = &self.rst_pending {
             let n = rst
                 .emit_parts([&[], &[]], out, !self.cfg.checksum_offload)
@@ -50,6 +51,22 @@ impl Connection {
             State::SynReceived | State::TimeWait => self.send_ack(remote, out),
             _ => self.send_synchronized(now, remote, out),
         }
+    }
+
+    /// Counts the time new data waited for a window or for room in the send buffer
+    /// (`Stats::cwnd_limited_us`, `rwnd_limited_us`, `sndbuf_limited_us`), from one
+    /// transmit attempt (or refused send) to the next that finds another reason (or
+    /// none).
+    fn note_limit(&mut self, now: Duration, blocked: Option<Blocked>) {
+        let limit = match blocked {
+            None => None,
+            Some(Blocked::Cwnd) => Some(Limit::Cwnd),
+            Some(Blocked::Window) => Some(Limit::Rwnd),
+            Some(Blocked::Idle) => (self.send_refused
+                || self.tx.buf.free() < usize::from(self.cfg.mss))
+            .then_some(Limit::SendBuffer),
+        };
+        self.set_limit(now, limit);
     }
 
     fn send_syn(&mut self, now: Duration, remote: SocketAddrV4, out: &mut [u8]) -> Option<usize> {
@@ -101,7 +118,13 @@ impl Connection {
                 return self.send_probe(now, remote, p, out);
             }
         }
-        match self.tx.pick(room, self.force_send) {
+        let picked = self.tx.pick(room, self.force_send);
+        match &picked {
+            // A retransmission says nothing of what holds new data back.
+            Ok(p) if p.rtx => {}
+            _ => self.note_limit(now, picked.as_ref().err().copied()),
+        }
+        match picked {
             Ok(p) => return self.send_data(now, remote, p, out),
             Err(Blocked::Window) if self.tx.flight() == 0 && self.timers.persist.is_none() => {
                 let backoff = 1u32 << self.persist_backoff.min(16);

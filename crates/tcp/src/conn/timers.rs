@@ -28,6 +28,7 @@ impl Connection {
     /// Time has reached `now`: the timers that expired act (then call
     /// [`Connection::poll_transmit`]).
     pub fn handle_timeout(&mut self, now: Duration) {
+        self.clock = self.clock.max(now);
         let due = |t: Option<Duration>| t.is_some_and(|t| t <= now);
         if due(self.rx.delack_at) {
             self.rx.delack_at = None;

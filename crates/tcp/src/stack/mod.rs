@@ -887,6 +887,9 @@ fn add_stats(t: &mut Stats, s: &Stats) {
         window_probes,
         keepalive_probes,
         resets_out,
+        cwnd_limited_us,
+        rwnd_limited_us,
+        sndbuf_limited_us,
     } = s;
     t.segments_in += segments_in;
     t.segments_out += segments_out;
@@ -913,4 +916,7 @@ fn add_stats(t: &mut Stats, s: &Stats) {
     t.window_probes += window_probes;
     t.keepalive_probes += keepalive_probes;
     t.resets_out += resets_out;
+    t.cwnd_limited_us += cwnd_limited_us;
+    t.rwnd_limited_us += rwnd_limited_us;
+    t.sndbuf_limited_us += sndbuf_limited_us;
 }

@@ -13,6 +13,7 @@ use super::{UserLink, UserTcp, UserTcpStats};
 use crate::engine::now;
 use crate::error::{Error, Result};
 use crate::sys::eventfd::EventFd;
+use crate::sys::timerfd::TimerFd;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use softrnic_tcp::{
@@ -29,6 +30,14 @@ use std::time::{Duration, Instant};
 
 const WAKE: Token = Token(0);
 const LINK: Token = Token(1);
+const TIMER: Token = Token(2);
+
+/// Waits shorter than this end on the stack thread's timer descriptor, to the
+/// microsecond, rather than on epoll's timeout, which counts whole milliseconds: a
+/// loss probe due after two round trips of tens of microseconds, or a packet the
+/// simulated network holds back for 200 us, would otherwise wait a millisecond (and
+/// a sender whose window is full meanwhile stops for as long).
+const PRECISE_BELOW: Duration = Duration::from_millis(10);
 
 /// How a connection's engine learns that it can go on, shared by the stack and the
 /// connection's transport: an eventfd the engine's epoll set holds under the QP's
@@ -392,10 +401,14 @@ impl UserStack {
             poll.registry()
                 .register(&mut SourceFd(&fd), LINK, Interest::READABLE)?;
         }
+        let timer = TimerFd::new()?;
+        let tfd = timer.as_fd().as_raw_fd();
+        poll.registry()
+            .register(&mut SourceFd(&tfd), TIMER, Interest::READABLE)?;
         let run = me.clone();
         let thread = std::thread::Builder::new()
             .name(format!("softrnic-tcp-{serial}"))
-            .spawn(move || run.run(poll))?;
+            .spawn(move || run.run(poll, timer))?;
         Ok(UserStackHandle {
             stack: me,
             thread: Mutex::new(Some(thread)),
@@ -409,7 +422,7 @@ impl UserStack {
     }
 
     /// The stack thread: serve the link and the timers until the device closes.
-    fn run(&self, mut poll: Poll) {
+    fn run(&self, mut poll: Poll, timer: TimerFd) {
         let mut events = Events::with_capacity(8);
         loop {
             if self.stop.load(Ordering::Acquire) {
@@ -426,10 +439,18 @@ impl UserStack {
                 g.planned = next;
                 next.map(|t| t.saturating_sub(now()))
             };
+            if let Some(wait) = timeout.filter(|w| *w < PRECISE_BELOW)
+                && timer.arm(wait).is_err()
+            {
+                break;
+            }
             if let Err(e) = poll.poll(&mut events, timeout)
                 && e.kind() != io::ErrorKind::Interrupted
             {
                 break;
+            }
+            if events.iter().any(|e| e.token() == TIMER) {
+                timer.clear();
             }
         }
     }
