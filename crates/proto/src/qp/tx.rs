@@ -17,6 +17,9 @@ use softrnic_wire::rdmap::{Opcode, QN_READ_REQUEST, QN_SEND, QN_TERMINATE, ReadR
 use softrnic_wire::terminate::{TerminateCause, TerminateLayout, TerminateRepr, TerminatedDdp};
 use std::collections::VecDeque;
 
+mod run;
+pub use run::Gathered;
+
 struct SqEntry {
     /// Posting order, for in-order completion.
     seq: u64,
