@@ -313,6 +313,9 @@ impl Tpt {
     }
 
     /// Checks a local SGE: `len` octets at `addr` through `lkey`, in `pd`, needing `need`.
+    /// Inlined into the post path (a check per posted SGE): the call's register saves
+    /// and restores were about a fifth of it.
+    #[inline]
     pub fn check_local(
         &self,
         lkey: STag,

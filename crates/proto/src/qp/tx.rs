@@ -174,6 +174,7 @@ impl TxState {
         self.sq.len() + self.orq.len()
     }
 
+    #[inline]
     pub(crate) fn enqueue(&mut self, seq: u64, wr: &SendWr, chunks: &[Chunk], total: u32) {
         if self.sq.capacity() == 0 {
             self.sq.reserve_exact(std::mem::take(&mut self.sq_room));

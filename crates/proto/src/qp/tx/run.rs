@@ -132,8 +132,8 @@ impl Qp {
             }
             taken += 1;
             if let Some((seq, wr_id, op, total, signaled)) = self.tx.finish_small_head(msn) {
-                let c = self.out.completion(wr_id, WcStatus::Success, op, total);
-                self.out.finish_send(seq, signaled.then_some(c));
+                let c = signaled.then(|| self.out.completion(wr_id, WcStatus::Success, op, total));
+                self.out.finish_send(seq, c);
             }
         }
         (taken, false)
