@@ -134,7 +134,9 @@ pub(crate) const IDLE_QUEUE_KEEP: usize = 32;
 /// Steady small traffic (a ping-pong) never gets there, so it never reallocates.
 /// Returns whether it did.
 pub(crate) fn shrink_if_idle<T>(q: &mut VecDeque<T>) -> bool {
-    let shrink = q.is_empty() && q.capacity() > IDLE_QUEUE_KEEP;
+    // Capacity first: most queues never grow, and this runs on every delivery pass
+    // (a spinning consumer's too).
+    let shrink = q.capacity() > IDLE_QUEUE_KEEP && q.is_empty();
     if shrink {
         q.shrink_to(0);
     }
