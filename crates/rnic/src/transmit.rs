@@ -14,8 +14,10 @@ use crate::sys::socket::IoVecs;
 use crate::transport::Transport;
 use arrayvec::ArrayVec;
 use softrnic_proto::QpId;
-use softrnic_proto::qp::{Qp as Core, TxFpdu};
+use softrnic_proto::qp::{Gathered, Qp as Core, TxFpdu};
 use softrnic_wire::crc::{crc32c, crc32c_append};
+use softrnic_wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use softrnic_wire::mpa::ULPDU_LEN_LEN;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
@@ -37,6 +39,11 @@ pub(crate) const TX_BUF_LEN: usize = 64 * 1024;
 /// to the one that completes it (16 x 65000 octets: a 1 MiB Write in two calls where
 /// the socket takes it).
 pub(crate) const TX_BATCH: usize = 16;
+
+/// Header octets of a data FPDU: the MPA length field and a tagged (Write, Read
+/// Response) or untagged (Send) DDP/RDMAP header.
+const TAGGED_FPDU_HEADER: usize = ULPDU_LEN_LEN + TAGGED_HEADER_LEN;
+const UNTAGGED_FPDU_HEADER: usize = ULPDU_LEN_LEN + UNTAGGED_HEADER_LEN;
 
 /// Gather-list entries of one FPDU at most: header, payload pieces, trailer.
 const FPDU_IOVECS: usize = softrnic_proto::MAX_SGE + 2;
@@ -102,24 +109,57 @@ impl TxQueue {
         }
     }
 
-    /// Makes room for `len` more gathered octets, if the buffer can take them: takes a
-    /// buffer if the QP has none, and moves unsent octets to its start when the octets
-    /// already sent are in the way, so the buffer never grows beyond [`TX_BUF_LEN`].
+    /// Makes room for `len` more gathered octets (see [`room_in`]).
     fn room_for(&mut self, len: usize) -> bool {
-        if self.buf.len() - self.sent + len > TX_BUF_LEN {
-            return false;
-        }
-        if self.buf.capacity() == 0 {
-            self.buf = buf_pool::take_gather();
-        } else if self.sent == self.buf.len() {
-            self.buf.clear();
-            self.sent = 0;
-        } else if self.buf.len() + len > TX_BUF_LEN {
-            self.buf.drain(..self.sent);
-            self.sent = 0;
-        }
-        true
+        room_in(&mut self.buf, &mut self.sent, len)
     }
+}
+
+/// Makes room for `len` more gathered octets in a transmit buffer of which `sent`
+/// octets are out, if it can take them: takes a buffer if the QP has none, and moves
+/// unsent octets to its start when the octets already sent are in the way, so the
+/// buffer never grows beyond [`TX_BUF_LEN`].
+#[inline(always)]
+fn room_in(buf: &mut Vec<u8>, sent: &mut usize, len: usize) -> bool {
+    if buf.len() - *sent + len > TX_BUF_LEN {
+        return false;
+    }
+    if buf.capacity() == 0 {
+        *buf = buf_pool::take_gather();
+    } else if *sent == buf.len() {
+        buf.clear();
+        *sent = 0;
+    } else if buf.len() + len > TX_BUF_LEN {
+        buf.drain(..*sent);
+        *sent = 0;
+    }
+    true
+}
+
+/// Gathers the run of small messages at the head of the send queue into the transmit
+/// buffer in one core call ([`Core::transmit_run`]); returns how many, or None if a
+/// region vanished under one of them (the QP is then put in error, as on the general
+/// path).
+fn gather_run(core: &mut Core, tx: &mut TxQueue, dev: &Shared) -> Option<usize> {
+    let TxQueue {
+        buf, sent, scratch, ..
+    } = tx;
+    let mut last = LastRegion::default();
+    let (taken, lost) = core.transmit_run(scratch, |f| {
+        let total = f.wire_len();
+        if total > TX_GATHER_MAX || !room_in(buf, sent, total) {
+            Gathered::NoRoom
+        } else if gather(f, buf, dev, &mut last) {
+            Gathered::Taken
+        } else {
+            Gathered::Lost
+        }
+    });
+    if lost {
+        core.to_error();
+        return None;
+    }
+    Some(taken)
 }
 
 /// Sends what the core has to send until the stream would block or the core has no
@@ -160,6 +200,16 @@ fn transmit_stream(
             Some(p) => !p.fpdu.completes && tx.pending.len() < TX_BATCH,
         };
         if room && core.may_transmit() {
+            // First the small messages at the head of the queue, many in one core
+            // call; then whatever stopped the run goes the general way, one FPDU at a
+            // time.
+            if tx.pending.is_empty() {
+                let Some(taken) = gather_run(core, tx, dev) else {
+                    break;
+                };
+                stats.tx_fpdus += taken as u64;
+                moved |= taken > 0;
+            }
             let mut has = core.poll_transmit(&mut tx.scratch);
             if !has && tx.pending.is_empty() {
                 core.run_local_ops(&dev.tpt);
@@ -315,10 +365,21 @@ fn prepare(fpdu: TxFpdu, payload: &mut Vec<u8>, dev: &Shared) -> Option<PendingT
 /// Appends a whole FPDU (header, payload copied from registered memory, pad and CRC)
 /// to `out`; false if a region no longer holds the payload's range (`out` is then left
 /// as it was). `last` saves a look-up per FPDU from the region the previous one came
-/// from. The CRC, when negotiated, is computed over the gathered octets.
+/// from. The CRC, when negotiated, is computed over the gathered octets. Inlined: it
+/// runs once per small FPDU.
+#[inline(always)]
 fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) -> bool {
     let start = out.len();
-    out.extend_from_slice(f.header_bytes());
+    // The data headers' lengths (MPA length field and a tagged or untagged DDP header)
+    // as fixed-size copies: a variable one was a `memcpy` call per FPDU.
+    let h = f.header_bytes();
+    if let Ok(h) = <&[u8; TAGGED_FPDU_HEADER]>::try_from(h) {
+        out.extend_from_slice(h);
+    } else if let Ok(h) = <&[u8; UNTAGGED_FPDU_HEADER]>::try_from(h) {
+        out.extend_from_slice(h);
+    } else {
+        out.extend_from_slice(h);
+    }
     for c in &f.chunks {
         let copied = last
             .get(dev, c.region)
@@ -330,8 +391,14 @@ fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) ->
     }
     let pad = f.pad_len();
     if !f.crc {
-        // Pad and an empty CRC field: zeros, in one step.
-        out.extend_from_slice(&[0u8; 7][..pad + 4]);
+        // Pad and an empty CRC field: zeros, in one step of a fixed length (a
+        // variable one was a `memset` call per FPDU).
+        match pad {
+            0 => out.extend_from_slice(&[0u8; 4]),
+            1 => out.extend_from_slice(&[0u8; 5]),
+            2 => out.extend_from_slice(&[0u8; 6]),
+            _ => out.extend_from_slice(&[0u8; 7]),
+        }
         return true;
     }
     out.extend_from_slice(&[0u8; 3][..pad]);

@@ -127,7 +127,9 @@ impl Outbox {
     }
 
     /// A send-queue request finished (None: unsignaled success); released once every
-    /// earlier one has.
+    /// earlier one has. The in-order case is inlined (once per small message); the
+    /// ring is out of line.
+    #[inline]
     pub(crate) fn finish_send(&mut self, seq: u64, c: Option<Completion>) {
         if seq == self.release && self.done.is_empty() {
             // The usual case, every request finishing in posting order: released at
@@ -139,6 +141,13 @@ impl Outbox {
             }
             return;
         }
+        self.finish_send_behind(seq, c);
+    }
+
+    /// [`Outbox::finish_send`] while an earlier request is unfinished (a Read
+    /// outstanding): the request waits in the ring.
+    #[inline(never)]
+    fn finish_send_behind(&mut self, seq: u64, c: Option<Completion>) {
         // A sequence number is finished once, and not before it was posted.
         let Some(at) = seq
             .checked_sub(self.release)

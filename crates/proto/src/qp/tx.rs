@@ -17,6 +17,9 @@ use softrnic_wire::rdmap::{Opcode, QN_READ_REQUEST, QN_SEND, QN_TERMINATE, ReadR
 use softrnic_wire::terminate::{TerminateCause, TerminateLayout, TerminateRepr, TerminatedDdp};
 use std::collections::VecDeque;
 
+mod run;
+pub use run::Gathered;
+
 struct SqEntry {
     /// Posting order, for in-order completion.
     seq: u64,
@@ -131,7 +134,9 @@ pub(crate) const IDLE_QUEUE_KEEP: usize = 32;
 /// Steady small traffic (a ping-pong) never gets there, so it never reallocates.
 /// Returns whether it did.
 pub(crate) fn shrink_if_idle<T>(q: &mut VecDeque<T>) -> bool {
-    let shrink = q.is_empty() && q.capacity() > IDLE_QUEUE_KEEP;
+    // Capacity first: most queues never grow, and this runs on every delivery pass
+    // (a spinning consumer's too).
+    let shrink = q.capacity() > IDLE_QUEUE_KEEP && q.is_empty();
     if shrink {
         q.shrink_to(0);
     }
@@ -171,6 +176,7 @@ impl TxState {
         self.sq.len() + self.orq.len()
     }
 
+    #[inline]
     pub(crate) fn enqueue(&mut self, seq: u64, wr: &SendWr, chunks: &[Chunk], total: u32) {
         if self.sq.capacity() == 0 {
             self.sq.reserve_exact(std::mem::take(&mut self.sq_room));

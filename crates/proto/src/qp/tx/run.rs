@@ -1,0 +1,141 @@
+//! A run of small messages from the head of the send queue, framed and finished in one
+//! core call: each Send or Write whose whole payload fits one FPDU is built into the
+//! I/O layer's scratch header, handed to it to gather (copy into its transmit buffer),
+//! and completed at once, as [`Qp::transmit_done`] would after the general path's
+//! [`Qp::poll_transmit`]. The general path handled such a stream one FPDU at a time,
+//! with its priority checks (Terminate, RTR, Read Responses) and the in-flight hand-off
+//! per FPDU; here they are checked once per run.
+
+use super::super::Qp;
+use super::super::fpdu::{TxFpdu, covering_sges};
+use super::{InFlight, TxState};
+use crate::verbs::*;
+use softrnic_wire::ddp::{DdpRepr, Placement};
+use softrnic_wire::rdmap::{Opcode, QN_SEND};
+
+/// What the I/O layer did with one FPDU of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gathered {
+    /// Copied completely into the transmit buffer: the request is finished.
+    Taken,
+    /// No room for it now: the run ends and the request stays at the head of the
+    /// send queue, untouched (the general path takes it).
+    NoRoom,
+    /// Its memory is gone (a region vanished under a queued request): the run ends,
+    /// nothing of this FPDU was kept, and the caller puts the QP in error.
+    Lost,
+}
+
+impl TxState {
+    /// Whether a run may start: nothing with priority over the send queue waits and
+    /// nothing is in flight.
+    fn run_may_start(&self) -> bool {
+        self.in_flight == InFlight::Nothing
+            && self.terminate.is_none()
+            && self.rtr.is_none()
+            && !self.hold_for_rtr
+            && self.irq.is_empty()
+    }
+
+    /// Builds the head request into `out` if it is a Send or Write not yet started that
+    /// fits one FPDU (and no fence holds it); returns its MSN for a Send (0 for a
+    /// Write), to be taken only once the FPDU is gathered.
+    #[inline]
+    fn build_small_head(&self, out: &mut TxFpdu) -> Option<u32> {
+        let e = self.sq.front()?;
+        if e.sent != 0 || (e.fence && !self.orq.is_empty()) {
+            return None;
+        }
+        let (h, msn) = match e.op {
+            SendOp::Send {
+                solicited,
+                invalidate,
+            } if e.total <= self.untagged_max => {
+                let opcode = match (solicited, invalidate.is_some()) {
+                    (false, false) => Opcode::Send,
+                    (true, false) => Opcode::SendSe,
+                    (false, true) => Opcode::SendInvalidate,
+                    (true, true) => Opcode::SendSeInvalidate,
+                };
+                let h = DdpRepr {
+                    last: true,
+                    opcode,
+                    placement: Placement::Untagged {
+                        rsvd_ulp: invalidate.unwrap_or(0),
+                        qn: QN_SEND,
+                        msn: self.send_msn,
+                        mo: 0,
+                    },
+                };
+                (h, self.send_msn)
+            }
+            SendOp::Write { remote_addr, rkey } if e.total <= self.tagged_max => {
+                let h = DdpRepr {
+                    last: true,
+                    opcode: Opcode::Write,
+                    placement: Placement::Tagged {
+                        stag: rkey,
+                        to: remote_addr,
+                    },
+                };
+                (h, 0)
+            }
+            _ => return None,
+        };
+        out.chunks.clear();
+        covering_sges(&e.chunks, 0, e.total as usize, &mut out.chunks);
+        out.set_header(&h, &[], e.total as usize);
+        out.crc = self.crc;
+        out.completes = true;
+        out.marker_pos = None;
+        Some(msn)
+    }
+
+    /// The head request's FPDU was gathered: it leaves the queue; returns
+    /// (seq, wr_id, opcode, octets, signaled).
+    #[inline]
+    fn finish_small_head(&mut self, msn: u32) -> Option<(u64, u64, WcOpcode, u32, bool)> {
+        let e = self.sq.front()?;
+        let done = (e.seq, e.wr_id, super::wc_opcode(&e.op), e.total, e.signaled);
+        if matches!(e.op, SendOp::Send { .. }) {
+            self.send_msn = msn.wrapping_add(1);
+        }
+        self.sq.pop_front();
+        Some(done)
+    }
+}
+
+impl Qp {
+    /// Frames the small Sends and Writes at the head of the send queue one after the
+    /// other into `scratch`, hands each to `gather`, and completes each one it took
+    /// (success means handed to the transport, as everywhere). Stops at the first
+    /// request that is not such a message, that another transmission must precede, or
+    /// that `gather` does not take. Returns the FPDUs taken and whether `gather`
+    /// reported [`Gathered::Lost`] (the QP is then still to be put in error by the
+    /// caller, as after a failed gather on the general path). Not used with markers
+    /// (nothing is taken then): their FPDUs need their stream position.
+    pub fn transmit_run(
+        &mut self,
+        scratch: &mut TxFpdu,
+        mut gather: impl FnMut(&TxFpdu) -> Gathered,
+    ) -> (usize, bool) {
+        let sending = matches!(self.state, QpState::Rts | QpState::Closing);
+        if !sending || self.params.markers_tx || !self.tx.run_may_start() {
+            return (0, false);
+        }
+        let mut taken = 0;
+        while let Some(msn) = self.tx.build_small_head(scratch) {
+            match gather(scratch) {
+                Gathered::Taken => {}
+                Gathered::NoRoom => return (taken, false),
+                Gathered::Lost => return (taken, true),
+            }
+            taken += 1;
+            if let Some((seq, wr_id, op, total, signaled)) = self.tx.finish_small_head(msn) {
+                let c = signaled.then(|| self.out.completion(wr_id, WcStatus::Success, op, total));
+                self.out.finish_send(seq, c);
+            }
+        }
+        (taken, false)
+    }
+}
