@@ -444,7 +444,7 @@ impl QpShared {
     fn progress_pass(&self, g: &mut QpInner, dev: &Shared, pass: Pass) -> bool {
         let mut moved = false;
         let mut disconnected = false;
-        fire_close_timer(g);
+        let timer = fire_close_timer(g);
         if g.conn.is_some() {
             // Transmit first: a request just posted leaves before the receive path's
             // read (often an empty one) is paid; what the receive path queues (Read
@@ -461,6 +461,11 @@ impl QpShared {
                 if g.core.may_transmit() || waiting {
                     self.transmit(g, dev);
                 }
+            } else if pass == Pass::ReceiveFirst && !timer && !g.core.is_closing() {
+                // A busy-polling consumer's empty poll: nothing was read, nothing was
+                // queued to send, no timer ran, so the core is as the last pass (which
+                // delivered) left it. Nothing to close, arm or deliver.
+                return false;
             }
             disconnected = g.core.is_closing() && self.close_if_done(g, crate::engine::now(), dev);
             self.arm_timer(g, dev);
@@ -640,10 +645,13 @@ enum Pass {
 /// Fires the close timer if one runs. The clock is read only for a QP that has a timer
 /// (or, in the callers, is closing): a QP moving data has neither, and a clock read per
 /// drive showed in the latency profile.
-fn fire_close_timer(g: &mut QpInner) {
-    if g.core.poll_timeout().is_some() {
+/// Returns whether there was one.
+fn fire_close_timer(g: &mut QpInner) -> bool {
+    let pending = g.core.poll_timeout().is_some();
+    if pending {
         g.core.handle_timeout(crate::engine::now());
     }
+    pending
 }
 
 /// A queue pair.
