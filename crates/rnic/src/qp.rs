@@ -460,6 +460,10 @@ impl QpShared {
                 let waiting = g.conn.as_ref().is_some_and(|c| !c.tx.is_flushed());
                 if g.core.may_transmit() || waiting {
                     self.transmit(g, dev);
+                } else if pass == Pass::ReceiveFirst && !timer && self.received_quietly(g) {
+                    // A consumer's pass that placed a Write: the reply the program
+                    // posts next waits for nothing after the placement.
+                    return true;
                 }
             } else if pass == Pass::ReceiveFirst && !timer && !g.core.is_closing() {
                 // A busy-polling consumer's empty poll: nothing was read, nothing was
@@ -475,6 +479,16 @@ impl QpShared {
             dev.post_event(AsyncEvent::Disconnected { qp: self.id });
         }
         moved
+    }
+
+    /// After a receive that queued nothing to send: whether it left the rest of the pass
+    /// nothing to do (no completion or event released, the state as last delivered, no
+    /// close under way, the timer as armed), as a placed Write does.
+    fn received_quietly(&self, g: &QpInner) -> bool {
+        !g.core.has_output()
+            && g.core.state() == g.traced_state
+            && !g.core.is_closing()
+            && g.core.poll_timeout() == g.timer_armed
     }
 
     /// Whether a `pass` that only transmits (after a post, or a many-QP consumer's poll)
