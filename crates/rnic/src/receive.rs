@@ -228,7 +228,7 @@ fn receive_stream(
             }
             continue;
         }
-        if core.peer_finished() {
+        if core.peer_finished() || conn.transport.drained() {
             break;
         }
         let r = match core.rx_need() {
