@@ -325,7 +325,7 @@ pub(crate) struct Shared {
     pub(crate) serial: u32,
     /// The TPT: sharded, so lookups on the data path take no device-wide lock.
     pub(crate) tpt: Tpt,
-    regions: RegionTable,
+    pub(crate) regions: RegionTable,
     pub(crate) qps: Mutex<HashMap<u32, Arc<QpShared>>>,
     next_qp: AtomicU32,
     next_pd: AtomicU32,

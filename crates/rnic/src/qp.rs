@@ -465,7 +465,7 @@ impl QpShared {
     fn progress_pass(&self, g: &mut QpInner, dev: &Shared, pass: Pass) -> bool {
         let mut moved = false;
         let mut disconnected = false;
-        fire_close_timer(g);
+        let timer = fire_close_timer(g);
         if g.conn.is_some() {
             // Transmit first: a request just posted leaves before the receive path's
             // read (often an empty one) is paid; what the receive path queues (Read
@@ -481,7 +481,16 @@ impl QpShared {
                 let waiting = g.conn.as_ref().is_some_and(|c| !c.tx.is_flushed());
                 if g.core.may_transmit() || waiting {
                     self.transmit(g, dev);
+                } else if pass == Pass::ReceiveFirst && !timer && self.received_quietly(g) {
+                    // A consumer's pass that placed a Write: the reply the program
+                    // posts next waits for nothing after the placement.
+                    return true;
                 }
+            } else if pass == Pass::ReceiveFirst && !timer && !g.core.is_closing() {
+                // A busy-polling consumer's empty poll: nothing was read, nothing was
+                // queued to send, no timer ran, so the core is as the last pass (which
+                // delivered) left it. Nothing to close, arm or deliver.
+                return false;
             }
             disconnected = g.core.is_closing() && self.close_if_done(g, crate::engine::now(), dev);
             self.arm_timer(g, dev);
@@ -491,6 +500,16 @@ impl QpShared {
             dev.post_event(AsyncEvent::Disconnected { qp: self.id });
         }
         moved
+    }
+
+    /// After a receive that queued nothing to send: whether it left the rest of the pass
+    /// nothing to do (no completion or event released, the state as last delivered, no
+    /// close under way, the timer as armed), as a placed Write does.
+    fn received_quietly(&self, g: &QpInner) -> bool {
+        !g.core.has_output()
+            && g.core.state() == g.traced_state
+            && !g.core.is_closing()
+            && g.core.poll_timeout() == g.timer_armed
     }
 
     /// Whether a `pass` that only transmits (after a post, or a many-QP consumer's poll)
@@ -661,10 +680,13 @@ enum Pass {
 /// Fires the close timer if one runs. The clock is read only for a QP that has a timer
 /// (or, in the callers, is closing): a QP moving data has neither, and a clock read per
 /// drive showed in the latency profile.
-fn fire_close_timer(g: &mut QpInner) {
-    if g.core.poll_timeout().is_some() {
+/// Returns whether there was one.
+fn fire_close_timer(g: &mut QpInner) -> bool {
+    let pending = g.core.poll_timeout().is_some();
+    if pending {
         g.core.handle_timeout(crate::engine::now());
     }
+    pending
 }
 
 /// A queue pair.

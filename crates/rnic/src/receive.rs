@@ -79,6 +79,9 @@ pub(crate) struct Staging {
     fpdu_mark: u64,
     /// The core's last need was payload: an internal need now is the trailer.
     after_payload: bool,
+    /// The region the last payload went to, kept across reads (a ping-pong's Writes
+    /// all land in one).
+    region: LastRegion,
 }
 
 impl Staging {
@@ -225,7 +228,7 @@ fn receive_stream(
             }
             continue;
         }
-        if core.peer_finished() {
+        if core.peer_finished() || conn.transport.drained() {
             break;
         }
         let r = match core.rx_need() {
@@ -352,12 +355,11 @@ pub(crate) fn feed(
 ) -> std::result::Result<usize, ()> {
     let mut src = srq.map(|s| SrqSource { srq: s, dev });
     let mut ctx = ctx_for(dev, &mut src);
-    let mut last = LastRegion::default();
     let mut at = 0;
     while at < data.len() {
         // Whole small FPDUs in the read-ahead (the usual case for small messages) go
-        // through the core's fast path, one call each; `last` keeps the region the
-        // previous one went to, for this read-ahead.
+        // through the core's fast path, one call each; `staging.region` keeps the
+        // region the previous one went to.
         let mut lost = false;
         let mut copied = 0;
         // Every whole FPDU in octets no longer than the staging buffer is small (see
@@ -365,7 +367,8 @@ pub(crate) fn feed(
         let small_only = data.len() <= RX_DIRECT_MIN;
         let max = if small_only { usize::MAX } else { 1 };
         let run = core.rx_take_run(&data[at..], max, &mut ctx, &mut |c, bytes| {
-            let ok = last
+            let ok = staging
+                .region
                 .get(dev, c.region)
                 .map(|r| r.write(c.offset as usize, bytes).is_ok());
             // A region deregistered after the TPT check: the payload has nowhere to go
@@ -405,8 +408,9 @@ pub(crate) fn feed(
             RxNeed::Place(c) => {
                 let k = c.len.min(data.len() - at);
                 let bytes = &data[at..at + k];
-                match dev
-                    .region(c.region)
+                match staging
+                    .region
+                    .get(dev, c.region)
                     .map(|r| r.write(c.offset as usize, bytes))
                 {
                     Some(Ok(())) => {}

@@ -6,10 +6,15 @@
 //! reused after a deregistration, but under a new id, so a placement that was checked
 //! against a region now gone finds nothing (the QP goes to error) instead of writing
 //! into whichever region took the slot next.
+//!
+//! Every removal bumps the table's epoch, so a QP may keep the last region it looked
+//! up across calls ([`LastRegion`]) and use it again after one atomic load, without a
+//! shard lock or a reference count per FPDU.
 
 use crate::error::{Error, Result};
 use crate::region::Region;
 use softrnic_proto::RegionId;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 const SHARDS: usize = 16;
@@ -25,6 +30,9 @@ pub(crate) struct RegionTable {
     shards: [Shard; SHARDS],
     /// Ids of freed slots (with the generation they last had), and the next new slot.
     free: Mutex<(Vec<u32>, u32)>,
+    /// Removals so far: a region looked up at an epoch that is still current is still
+    /// registered (see [`LastRegion`]).
+    epoch: AtomicU64,
 }
 
 fn place(id: RegionId) -> (usize, usize) {
@@ -73,8 +81,8 @@ impl RegionTable {
         }
     }
 
-    /// Removes the region (placements looking it up find nothing from now on) and
-    /// frees its slot.
+    /// Removes the region (placements looking it up find nothing from now on, and a
+    /// [`LastRegion`] that holds it looks again) and frees its slot.
     pub(crate) fn remove(&self, id: RegionId) {
         let (shard, slot) = place(id);
         if let Ok(mut s) = self.shards[shard].write()
@@ -82,28 +90,53 @@ impl RegionTable {
             && entry.as_ref().is_some_and(|r| r.id() == id)
         {
             *entry = None;
+            // Under the shard's lock: once the removal returns, no cache sees the
+            // epoch it had before.
+            self.epoch.fetch_add(1, Ordering::AcqRel);
         }
         self.release(id);
     }
+
+    /// Removals so far.
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
 }
 
-/// The last region a data-path pass looked up, kept for the length of one call (a
-/// transmit pass, the feeding of one read-ahead), so that a run of FPDUs from or into
-/// one region takes one look-up (a shard lock and a reference count) instead of one
-/// each. It lives only as long as the call, so it never keeps a deregistered region's
-/// memory for longer (the TPT, checked per FPDU, refuses its STag from then on).
+/// The last region a QP's receive or transmit path looked up, kept across calls with
+/// the table's epoch at the look-up: while no region has been removed since, it is
+/// still registered, and a ping-pong's FPDUs (all from one region, all into one) find
+/// it with one atomic load instead of a shard lock and a reference count each (four
+/// atomic read-modify-writes, on both ends of every trip).
+///
+/// It holds a reference: a region deregistered since stays allocated until the QP's
+/// next look-up (which finds the epoch moved and drops it) or the QP's end. It is
+/// never used after its removal returned (the TPT, checked per FPDU, refuses its STag
+/// from then on, and the epoch sends the next look-up to the table).
 #[derive(Default)]
-pub(crate) struct LastRegion(Option<Arc<Region>>);
+pub(crate) struct LastRegion(Option<(Arc<Region>, u64)>);
 
 impl LastRegion {
-    /// The region registered under `id`, if it still is (or was, at this call's first
-    /// look-up of it).
+    /// The region registered under `id`, if it still is (or was, at a look-up since
+    /// which no region was removed).
     #[inline]
     pub(crate) fn get(&mut self, dev: &crate::device::Shared, id: RegionId) -> Option<&Region> {
-        if self.0.as_ref().is_none_or(|r| r.id() != id) {
-            self.0 = dev.region(id);
+        self.get_in(&dev.regions, id)
+    }
+
+    #[inline]
+    fn get_in(&mut self, table: &RegionTable, id: RegionId) -> Option<&Region> {
+        // The epoch before the look-up: a removal between the two makes the next call
+        // look again.
+        let epoch = table.epoch();
+        if self
+            .0
+            .as_ref()
+            .is_none_or(|(r, seen)| r.id() != id || *seen != epoch)
+        {
+            self.0 = table.get(id).map(|r| (r, epoch));
         }
-        self.0.as_deref()
+        self.0.as_ref().map(|(r, _)| &**r)
     }
 }
 
@@ -147,5 +180,28 @@ mod tests {
         }
         assert!(ids.iter().all(|&id| t.get(id).is_some()));
         assert_eq!(ids[99], RegionId(99));
+    }
+
+    #[test]
+    fn a_kept_region_is_looked_up_again_after_any_removal() {
+        let t = RegionTable::default();
+        let (a, b) = (t.reserve().unwrap(), t.reserve().unwrap());
+        let ra = region(a);
+        t.install(ra.clone());
+        t.install(region(b));
+        let mut last = LastRegion::default();
+        assert!(std::ptr::eq(last.get_in(&t, a).unwrap(), &*ra));
+        // Another region's removal: `a` is found again, in the table.
+        t.remove(b);
+        assert!(std::ptr::eq(last.get_in(&t, a).unwrap(), &*ra));
+        // Its own removal: the kept reference is not used, and is let go.
+        t.remove(a);
+        assert!(last.get_in(&t, a).is_none());
+        assert_eq!(Arc::strong_count(&ra), 1, "the cache let the region go");
+        // The slot's next region, under a new id, is never reached by the old one.
+        let c = t.reserve().unwrap();
+        t.install(region(c));
+        assert!(last.get_in(&t, a).is_none());
+        assert!(last.get_in(&t, c).is_some());
     }
 }

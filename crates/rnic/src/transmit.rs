@@ -79,6 +79,8 @@ pub(crate) struct TxQueue {
     /// The stream said `WouldBlock` at the last send and has taken nothing since (see
     /// [`TxQueue::waits_for_room`]).
     blocked: bool,
+    /// The region the last gathered payload came from, kept across calls.
+    region: LastRegion,
 }
 
 impl TxQueue {
@@ -188,7 +190,6 @@ fn transmit_stream(
     dev: &Shared,
 ) -> bool {
     let mut moved = false;
-    let mut last = LastRegion::default();
     loop {
         let tx = &mut conn.tx;
         // 1. The next FPDU: small ones are gathered, large ones wait their turn, as
@@ -219,9 +220,15 @@ fn transmit_stream(
                 let total = tx.scratch.wire_len();
                 if tx.pending.is_empty() && total <= TX_GATHER_MAX && tx.room_for(total) {
                     let gathered = if tx.scratch.marker_pos.is_some() {
-                        gather_marked(&tx.scratch, &mut tx.buf, &mut tx.payload, dev, &mut last)
+                        gather_marked(
+                            &tx.scratch,
+                            &mut tx.buf,
+                            &mut tx.payload,
+                            dev,
+                            &mut tx.region,
+                        )
                     } else {
-                        gather(&tx.scratch, &mut tx.buf, dev, &mut last)
+                        gather(&tx.scratch, &mut tx.buf, dev, &mut tx.region)
                     };
                     if !gathered {
                         // A region vanished under a queued request: the QP cannot

@@ -204,6 +204,11 @@ impl Outbox {
     pub(crate) fn poll_event(&mut self) -> Option<QpEvent> {
         self.events.pop_front()
     }
+
+    /// Whether a completion or an event waits.
+    pub(crate) fn has_output(&self) -> bool {
+        !self.completions.is_empty() || !self.events.is_empty()
+    }
 }
 
 /// FPDUs taken ahead of the in-order stream (out of order), by stream position: their

@@ -572,6 +572,13 @@ impl Qp {
         self.out.poll_event()
     }
 
+    /// Whether a completion or an event waits for [`Qp::drain_completions`] or
+    /// [`Qp::poll_event`]: after a pass that released neither (a Write placed), the
+    /// I/O layer may skip its delivery.
+    pub fn has_output(&self) -> bool {
+        self.out.has_output()
+    }
+
     /// Work requests queued or in flight on the send side (for tests and stats).
     pub fn send_queue_len(&self) -> usize {
         self.tx.sq_len()

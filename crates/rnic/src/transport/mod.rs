@@ -70,6 +70,12 @@ pub(crate) trait Transport: mio::event::Source + Send {
         self.read_into(dst)
     }
 
+    /// Whether the next read would answer `WouldBlock` without asking the stream, which
+    /// the caller may then skip (and take the answer as given). By default never.
+    fn drained(&mut self) -> bool {
+        false
+    }
+
     /// Sends from `buf`.
     fn send(&mut self, buf: &[u8]) -> io::Result<usize>;
 
