@@ -266,6 +266,10 @@ impl Net {
                 t.dup_acks_in += s.tcp.dup_acks_in;
                 t.out_of_order_in += s.tcp.out_of_order_in;
                 t.dropped_checksum += s.tcp.dropped_checksum + s.stack.dropped_checksum;
+                t.undone_reductions += s.tcp.undone_reductions;
+                t.cwnd_limited_us += s.tcp.cwnd_limited_us;
+                t.rwnd_limited_us += s.tcp.rwnd_limited_us;
+                t.sndbuf_limited_us += s.tcp.sndbuf_limited_us;
             }
         }
         c

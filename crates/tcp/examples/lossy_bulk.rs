@@ -23,7 +23,9 @@
 //! it and answers with one ACK, as softrnic's stack thread does (its pump takes every
 //! packet, then sends). `--rto-min-us F` sets the floor under the retransmission
 //! timeout (default: the in-process network's, `RTO_MIN` below). `--reorder-us D`
-//! holds a reordered packet back D (default 200). `--rx-cpu`: the receiver copies what
+//! holds a reordered packet back D (default 200); `--delay-us T` is the one-way delay
+//! (default 5); `--buffer-kib K` the send and receive buffers (default 4096, as
+//! `--transport user:sim`). `--rx-cpu`: the receiver copies what
 //! it reads at the sender's rate, giving the window back slice by slice, as the QP's
 //! copy into region memory does. `--batch B`: the sender queues 65000-octet records
 //! B at a time, a batch only once all of it fits (as the user transport queued a
@@ -32,7 +34,8 @@
 //! window, the peer's window and room in its send buffer.
 //!
 //! `cargo run --release -p softrnic-tcp --example lossy_bulk -- [--seeds N] [--mb M]
-//! [--first SEED] [--loss P] [--reorder P] [--reorder-us D] [--queue] [--timer-us G]
+//! [--first SEED] [--loss P] [--reorder P] [--reorder-us D] [--delay-us T] [--queue]
+//! [--timer-us G]
 //! [--stall-every-us E --stall-us S [--stall-rx]] [--rto-min-us F] [--rx-cpu]
 //! [--batch B] [--trace]`
 
@@ -51,11 +54,11 @@ struct Outcome {
 /// (`SIM_RTO_MIN` in softrnic-rnic's `transport/user/mod.rs`).
 const RTO_MIN: Duration = Duration::from_millis(100);
 
-fn config(rto_min: Duration) -> Config {
+fn config(rto_min: Duration, buffer: usize) -> Config {
     Config {
         mss: u16::MAX - 40,
-        send_buffer: 4 << 20,
-        recv_buffer: 4 << 20,
+        send_buffer: buffer,
+        recv_buffer: buffer as u32,
         delayed_ack: None,
         checksum_offload: true,
         rto_min,
@@ -66,9 +69,15 @@ fn config(rto_min: Duration) -> Config {
 /// Octets per second the sender's CPU writes (or the wire carries, with `queue`).
 const RATE: u64 = 6_500_000_000;
 
-fn link(loss: f64, reorder: f64, reorder_delay: Duration, queue: bool) -> Impairments {
+fn link(
+    loss: f64,
+    reorder: f64,
+    reorder_delay: Duration,
+    delay: Duration,
+    queue: bool,
+) -> Impairments {
     Impairments {
-        delay: Duration::from_micros(5),
+        delay,
         loss,
         reorder,
         reorder_delay,
@@ -107,6 +116,8 @@ struct Threads {
     stall: Duration,
     stall_rx: bool,
     rto_min: Duration,
+    /// Send and receive buffers, octets.
+    buffer: usize,
     /// The sender queues FPDU-sized records this many at a time, a batch only when
     /// all of it fits (0: a byte stream, as much as fits).
     batch: usize,
@@ -171,8 +182,13 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
     let mut reader = Reader::default();
     let a_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1000);
     let b_addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 2000);
-    let mut a = Connection::connect(config(threads.rto_min), a_addr, b_addr, SeqNum(1));
-    let mut b = Connection::listen(config(threads.rto_min), b_addr, SeqNum(2));
+    let mut a = Connection::connect(
+        config(threads.rto_min, threads.buffer),
+        a_addr,
+        b_addr,
+        SeqNum(1),
+    );
+    let mut b = Connection::listen(config(threads.rto_min, threads.buffer), b_addr, SeqNum(2));
     let mut rb = Reassembly::for_connection(&b);
     let mut wire = Wire::new(imp, seed);
     let data: Vec<u8> = (0..1 << 16).map(|i| (i * 7 + 3) as u8).collect();
@@ -360,6 +376,7 @@ fn main() {
     let reorder: f64 = arg(&args, "--reorder", 0.05);
     let trace = args.iter().any(|a| a == "--trace");
     let reorder_delay = Duration::from_micros(arg(&args, "--reorder-us", 200));
+    let delay = Duration::from_micros(arg(&args, "--delay-us", 5));
     let queue = args.iter().any(|a| a == "--queue");
     let threads = Threads {
         granularity: Duration::from_micros(arg(&args, "--timer-us", 0)),
@@ -369,6 +386,7 @@ fn main() {
         rto_min: Duration::from_micros(arg(&args, "--rto-min-us", RTO_MIN.as_micros() as u64)),
         rx_cpu: args.iter().any(|a| a == "--rx-cpu"),
         batch: arg(&args, "--batch", 0),
+        buffer: arg(&args, "--buffer-kib", 4096) << 10,
     };
     let total = mb * 1_000_000;
     println!(
@@ -398,14 +416,14 @@ fn main() {
     let (mut ratios, mut rtos, mut clean_rtos) = (Vec::new(), 0, 0);
     for seed in first..first + seeds {
         let clean = run(
-            link(0.0, 0.0, reorder_delay, queue),
+            link(0.0, 0.0, reorder_delay, delay, queue),
             seed,
             total,
             false,
             threads,
         );
         let lossy = run(
-            link(loss, reorder, reorder_delay, queue),
+            link(loss, reorder, reorder_delay, delay, queue),
             seed,
             total,
             trace,
