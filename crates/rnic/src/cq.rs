@@ -13,7 +13,6 @@ use crate::error::{Error, Result};
 use crate::handoff::PollCount;
 use crate::limits::Reservation;
 use crate::qp::QpShared;
-use arrayvec::ArrayVec;
 use softrnic_proto::{Completion, WcStatus};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -57,9 +56,12 @@ pub(crate) struct CqShared {
     delivered: AtomicU64,
     acked: AtomicU64,
     dev: Weak<Shared>,
-    /// The QPs sending or receiving into this CQ, replaced whole when one is added,
-    /// so a poll takes the list with one lock and no copy.
-    qps: Mutex<Arc<Vec<Weak<QpShared>>>>,
+    /// The QPs sending or receiving into this CQ, replaced whole when one is added or
+    /// removed, so a poll takes the list with one lock and no copy. Held strongly, so a
+    /// busy-polling consumer's drive touches no reference count: a QP leaves the list
+    /// when its `Qp` is dropped ([`CqShared::remove_qp`]), which breaks the cycle (a QP
+    /// holds its CQs).
+    qps: Mutex<Arc<Vec<Arc<QpShared>>>>,
     /// Hybrid progress: an empty poll drives the QPs' sockets.
     hybrid: bool,
     /// The consumer's polls, for the hand-off of sockets ([`crate::handoff`]).
@@ -277,17 +279,31 @@ impl CqShared {
         self.acked.fetch_add(1, Ordering::Release);
     }
 
-    /// Adds a QP that sends or receives into this CQ (and forgets those gone).
+    /// Adds a QP that sends or receives into this CQ.
     pub(crate) fn add_qp(&self, qp: &Arc<QpShared>) {
         if let Ok(mut l) = self.qps.lock() {
-            let mut v: Vec<Weak<QpShared>> =
-                l.iter().filter(|w| w.strong_count() > 0).cloned().collect();
-            v.push(Arc::downgrade(qp));
+            let mut v: Vec<Arc<QpShared>> = l.iter().cloned().collect();
+            v.push(qp.clone());
             *l = Arc::new(v);
         }
     }
 
-    fn qp_list(&self) -> Arc<Vec<Weak<QpShared>>> {
+    /// Forgets a QP whose `Qp` is being dropped.
+    pub(crate) fn remove_qp(&self, qp: &Arc<QpShared>) {
+        let old = match self.qps.lock() {
+            Ok(mut l) => {
+                let v: Vec<Arc<QpShared>> =
+                    l.iter().filter(|q| !Arc::ptr_eq(q, qp)).cloned().collect();
+                std::mem::replace(&mut *l, Arc::new(v))
+            }
+            Err(_) => return,
+        };
+        // The list's references go after the lock: the last one may end a QP (and its
+        // hold on this CQ).
+        drop(old);
+    }
+
+    fn qp_list(&self) -> Arc<Vec<Arc<QpShared>>> {
         self.qps.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
@@ -296,8 +312,8 @@ impl CqShared {
         let me: *const CqShared = self;
         self.qp_list()
             .iter()
-            .filter_map(Weak::upgrade)
             .filter(|qp| std::ptr::eq(Arc::as_ptr(qp.recv_cq()), me))
+            .cloned()
             .collect()
     }
 
@@ -353,12 +369,16 @@ impl CqShared {
     /// A polling consumer's drive of the CQ's QPs: whether anything moved, and whether
     /// the engines read the sockets (many QPs, see [`CONSUMER_READS_MAX_QPS`]).
     ///
-    /// This runs on every empty poll, so it touches few shared counters: the QPs are
-    /// taken from the list under its lock (no clone of the list), and a QP whose socket
-    /// the consumer holds has its device at hand (`QpShared::consumer_progress`).
+    /// This runs on every empty poll, so it touches few shared counters: the few QPs
+    /// are driven under the list's lock (no copy of the list, no reference count), and
+    /// a QP whose socket the consumer holds has its device at hand
+    /// (`QpShared::consumer_progress`). The lock is only tried: another thread driving
+    /// this CQ now leaves this poll nothing to do. (Nothing a drive does takes this
+    /// lock: a QP's drive tries the QP's lock and never waits, and the list's other
+    /// users take it without holding a QP's.)
     fn drive(&self) -> (bool, bool) {
         let ready = self.polls.drive();
-        let Ok(guard) = self.qps.lock() else {
+        let Ok(guard) = self.qps.try_lock() else {
             return (false, false);
         };
         let engine_reads = guard.len() > CONSUMER_READS_MAX_QPS;
@@ -366,15 +386,12 @@ impl CqShared {
         if engine_reads {
             let list = Arc::clone(&guard);
             drop(guard);
-            for qp in list.iter().filter_map(Weak::upgrade) {
+            for qp in list.iter() {
                 any |= qp.consumer_progress(ready, engine_reads);
             }
             return (any, engine_reads);
         }
-        let qps: ArrayVec<Arc<QpShared>, CONSUMER_READS_MAX_QPS> =
-            guard.iter().filter_map(Weak::upgrade).collect();
-        drop(guard);
-        for qp in &qps {
+        for qp in guard.iter() {
             any |= qp.consumer_progress(ready, engine_reads);
         }
         (any, engine_reads)
@@ -390,7 +407,7 @@ impl CqShared {
         let Some(dev) = self.dev.upgrade() else {
             return;
         };
-        for qp in self.qp_list().iter().filter_map(Weak::upgrade) {
+        for qp in self.qp_list().iter() {
             qp.consumer_sleeps(&dev);
         }
     }

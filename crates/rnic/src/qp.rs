@@ -889,5 +889,11 @@ impl Drop for Qp {
         if let Some(srq) = &self.shared.srq {
             srq.detach(self.shared.id);
         }
+        // The CQs hold their QPs (for their consumers' drives) until now.
+        let s = &self.shared;
+        s.send_cq.remove_qp(s);
+        if !Arc::ptr_eq(&s.send_cq, &s.recv_cq) {
+            s.recv_cq.remove_qp(s);
+        }
     }
 }

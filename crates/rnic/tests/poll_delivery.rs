@@ -93,3 +93,52 @@ fn a_poll_that_reads_a_send_or_a_read_response_delivers_it_and_a_write_stays_qui
         assert!(sink.to_vec() == data, "round {round}: Read placed");
     }
 }
+
+/// QPs dropped from a CQ leave it (the CQ holds its QPs until their `Qp` goes): a CQ
+/// that once had more QPs than its consumer reads itself (`CONSUMER_READS_MAX_QPS`, 8)
+/// and has one left is again read by its consumer, who claims the socket, not by the
+/// engine. Every Write is checked in place. (Were the dropped QPs still listed, the
+/// engine would read every one of the 100 Writes; with the claim it reads none, and a
+/// lease lost to a stalled test thread costs a few: half is far from both.)
+#[test]
+fn dropped_qps_leave_their_cq_and_its_consumer_reads_again() {
+    let (a, b) = pair();
+    let extra: Vec<Qp> = (0..8)
+        .map(|_| a.dev.create_qp(&a.pd, QpInit::new(&a.cq, 16, 16)).unwrap())
+        .collect();
+    drop(extra);
+    let size = 64;
+    let landing =
+        a.pd.alloc_mr(size, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+    let src = b.pd.alloc_mr(size, Access::LOCAL_WRITE).unwrap();
+    for _ in 0..2 * CLAIM_AFTER {
+        assert!(a.cq.poll_one().is_none());
+    }
+    let events = |d: &Device| d.engines().iter().map(|e| e.events).sum::<u64>();
+    let before = events(&a.dev);
+    let writes = 100u64;
+    for i in 0..writes {
+        let data = pattern(size, i);
+        src.write(0, &data).unwrap();
+        b.qp.post_send(SendWr::write(
+            i,
+            src.sge(0, size),
+            landing.addr(),
+            landing.rkey(),
+        ))
+        .unwrap();
+        while landing.to_vec() != data {
+            assert!(
+                a.cq.poll_one().is_none(),
+                "a Write completes nothing at its target"
+            );
+        }
+        assert_eq!(take(&b.cq, 1)[0].status, WcStatus::Success);
+    }
+    let read_by_engine = events(&a.dev) - before;
+    assert!(
+        read_by_engine < writes / 2,
+        "the engine read {read_by_engine} of {writes} Writes: the dropped QPs are still on the CQ"
+    );
+}
