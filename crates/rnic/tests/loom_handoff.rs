@@ -6,14 +6,17 @@
 //! with its engine. The state machine and the poll counts are the real `Owner` and
 //! `PollCount`; the QP around them (its lock, the epoll set, the socket) is modelled as
 //! `qp.rs` drives it: every change of owner and every read under the QP's lock, the
-//! engine skipping events while the lock-free "claimed" mirror says the consumer owns
-//! the socket, and epoll reporting a ready socket when it is added back.
+//! engine skipping events while the lock-free "claimed" mirror, or the owner under the
+//! lock, says the consumer owns the socket, and epoll reporting a ready socket when it
+//! is added back.
 //!
 //! Run with:
 //! `RUSTFLAGS="--cfg loom" cargo test -p softrnic-rnic --test loom_handoff --release`
 //!
-//! The last test releases the socket without putting it back into the epoll set and
-//! expects loom to find a message left unread, which shows the checks can fail.
+//! The engine never reads a socket the consumer holds. The last two tests break the
+//! model on purpose (a release that forgets the epoll set; an engine that does not
+//! check the owner again under the lock) and expect loom to find the failure, which
+//! shows the checks can fail.
 #![cfg(loom)]
 
 use loom::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -39,12 +42,16 @@ struct Qp {
     /// An epoll event is pending for the engine.
     event: AtomicBool,
     polls: PollCount,
-    /// Whether releasing puts the socket back into the epoll set (the bug switch).
+    /// Whether releasing puts the socket back into the epoll set (a bug switch).
     resume_on_release: bool,
+    /// Whether the engine checks the owner again under the lock before it reads (a
+    /// bug switch: without it, an event fetched before a claim reads the consumer's
+    /// socket).
+    recheck_under_lock: bool,
 }
 
 impl Qp {
-    fn new(resume_on_release: bool) -> Qp {
+    fn new(resume_on_release: bool, recheck_under_lock: bool) -> Qp {
         Qp {
             inner: Mutex::new(Inner {
                 owner: Owner::new(),
@@ -56,6 +63,7 @@ impl Qp {
             event: AtomicBool::new(false),
             polls: PollCount::new(),
             resume_on_release,
+            recheck_under_lock,
         }
     }
 
@@ -103,7 +111,9 @@ impl Qp {
         self.drain(&mut g);
     }
 
-    /// The engine handles a pending epoll event (`on_ready`).
+    /// The engine handles a pending epoll event (`on_ready`): skipped if the consumer
+    /// holds the socket, by the lock-free mirror and again under the lock (the
+    /// consumer may claim in between).
     fn engine_event(&self) {
         if !self.event.swap(false, Ordering::AcqRel) {
             return;
@@ -112,6 +122,13 @@ impl Qp {
             return;
         }
         let mut g = self.inner.lock().unwrap();
+        if self.recheck_under_lock && g.owner.is_claimed() {
+            return;
+        }
+        assert!(
+            !g.owner.is_claimed(),
+            "the engine read a socket the consumer holds"
+        );
         self.drain(&mut g);
     }
 
@@ -138,9 +155,9 @@ impl Qp {
 /// consumer has stopped, the engine's timer fires until the lease lapses, and it
 /// handles its events; then one more message arrives, for the engine alone. Every
 /// message has been read, and the socket is the engine's.
-fn scenario(resume_on_release: bool) {
+fn scenario(resume_on_release: bool, recheck_under_lock: bool) {
     loom::model(move || {
-        let qp = Arc::new(Qp::new(resume_on_release));
+        let qp = Arc::new(Qp::new(resume_on_release, recheck_under_lock));
         // Drives before the model's interleaved ones: the next drive may claim.
         for _ in 0..CLAIM_AFTER - 1 {
             qp.polls.poll();
@@ -183,7 +200,7 @@ fn scenario(resume_on_release: bool) {
 
 #[test]
 fn every_octet_is_read_and_the_socket_ends_with_its_engine() {
-    scenario(true);
+    scenario(true, true);
 }
 
 /// Releasing without putting the socket back into the epoll set: loom finds the
@@ -192,5 +209,15 @@ fn every_octet_is_read_and_the_socket_ends_with_its_engine() {
 #[test]
 #[should_panic(expected = "data left unread")]
 fn a_release_that_forgets_the_epoll_set_is_caught() {
-    scenario(false);
+    scenario(false, true);
+}
+
+/// An engine that trusts the lock-free mirror it read before taking the lock: loom
+/// finds the interleaving where the consumer claims in between, and the engine reads
+/// the consumer's socket (what served an RDMA Read from the wrong engine in session
+/// 11, see `src/engine_tests.rs`).
+#[test]
+#[should_panic(expected = "the engine read a socket the consumer holds")]
+fn an_engine_that_trusts_a_stale_mirror_is_caught() {
+    scenario(true, false);
 }
