@@ -25,7 +25,7 @@ use softrnic_proto::srq::limits::QpLimits;
 use softrnic_proto::srq::stats::ProvisionConfig;
 use softrnic_proto::srq::{Srq as Core, SrqConfig, SrqCounters, SrqError, SrqEvent};
 use softrnic_proto::{PdId, QpId, RecvWr};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -163,6 +163,11 @@ pub(crate) struct SrqCore {
     /// When each held-back QP began to wait.
     stalled: HashMap<QpId, Instant>,
     stall_total: Duration,
+    /// Managed: the work request ids of buffers a QP has taken from the queue (each
+    /// ends in a completion) and the program has not given back yet. Only these may be
+    /// given back: a guessed id of a buffer still posted, or one given back twice, is
+    /// refused before the pool frees a buffer the SRQ still holds.
+    pub(crate) taken: HashSet<u64>,
 }
 
 pub(crate) struct SrqShared {
@@ -286,9 +291,12 @@ impl RecvSource for SrqSource<'_> {
                 Grant::Wait if !ahead => {
                     g.stalled.entry(qp).or_insert_with(Instant::now);
                 }
-                Grant::Buffer(_) => {
+                Grant::Buffer(wqe) => {
                     if let Some(t) = g.stalled.remove(&qp) {
                         g.stall_total += t.elapsed();
+                    }
+                    if self.srq.pool.is_some() {
+                        g.taken.insert(wqe.wr_id);
                     }
                 }
                 _ => {}
@@ -350,6 +358,7 @@ impl Srq {
                 qps: HashMap::new(),
                 stalled: HashMap::new(),
                 stall_total: Duration::ZERO,
+                taken: HashSet::new(),
             }),
             destroyed: AtomicBool::new(false),
             manager_cv: Condvar::new(),

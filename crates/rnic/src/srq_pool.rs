@@ -260,6 +260,11 @@ impl Pool {
             .ok_or(Error::InvalidArgument(
                 "not a buffer of this managed SRQ held by the program",
             ))?;
+        if !srq.lock()?.taken.remove(&wc.wr_id) {
+            return Err(Error::InvalidArgument(
+                "not a buffer of this managed SRQ held by the program",
+            ));
+        }
         let n = match wc.status {
             softrnic_proto::WcStatus::Success => (wc.byte_len as usize).min(b),
             _ => 0,

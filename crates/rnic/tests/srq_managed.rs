@@ -171,3 +171,57 @@ fn managed_mode_grows_and_gives_memory_back_without_losing_a_message() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// Only a buffer that carried a message to the program may be given back, and once: a
+/// completion naming a buffer still posted in the SRQ (the pool's first buffer, before
+/// any message) is refused, and so is a real completion given back a second time after
+/// its buffer was posted again. Accepting either would free a buffer the SRQ still
+/// holds, and the next message into it would overwrite one the pool handed out again.
+#[test]
+fn a_managed_srq_takes_back_only_buffers_that_carried_a_message() {
+    let init = SrqInit {
+        managed: Some(ManagedInit {
+            buf_size: 256,
+            per_chunk: 4,
+            initial: 4,
+            min_posted: 4,
+            max_buffers: 64,
+        }),
+        ..SrqInit::new(8, 1)
+    };
+    let (srv, cl) = srq_pairs(DeviceConfig::default(), 1, init, 1);
+    let fake = |wr_id| Completion {
+        wr_id,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Recv,
+        byte_len: 1,
+        qp: srv.qps[0].id(),
+        solicited: false,
+        invalidated: None,
+    };
+    // Chunk 0, slot 0: posted at creation, no message in it.
+    assert!(matches!(
+        srv.srq.take_message(&fake(0)),
+        Err(Error::InvalidArgument(_))
+    ));
+    cl.send(0, 0, 32);
+    cl.sent(1);
+    let c = common::one(&srv.cq);
+    assert_eq!(c.status, WcStatus::Success);
+    assert_eq!(srv.srq.take_message(&c).unwrap(), message(0, 0, 32));
+    // The buffer went straight back into the SRQ (below its target): not the
+    // program's any more.
+    assert_eq!(srv.srq.query().unwrap().posted, 4);
+    assert!(matches!(
+        srv.srq.take_message(&c),
+        Err(Error::InvalidArgument(_))
+    ));
+    // Messages still arrive whole after the refusals.
+    for n in 1..6 {
+        cl.send(0, n, 40 + n);
+        cl.sent(1);
+        let c = common::one(&srv.cq);
+        assert_eq!(c.status, WcStatus::Success);
+        assert_eq!(srv.srq.take_message(&c).unwrap(), message(0, n, 40 + n));
+    }
+}
