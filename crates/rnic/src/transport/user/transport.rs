@@ -120,13 +120,9 @@ impl Framer {
         Ok(taken)
     }
 
-    /// Queues the FPDUs of a gather list (the QP hands over up to a batch of them in
-    /// one list), each whole as one record, as many as fit: the rest waits for the
-    /// next call, so that room is used as the peer acknowledges, one FPDU at a time,
-    /// and not only once the whole batch fits. `WouldBlock` when not even the first
-    /// fits. A list that does not start with a whole FPDU of its own (boundaries lost,
-    /// or an FPDU that could never fit the send buffer) goes as plain octets, as much
-    /// as fits.
+    /// Queues one whole FPDU given as a gather list, all of it or nothing
+    /// (`WouldBlock`), as one record. A list that could never fit the send buffer goes
+    /// as plain octets, as much as fits.
     fn queue_gather(
         &mut self,
         st: &mut Stack,
@@ -134,93 +130,51 @@ impl Framer {
         iov: IoVecs<'_>,
     ) -> Result<usize, StackError> {
         let total = iov.len();
+        let room = st.send_capacity(id);
+        let whole = self.carry == 0 && !self.lost;
         let buffer = st.connection(id)?.config().send_buffer;
-        let mut taken = 0;
-        while self.carry == 0 && !self.lost && taken < total {
-            let Some(len) = self.fpdu_len_at(iov, taken).filter(|&l| taken + l <= total) else {
-                // The list ends inside this FPDU: plain octets below.
-                break;
-            };
-            if len > buffer {
-                break;
-            }
-            let fed = &mut |put: &mut dyn FnMut(&[u8])| {
-                let mut skip = taken;
-                iov.for_each_piece(taken + len, |p| {
-                    let from = skip.min(p.len());
-                    skip -= from;
-                    if from < p.len() {
-                        put(&p[from..]);
-                    }
-                })
-            };
-            // A record that does not fit is refused before it is fed (and the TCP
-            // counts the time the sender is held back from then on).
-            match st.send_record_with(id, len, fed) {
+        if whole && total > room && total <= buffer {
+            // Room comes as the peer acknowledges.
+            return Err(StackError::WouldBlock);
+        }
+        let take = total.min(room);
+        if take == 0 {
+            return Err(StackError::WouldBlock);
+        }
+        if whole && take == total {
+            // The whole FPDU as one record, in one call: a large one may get a chunk
+            // of its own that packets carry by reference.
+            match st.send_record_with(id, take, &mut |put| iov.for_each_piece(take, |p| put(p))) {
                 Ok(()) => {
-                    self.count(len);
-                    taken += len;
+                    self.count(take);
+                    return Ok(take);
                 }
-                // Room comes as the peer acknowledges (or records are freed).
-                Err(StackError::WouldBlock) if taken > 0 => return Ok(taken),
-                Err(StackError::WouldBlock) if len <= st.send_capacity(id) => break,
+                // No record left (the room is there): as plain octets below.
+                Err(StackError::WouldBlock) => {}
                 Err(e) => return Err(e),
             }
         }
-        if taken == total {
-            return Ok(taken);
-        }
-        // Plain octets from `taken` on, as much as fits (boundaries unknown, an FPDU
-        // larger than the buffer, or no record left).
-        let room = st.send_capacity(id);
-        let take = (total - taken).min(room);
-        if take == 0 {
-            return if taken > 0 {
-                Ok(taken)
-            } else {
-                Err(StackError::WouldBlock)
-            };
-        }
-        let mut skip = taken;
-        let mut result = Ok(0);
-        iov.for_each_piece(taken + take, |p| {
-            let from = skip.min(p.len());
-            skip -= from;
-            if from < p.len() && result.is_ok() {
-                result = st.send(id, &p[from..]);
+        let mut left = take;
+        let mut result = Ok(());
+        iov.for_each_piece(take, |piece| {
+            if result.is_err() {
+                return;
             }
+            left -= piece.len();
+            // The last piece of a whole FPDU closes its record.
+            result = if whole && take == total && left == 0 {
+                st.send_record(id, piece)
+                    .or_else(|_| st.send(id, piece).map(drop))
+            } else {
+                st.send(id, piece).map(drop)
+            };
         });
         result?;
         self.count(take);
-        // Boundaries are not known any more (a part of an FPDU may have gone as plain
-        // octets).
-        self.lost = true;
-        Ok(taken + take)
-    }
-
-    /// The length on the wire of the FPDU that starts `at` octets into `iov` (its
-    /// marker first, if one leads it), or `None` if the list ends before its length.
-    fn fpdu_len_at(&self, iov: IoVecs<'_>, at: usize) -> Option<usize> {
-        let lead = self.lead();
-        let want = at + lead + softrnic_wire::mpa::ULPDU_LEN_LEN;
-        let mut skip = at + lead;
-        let mut field = [0u8; 2];
-        let mut got = 0;
-        iov.for_each_piece(want.min(iov.len()), |p| {
-            let from = skip.min(p.len());
-            skip -= from;
-            for &b in &p[from..] {
-                if got < 2 {
-                    field[got] = b;
-                    got += 1;
-                }
-            }
-        });
-        (got == 2).then(|| {
-            let plain = softrnic_wire::mpa::fpdu_len(usize::from(u16::from_be_bytes(field)));
-            self.marked
-                .map_or(plain, |pos| softrnic_wire::markers::marked_len(pos, plain))
-        })
+        if !whole || take < total {
+            self.lost = true;
+        }
+        Ok(take)
     }
 }
 
@@ -400,7 +354,3 @@ impl mio::event::Source for UserTransport {
         registry.deregister(&mut SourceFd(&raw))
     }
 }
-
-#[cfg(test)]
-#[path = "framer_tests.rs"]
-mod framer_tests;
