@@ -394,7 +394,10 @@ fn siw_terminates_bad_remote_access() {
                 }
             }
             other => panic!(
-                "{fault:?}: expected siw's Terminate, got {other:?}\n{}",
+                "{fault:?}: expected siw's Terminate, got {other:?}; DIAG wire: {:?}\n{}",
+                conn.fpdus()
+                    .map(|p| format!("{:?} {:?}", p.dir, p.body))
+                    .collect::<Vec<_>>(),
                 f.output
             ),
         }
