@@ -482,12 +482,7 @@ impl TxState {
                 let left = e.total - e.sent;
                 let n = left.min(tx.untagged_max);
                 let last = n == left;
-                let opcode = match (solicited, invalidate.is_some()) {
-                    (false, false) => Opcode::Send,
-                    (true, false) => Opcode::SendSe,
-                    (false, true) => Opcode::SendInvalidate,
-                    (true, true) => Opcode::SendSeInvalidate,
-                };
+                let opcode = send_opcode(solicited, invalidate.is_some());
                 let h = DdpRepr {
                     last,
                     opcode,
@@ -573,5 +568,16 @@ impl TxState {
         let r = (e.seq, e.wr_id, stag, e.signaled);
         self.sq.pop_front();
         Some(r)
+    }
+}
+
+/// The RDMAP opcode of a Send with these flags (RFC 5040 section 4.3).
+#[inline]
+pub(super) fn send_opcode(solicited: bool, invalidate: bool) -> Opcode {
+    match (solicited, invalidate) {
+        (false, false) => Opcode::Send,
+        (true, false) => Opcode::SendSe,
+        (false, true) => Opcode::SendInvalidate,
+        (true, true) => Opcode::SendSeInvalidate,
     }
 }

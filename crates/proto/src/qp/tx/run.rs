@@ -51,12 +51,7 @@ impl TxState {
                 solicited,
                 invalidate,
             } if e.total <= self.untagged_max => {
-                let opcode = match (solicited, invalidate.is_some()) {
-                    (false, false) => Opcode::Send,
-                    (true, false) => Opcode::SendSe,
-                    (false, true) => Opcode::SendInvalidate,
-                    (true, true) => Opcode::SendSeInvalidate,
-                };
+                let opcode = super::send_opcode(solicited, invalidate.is_some());
                 let h = DdpRepr {
                     last: true,
                     opcode,
