@@ -686,10 +686,14 @@ pub fn serve_one(dev: &Device, l: &Listener, opts: &RpingOpts) -> Result<u64> {
     adv.write(0, &Advert::of(&buf, opts.size).to_bytes())?;
     let mut i = 0;
     loop {
-        // The client's source buffer, or the end.
+        // The client's source buffer, or the end. After a fault we injected, how the
+        // connection ended is the outcome being checked: a flush with no Terminate is
+        // reported, not taken for a client that left.
         let first = match wait(&e, opts, WcOpcode::Recv) {
             Ok(c) => c,
-            Err(RpingError::Failed { .. } | RpingError::Timeout(_)) if i > 0 || opts.count > 0 => {
+            Err(RpingError::Failed { .. } | RpingError::Timeout(_))
+                if (i > 0 || opts.count > 0) && opts.inject.is_none() =>
+            {
                 break;
             }
             Err(err) => return Err(err),

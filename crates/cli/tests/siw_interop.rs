@@ -14,7 +14,7 @@ use rig::{one_guest, rig};
 use softrnic_cli::decode::{BodyInfo, ConnectionDecode, Dir, DirSummary};
 use softrnic_cli::rping::{self, Fault, RpingError, RpingOpts};
 use softrnic_rnic::{
-    CrcPolicy, Device, DeviceConfig, RtrTypes, TerminateCause, WcOpcode, WcStatus,
+    AsyncEvent, CrcPolicy, Device, DeviceConfig, RtrTypes, TerminateCause, WcOpcode, WcStatus,
 };
 use softrnic_wire::Opcode;
 use softrnic_wire::mpa::MpaFrameKind;
@@ -198,14 +198,29 @@ fn rping_softrnic_client_to_siw_server() {
 /// How long a softrnic server may take to end once the guest's clients have ended.
 const SERVER_LIMIT: Duration = Duration::from_secs(60);
 
-/// The per-client results of [`softrnic_server`], sent when it has served them all.
-struct ServerResults(std::sync::mpsc::Receiver<Vec<Result<u64, RpingError>>>);
+/// How [`softrnic_server`] served one client: `serve_one`'s result, and the device's
+/// events it left queued (those it did not wait for).
+struct Served {
+    result: Result<u64, RpingError>,
+    events: Vec<AsyncEvent>,
+}
+
+/// The per-client outcomes of [`softrnic_server`], sent when it has served them all.
+struct ServerResults(std::sync::mpsc::Receiver<Vec<Served>>);
 
 impl ServerResults {
     /// The results, once the guest (whose `output` is shown on failure) has finished:
     /// a server still waiting for a client that never came fails the test instead of
     /// hanging it (`serve_one` waits for a client as long as it takes).
     fn wait(self, output: &str) -> Vec<Result<u64, RpingError>> {
+        self.wait_served(output)
+            .into_iter()
+            .map(|s| s.result)
+            .collect()
+    }
+
+    /// [`ServerResults::wait`], with each client's leftover device events.
+    fn wait_served(self, output: &str) -> Vec<Served> {
         self.0.recv_timeout(SERVER_LIMIT).unwrap_or_else(|e| {
             panic!("the softrnic server did not end within {SERVER_LIMIT:?} ({e}):\n{output}")
         })
@@ -226,7 +241,11 @@ fn softrnic_server(cases: Vec<RpingOpts>) -> (u16, ServerResults) {
     std::thread::spawn(move || {
         let results = cases
             .iter()
-            .map(|o| rping::serve_one(&dev, &l, o))
+            .map(|o| {
+                let result = rping::serve_one(&dev, &l, o);
+                let events = std::iter::from_fn(|| dev.poll_event()).collect();
+                Served { result, events }
+            })
             .collect();
         let _ = tx.send(results);
     });
@@ -313,6 +332,14 @@ fn crc_required_by_siw_client_in_peer_to_peer_mode() {
 /// an RDMA Write, each with a wrong STag and beyond the advertised bounds): siw answers
 /// each with a Terminate whose layer/type/code are the RFC's, softrnic reports that
 /// cause exactly, and both QPs flush (siw's rping client fails its next step).
+///
+/// siw's Terminate is best effort: it skips it when its own last Send is still marked
+/// in progress as it closes (`siw_send_terminate`: "cannot send TERMINATE: op 3 in
+/// progress"), a window the emulated guest hits about once in 300 connections on a
+/// busy host (docs/INTEROP.md). Such a connection passes only as [`no_terminate`]
+/// proves it: no Terminate on the wire, siw silent after our fault and closing with a
+/// FIN, and softrnic reporting exactly a flushed step with no Terminate and no lost
+/// connection. At least one of the four must carry siw's Terminate.
 #[test]
 fn siw_terminates_bad_remote_access() {
     let Some(rig) = rig() else { return };
@@ -339,9 +366,9 @@ fn siw_terminates_bad_remote_access() {
         .collect::<Vec<_>>()
         .join("; ");
     let f = rig.client("term-cli", &cmd, &[port], &[]);
-    let results = server.wait(&f.output);
+    let served = server.wait_served(&f.output);
     // One result and one captured connection per fault: the checks below zip them.
-    assert_eq!(results.len(), faults.len(), "{}", f.output);
+    assert_eq!(served.len(), faults.len(), "{}", f.output);
     assert_eq!(
         f.conns.len(),
         faults.len(),
@@ -370,10 +397,11 @@ fn siw_terminates_bad_remote_access() {
             ddp_code::tagged::BASE_BOUNDS,
         ),
     };
-    for ((fault, r), conn) in faults.iter().zip(results).zip(&f.conns) {
+    let mut terminated = 0;
+    for ((fault, served), conn) in faults.iter().zip(served).zip(&f.conns) {
         let (layer, etype, code) = expect(*fault);
         let want = TerminateCause { layer, etype, code };
-        match r {
+        match served.result {
             Err(RpingError::Terminated {
                 cause,
                 remote: true,
@@ -392,25 +420,32 @@ fn siw_terminates_bad_remote_access() {
                     // A Write completes once sent; what follows is flushed.
                     _ => assert_eq!(status, WcStatus::WrFlushError, "{fault:?}: {opcode:?}"),
                 }
+                // The Terminate on the wire, decoded independently of the QP.
+                let term = conn
+                    .fpdus()
+                    .find_map(|p| match p.body {
+                        BodyInfo::Terminate { cause, .. } => Some(cause),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| panic!("{fault:?}: no Terminate on the wire"));
+                assert_eq!(term, want, "{fault:?}: Terminate on the wire");
+                terminated += 1;
+            }
+            Err(RpingError::Failed { opcode, status }) => {
+                no_terminate(*fault, opcode, status, &served.events, conn, &f.output);
+                eprintln!("{fault:?}: siw closed without its Terminate (best effort)");
             }
             other => panic!(
-                "{fault:?}: expected siw's Terminate, got {other:?}; DIAG wire: {:?}\n{}",
+                "{fault:?}: expected siw's Terminate, got {other:?}; events {:?}; wire: {:?}\n{}",
+                served.events,
                 conn.fpdus()
                     .map(|p| format!("{:?} {:?}", p.dir, p.body))
                     .collect::<Vec<_>>(),
                 f.output
             ),
         }
-        // The Terminate on the wire, decoded independently of the QP.
-        let term = conn
-            .fpdus()
-            .find_map(|p| match p.body {
-                BodyInfo::Terminate { cause, .. } => Some(cause),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("{fault:?}: no Terminate on the wire"));
-        assert_eq!(term, want, "{fault:?}: Terminate on the wire");
     }
+    assert!(terminated > 0, "siw sent no Terminate at all\n{}", f.output);
     // Each of siw's four rping clients ended by itself, not by `timeout` (124): rping's
     // own exit status does not tell a flushed QP from success, so the Terminates above
     // are the evidence of what happened; this shows that nothing hung.
@@ -424,6 +459,57 @@ fn siw_terminates_bad_remote_access() {
         rcs.iter().all(|rc| *rc != "124"),
         "an rping hung: {rcs:?}\n{}",
         f.output
+    );
+}
+
+/// A bad remote access that siw answered with no Terminate (best effort on its side,
+/// see [`siw_terminates_bad_remote_access`]): accepted only if the wire and softrnic
+/// agree. No Terminate either way, our fault went out and siw sent nothing after it but
+/// its FIN (no RST), and softrnic reported the step in progress (`opcode`, `status`)
+/// flushed by that FIN, with no Terminate and no lost connection among its events.
+fn no_terminate(
+    fault: Fault,
+    opcode: WcOpcode,
+    status: WcStatus,
+    events: &[AsyncEvent],
+    conn: &ConnectionDecode,
+    output: &str,
+) {
+    let wire: Vec<String> = conn
+        .fpdus()
+        .map(|p| format!("{:?} {:?}", p.dir, p.body))
+        .collect();
+    let ctx =
+        format!("{fault:?} without siw's Terminate: events {events:?}; wire {wire:?}\n{output}");
+    assert!(
+        !conn.fpdus().any(|p| p.header.opcode == Opcode::Terminate),
+        "a Terminate on the wire was not reported: {ctx}"
+    );
+    // The Read is what fails a Read fault; a Write completes once sent, and the receive
+    // waiting for the client's next advert flushes.
+    let (fault_op, step) = match fault {
+        Fault::ReadBadStag | Fault::ReadBeyondBounds => (Opcode::ReadRequest, WcOpcode::Read),
+        Fault::WriteBadStag | Fault::WriteBeyondBounds => (Opcode::Write, WcOpcode::Recv),
+    };
+    let at = conn
+        .fpdus()
+        .position(|p| p.dir == Dir::ToClient && p.header.opcode == fault_op)
+        .unwrap_or_else(|| panic!("our fault is not on the wire: {ctx}"));
+    assert!(
+        conn.fpdus().skip(at + 1).all(|p| p.dir == Dir::ToClient),
+        "siw answered our fault: {ctx}"
+    );
+    assert!(
+        conn.to_server.fin && !conn.to_server.rst && !conn.to_client.rst,
+        "siw's FIN, no RST: {ctx}"
+    );
+    assert_eq!((opcode, status), (step, WcStatus::WrFlushError), "{ctx}");
+    assert!(
+        !events.iter().any(|e| matches!(
+            e,
+            AsyncEvent::QpFatal { .. } | AsyncEvent::ConnectionLost { .. }
+        )),
+        "{ctx}"
     );
 }
 
