@@ -4,6 +4,7 @@
 //! the peer read it off the wire, and what softrnic reported), that nothing outside a
 //! grant changed, and that other connections and the listener are unaffected.
 
+mod claimed_close;
 mod crc_large;
 mod listener;
 mod peer;
