@@ -513,6 +513,82 @@ fn no_terminate(
     );
 }
 
+/// [`no_terminate`]'s proof on a real capture, without the rig
+/// (`tests/data/siw-write-no-terminate.pcap`, taken between QEMU's slirp and softrnic
+/// in session 12 with two busy loops beside the guest): siw's rping client took our
+/// Write with a bad STag and closed with no Terminate (siw's log: "cannot send
+/// TERMINATE: op 3 in progress"); on the next connection it answered our Write beyond
+/// bounds with its Terminate. The proof accepts the first with the statuses softrnic
+/// reported then, and refuses the second, and the first with any other report.
+#[test]
+fn a_missing_terminate_is_accepted_only_with_its_proof() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/siw-write-no-terminate.pcap");
+    let conns = rig::decode(&path);
+    assert_eq!(conns.len(), 2, "{conns:?}");
+    let (silent, answered) = (&conns[0], &conns[1]);
+    let (recv, flushed) = (WcOpcode::Recv, WcStatus::WrFlushError);
+    let qp = softrnic_rnic::QpId(1);
+    let closed = [
+        AsyncEvent::Established { qp },
+        AsyncEvent::Disconnected { qp },
+    ];
+    no_terminate(Fault::WriteBadStag, recv, flushed, &closed, silent, "");
+    let refused = |fault, opcode, status, events: &[AsyncEvent], conn| {
+        std::panic::catch_unwind(|| no_terminate(fault, opcode, status, events, conn, "")).is_err()
+    };
+    let fatal = AsyncEvent::QpFatal {
+        qp,
+        cause: TerminateCause {
+            layer: Layer::Ddp,
+            etype: ddp_etype::TAGGED_BUFFER,
+            code: ddp_code::tagged::INVALID_STAG,
+        },
+        remote: true,
+    };
+    let lost = AsyncEvent::ConnectionLost {
+        qp,
+        error: std::io::ErrorKind::UnexpectedEof,
+    };
+    let bounds = Fault::WriteBeyondBounds;
+    assert!(
+        refused(bounds, recv, flushed, &closed, answered),
+        "a Terminate on the wire"
+    );
+    assert!(
+        refused(Fault::WriteBadStag, recv, flushed, &[fatal], silent),
+        "a Terminate reported"
+    );
+    assert!(
+        refused(Fault::WriteBadStag, recv, flushed, &[lost], silent),
+        "a lost connection"
+    );
+    assert!(
+        refused(
+            Fault::WriteBadStag,
+            WcOpcode::Send,
+            flushed,
+            &closed,
+            silent
+        ),
+        "another step"
+    );
+    assert!(
+        refused(
+            Fault::WriteBadStag,
+            recv,
+            WcStatus::RemoteAccessError,
+            &closed,
+            silent
+        ),
+        "another status"
+    );
+    assert!(
+        refused(Fault::ReadBadStag, WcOpcode::Read, flushed, &closed, silent),
+        "a Read fault"
+    );
+}
+
 /// A peer killed mid-transfer, each way, with 64 KiB pings running (rping -C 0):
 /// siw's rping client is killed (SIGKILL) while softrnic serves it, and a softrnic
 /// `rping -s` process is killed while it serves siw's client. The survivor notices
