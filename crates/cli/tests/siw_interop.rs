@@ -10,7 +10,7 @@
 
 mod rig;
 
-use rig::{one_guest, rig};
+use rig::{RpingRun, each_rping, one_guest, rig, rping_runs};
 use softrnic_cli::decode::{BodyInfo, ConnectionDecode, Dir, DirSummary};
 use softrnic_cli::rping::{self, Fault, RpingError, RpingOpts};
 use softrnic_rnic::{
@@ -89,12 +89,6 @@ fn request(c: &ConnectionDecode) -> &softrnic_cli::decode::MpaFrameInfo {
 
 fn reply(c: &ConnectionDecode) -> &softrnic_cli::decode::MpaFrameInfo {
     c.mpa(MpaFrameKind::Reply).expect("an MPA Reply")
-}
-
-/// How many lines of `output` are exactly `marker` (the rig also prints the command
-/// itself, which holds the marker too).
-fn lines(output: &str, marker: &str) -> usize {
-    output.lines().filter(|l| l.trim() == marker).count()
 }
 
 fn carried_fpdus(c: &ConnectionDecode) -> bool {
@@ -263,16 +257,18 @@ fn rping_siw_client_to_softrnic_server() {
     let mut cases: Vec<RpingOpts> = sizes.iter().map(|_| opts(RPING_MAX, 2)).collect();
     cases[4].mpa.crc = CrcPolicy::Required;
     let (port, server) = softrnic_server(cases);
-    let cmd = sizes
+    let clients: Vec<String> = sizes
         .iter()
-        .map(|s| {
-            format!("timeout 120 rping -c -a $HOST_IP -p {port} -C 2 -V -S {s} && echo rping-ok")
-        })
-        .collect::<Vec<_>>()
-        .join(" && ");
-    let f = rig.client("rping-cli", &cmd, &[port], &[]);
-    assert!(f.success, "siw rping clients failed:\n{}", f.output);
-    assert_eq!(lines(&f.output, "rping-ok"), sizes.len(), "{}", f.output);
+        .map(|s| format!("timeout 120 rping -c -a $HOST_IP -p {port} -C 2 -V -S {s}"))
+        .collect();
+    let f = rig.client("rping-cli", &each_rping(&clients), &[port], &[]);
+    let runs = rping_runs(&f.output);
+    assert_eq!(runs.len(), sizes.len(), "{}", f.output);
+    assert!(
+        runs.iter().all(RpingRun::ok),
+        "siw rping clients failed: {runs:?}\n{}",
+        f.output
+    );
     for (i, r) in server.wait(&f.output).into_iter().enumerate() {
         assert_eq!(r.expect("softrnic server"), 2, "client {i}");
     }
@@ -298,13 +294,15 @@ fn crc_required_by_siw_client_in_peer_to_peer_mode() {
     let mut o = opts(RPING_MAX, 2);
     o.mpa.rtr_types = RtrTypes::WRITE | RtrTypes::READ;
     let (port, server) = softrnic_server(vec![o]);
+    let client = format!("timeout 120 rping -c -a $HOST_IP -p {port} -C 2 -v -V -S 4096");
     let f = rig.client(
         "crc-cli",
-        &format!("timeout 120 rping -c -a $HOST_IP -p {port} -C 2 -v -V -S 4096"),
+        &each_rping(&[client]),
         &[port],
         &["mpa_crc_required=1", "peer_to_peer=1"],
     );
-    assert!(f.success, "{}", f.output);
+    let runs = rping_runs(&f.output);
+    assert!(runs.len() == 1 && runs[0].ok(), "{runs:?}\n{}", f.output);
     let results = server.wait(&f.output);
     assert_eq!(*results[0].as_ref().expect("softrnic server"), 2);
     let c = &f.conns[0];
@@ -465,7 +463,7 @@ fn siw_terminates_bad_remote_access() {
 /// A bad remote access that siw answered with no Terminate (best effort on its side,
 /// see [`siw_terminates_bad_remote_access`]): accepted only if the wire and softrnic
 /// agree. No Terminate either way, our fault went out and siw sent nothing after it but
-/// its FIN (no RST), and softrnic reported the step in progress (`opcode`, `status`)
+/// its FIN (not an RST), and softrnic reported the step in progress (`opcode`, `status`)
 /// flushed by that FIN, with no Terminate and no lost connection among its events.
 fn no_terminate(
     fault: Fault,
@@ -499,9 +497,12 @@ fn no_terminate(
         conn.fpdus().skip(at + 1).all(|p| p.dir == Dir::ToClient),
         "siw answered our fault: {ctx}"
     );
+    // (softrnic's side may show an RST after both FINs: slirp now and then repeats its
+    // FIN after our last ACK, and our closed socket answers it; seen on 5 of 300
+    // connections that did carry siw's Terminate.)
     assert!(
-        conn.to_server.fin && !conn.to_server.rst && !conn.to_client.rst,
-        "siw's FIN, no RST: {ctx}"
+        conn.to_server.fin && !conn.to_server.rst,
+        "siw's FIN, not an RST: {ctx}"
     );
     assert_eq!((opcode, status), (step, WcStatus::WrFlushError), "{ctx}");
     assert!(
@@ -587,6 +588,32 @@ fn a_missing_terminate_is_accepted_only_with_its_proof() {
         refused(Fault::ReadBadStag, WcOpcode::Read, flushed, &closed, silent),
         "a Read fault"
     );
+}
+
+/// How siw rping clients' runs are judged from the guest's output (no rig): the
+/// output of session 12's failure, where the third client's conversation went well
+/// (softrnic served it) and rping then tripped over its own teardown race.
+#[test]
+fn rpings_teardown_race_is_told_from_a_failed_run() {
+    let clients: Vec<String> = (1..=4).map(|i| format!("rping -C {i}")).collect();
+    let cmd = each_rping(&clients);
+    let output = format!(
+        "siw-vm: guest ready after 13.6s, running: {cmd}\n\
+         rping-start\nclient DISCONNECT EVENT...\nrping-rc=0\n\
+         rping-start\nclient DISCONNECT EVENT...\nrdma_get_cm_event: Bad file descriptor\nrping-rc=255\n\
+         rping-start\nclient DISCONNECT EVENT...\nwait for RDMA_WRITE_COMPLETE state 10\nrping-rc=255\n\
+         rping-start\nrdma_get_cm_event: Bad file descriptor\nrping-rc=1\n"
+    );
+    let runs = rping_runs(&output);
+    assert_eq!(
+        runs.len(),
+        4,
+        "the echoed command holds no whole marker line"
+    );
+    let ok: Vec<bool> = runs.iter().map(RpingRun::ok).collect();
+    assert_eq!(ok, [true, true, false, false], "{runs:?}");
+    let unfinished = rping_runs("rping-start\nclient DISCONNECT EVENT...\n");
+    assert!(!unfinished[0].ok(), "a run that never ended");
 }
 
 /// A peer killed mid-transfer, each way, with 64 KiB pings running (rping -C 0):

@@ -9,7 +9,7 @@
 
 mod rig;
 
-use rig::{one_guest, rig};
+use rig::{each_rping, one_guest, rig, rping_runs};
 use softrnic_cli::rping::{self, RpingOpts};
 use softrnic_rnic::{Device, DeviceConfig};
 use softrnic_wire::Opcode;
@@ -40,17 +40,18 @@ fn rping_siw_clients_to_a_softrnic_server_on_an_srq() {
             .map(|_| rping::serve_one(&dev, &l, &opts))
             .collect::<Vec<_>>()
     });
-    let cmd = sizes
+    let clients: Vec<String> = sizes
         .iter()
-        .map(|s| {
-            format!("timeout 120 rping -c -a $HOST_IP -p {port} -C 3 -V -S {s} && echo rping-ok")
-        })
-        .collect::<Vec<_>>()
-        .join(" && ");
-    let f = rig.client("srq-rping-cli", &cmd, &[port], &[]);
-    assert!(f.success, "siw rping clients failed:\n{}", f.output);
-    let ok = f.output.lines().filter(|l| l.trim() == "rping-ok").count();
-    assert_eq!(ok, sizes.len(), "{}", f.output);
+        .map(|s| format!("timeout 120 rping -c -a $HOST_IP -p {port} -C 3 -V -S {s}"))
+        .collect();
+    let f = rig.client("srq-rping-cli", &each_rping(&clients), &[port], &[]);
+    let runs = rping_runs(&f.output);
+    assert_eq!(runs.len(), sizes.len(), "{}", f.output);
+    assert!(
+        runs.iter().all(rig::RpingRun::ok),
+        "siw rping clients failed: {runs:?}\n{}",
+        f.output
+    );
     for (i, r) in server
         .join()
         .expect("server thread")

@@ -10,7 +10,7 @@
 
 mod rig;
 
-use rig::{one_guest, rig};
+use rig::{each_rping, one_guest, rig, rping_runs};
 use softrnic_cli::rping::{self, RpingOpts};
 use softrnic_rnic::{CrcPolicy, Device, DeviceConfig, UserLink, UserTcp};
 use softrnic_testkit::text;
@@ -160,22 +160,23 @@ fn rping_siw_client_to_softrnic_user_tcp_server_over_udp_frames() {
             .map(|o| rping::serve_one(&dev, &l, o))
             .collect::<Vec<_>>()
     });
-    let cmd = sizes
+    let clients: Vec<String> = sizes
         .iter()
-        .map(|s| {
-            format!("timeout 120 rping -c -a $HOST_IP -p {port} -C 2 -V -S {s} && echo rping-ok")
-        })
-        .collect::<Vec<_>>()
-        .join(" && ");
+        .map(|s| format!("timeout 120 rping -c -a $HOST_IP -p {port} -C 2 -V -S {s}"))
+        .collect();
+    let cmd = each_rping(&clients);
     let o = Command::new(script())
         .args(["client", &cmd, "--net", "udp", "--name", "udp-rping-cli"])
         .args(["--udp-port", &qemu_port.to_string(), "--timeout", "400"])
         .output()
         .expect("siw-vm.sh client runs");
     let out = text(&o);
-    assert!(o.status.success(), "siw rping clients failed:\n{out}");
-    let ok = out.lines().filter(|l| l.trim() == "rping-ok").count();
-    assert_eq!(ok, sizes.len(), "{out}");
+    let runs = rping_runs(&out);
+    assert_eq!(runs.len(), sizes.len(), "{out}");
+    assert!(
+        runs.iter().all(rig::RpingRun::ok),
+        "siw rping clients failed: {runs:?}\n{out}"
+    );
     for (i, r) in server
         .join()
         .expect("server thread")

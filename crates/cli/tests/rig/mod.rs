@@ -402,3 +402,70 @@ impl Drop for Served<'_> {
         }
     }
 }
+
+/// The line that marks where a siw rping client's run begins in a guest's output.
+const RPING_START: &str = "rping-start";
+/// The prefix of the line that gives a siw rping client's exit status.
+const RPING_RC: &str = "rping-rc=";
+
+/// A guest command that runs each of `clients` (one siw `rping -c` command line each)
+/// in turn, whatever the one before did, and marks each run's start and exit status
+/// for [`rping_runs`].
+pub fn each_rping(clients: &[String]) -> String {
+    clients
+        .iter()
+        .map(|c| format!("echo {RPING_START}; {c}; echo {RPING_RC}$?"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// One siw rping client's run in the output of an [`each_rping`] command.
+#[derive(Debug)]
+pub struct RpingRun {
+    /// Its exit status (`None`: the run never ended).
+    pub rc: Option<i32>,
+    /// What it printed.
+    pub lines: Vec<String>,
+}
+
+/// The runs of an [`each_rping`] command, in order, from the guest's `output` (the
+/// rig also echoes the command, whose markers are not whole lines).
+pub fn rping_runs(output: &str) -> Vec<RpingRun> {
+    let mut runs: Vec<RpingRun> = Vec::new();
+    for line in output.lines().map(str::trim) {
+        if line == RPING_START {
+            runs.push(RpingRun {
+                rc: None,
+                lines: Vec::new(),
+            });
+        } else if let Some(run) = runs.last_mut().filter(|r| r.rc.is_none()) {
+            match line.strip_prefix(RPING_RC) {
+                Some(rc) => run.rc = Some(rc.parse().unwrap_or(-1)),
+                None => run.lines.push(line.to_string()),
+            }
+        }
+    }
+    runs
+}
+
+impl RpingRun {
+    /// Whether rping reports its conversation done: exit status 0, or rping's own
+    /// teardown race as its only complaint (besides its data and disconnect lines). rping before rdma-core PR 1622 (2025;
+    /// Debian bookworm's is older) lets its connection-event thread read the event
+    /// channel again after the main thread, done, has destroyed it: it prints
+    /// `rdma_get_cm_event: Bad file descriptor` and exits 255 after a run that went
+    /// well. Whether it did is for the caller to check (the server's count, the wire).
+    pub fn ok(&self) -> bool {
+        let complaints: Vec<&str> = self
+            .lines
+            .iter()
+            .map(String::as_str)
+            .filter(|l| !l.starts_with("ping data: ") && *l != "client DISCONNECT EVENT...")
+            .collect();
+        match self.rc {
+            Some(0) => true,
+            Some(255) => complaints == ["rdma_get_cm_event: Bad file descriptor"],
+            _ => false,
+        }
+    }
+}
