@@ -18,6 +18,8 @@
 //!   engine waits on, and FPDUs queued as TCP records (one per segment).
 //! - `listener.rs`: MPA Requests of incoming connections, read side by side.
 
+#[cfg(test)]
+mod backlog_tests;
 pub(crate) mod link;
 pub(crate) mod listener;
 pub(crate) mod netlink;

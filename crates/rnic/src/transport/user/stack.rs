@@ -278,6 +278,11 @@ pub(crate) struct UserStack {
     pub(crate) cv: Condvar,
     /// Wakes the stack thread.
     wake: Arc<EventFd>,
+    /// Packets were handed to this stack while another thread held it: whoever holds
+    /// it takes them before letting go ([`UserStack::after`]), as Linux's
+    /// `release_sock` runs a socket's backlog, instead of leaving them to the stack
+    /// thread's wake-up.
+    backlog: AtomicBool,
     stop: AtomicBool,
     addr: Ipv4Addr,
     /// A frame link's counters.
@@ -382,6 +387,7 @@ impl UserStack {
             }),
             cv: Condvar::new(),
             wake,
+            backlog: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             addr: cfg.addr,
             link_stats,
@@ -432,6 +438,8 @@ impl UserStack {
                 let Ok(mut g) = self.inner.lock() else {
                     break;
                 };
+                // This pump takes everything handed over so far.
+                self.backlog.store(false, Ordering::SeqCst);
                 if g.pump(now()) {
                     self.cv.notify_all();
                 }
@@ -460,8 +468,10 @@ impl UserStack {
     /// false if someone does.
     fn try_pump(&self) -> bool {
         let Ok(mut g) = self.inner.try_lock() else {
+            self.backlog.store(true, Ordering::SeqCst);
             return false;
         };
+        self.backlog.store(false, Ordering::SeqCst);
         if g.pump(now()) {
             self.cv.notify_all();
         }
@@ -476,12 +486,35 @@ impl UserStack {
         true
     }
 
+    /// Takes the packets handed over while this thread held the stack (the peer's
+    /// answers to what it just sent, most often), and what they make due.
+    fn take_backlog(&self, g: &mut Inner) {
+        let mut pumped = false;
+        let mut notify = false;
+        while self.backlog.swap(false, Ordering::SeqCst) {
+            pumped = true;
+            notify |= g.pump(now());
+        }
+        if notify {
+            self.cv.notify_all();
+        }
+        // What the packets made due may come before the stack thread's planned wake.
+        if pumped
+            && let Some(next) = g.next_wake()
+            && g.planned.is_none_or(|p| next < p)
+        {
+            g.planned = Some(next);
+            let _ = self.wake.set();
+        }
+    }
+
     /// After a user's call on connection `id`: its packets go out now, from this
     /// thread, and the stack thread is woken if the connection needs it earlier than
     /// it planned (a retransmission timer just started).
     pub(crate) fn after(&self, g: &mut Inner, id: ConnId) {
         let t = now();
         g.flush_conn(id, t);
+        self.take_backlog(g);
         if let Some(due) = g.stack.timeout_of(id)
             && g.planned.is_none_or(|p| due < p)
         {
@@ -494,6 +527,7 @@ impl UserStack {
     /// goes out, and the stack thread takes a fresh look.
     pub(crate) fn after_all(&self, g: &mut Inner) {
         g.flush(now());
+        self.take_backlog(g);
         let _ = self.wake.set();
     }
 
