@@ -80,3 +80,33 @@ fn packets_that_arrive_while_the_stack_is_held_are_taken_before_it_is_let_go() {
     assert_eq!(gb.stack.read(id_b, &mut got).unwrap(), data.len());
     assert_eq!(got, data);
 }
+
+#[test]
+fn a_hand_over_to_a_holder_that_takes_it_wakes_no_thread() {
+    let net = SimNet::new(Default::default());
+    let a = stack(&net, A, 1);
+    let b = stack(&net, B, 2);
+    let (id_a, id_b) = connect(&a.stack, &b.stack);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 11) as u8).collect();
+
+    // This thread holds b as a QP's read or send does, promising to take what comes.
+    let gb = b.stack.lock_taking().unwrap();
+    b.stack.wake.clear().unwrap();
+    {
+        let mut ga = a.stack.lock().unwrap();
+        assert_eq!(ga.stack.send(id_a, &data).unwrap(), data.len());
+        a.stack.after(&mut ga, id_a);
+    }
+    assert!(
+        !b.stack.wake.wait_readable(Some(Duration::ZERO)).unwrap(),
+        "b's stack thread was woken for packets its holder takes"
+    );
+    assert_eq!(gb.stack.readable(id_b), 0, "b was held: nothing taken yet");
+    // Letting go takes them.
+    drop(gb);
+    let mut g = b.stack.lock().unwrap();
+    assert_eq!(g.stack.readable(id_b), data.len());
+    let mut got = vec![0u8; data.len()];
+    assert_eq!(g.stack.read(id_b, &mut got).unwrap(), data.len());
+    assert_eq!(got, data);
+}

@@ -277,12 +277,15 @@ pub(crate) struct UserStack {
     /// Blocking users wait here for their connection (or listener) to change.
     pub(crate) cv: Condvar,
     /// Wakes the stack thread.
-    wake: Arc<EventFd>,
+    pub(crate) wake: Arc<EventFd>,
     /// Packets were handed to this stack while another thread held it: whoever holds
     /// it takes them before letting go ([`UserStack::after`]), as Linux's
     /// `release_sock` runs a socket's backlog, instead of leaving them to the stack
     /// thread's wake-up.
     backlog: AtomicBool,
+    /// The holder will look at `backlog` once more before it lets go ([`Taking`]): a
+    /// hand-over meanwhile needs no wake-up.
+    taker: AtomicBool,
     stop: AtomicBool,
     addr: Ipv4Addr,
     /// A frame link's counters.
@@ -388,6 +391,7 @@ impl UserStack {
             cv: Condvar::new(),
             wake,
             backlog: AtomicBool::new(false),
+            taker: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             addr: cfg.addr,
             link_stats,
@@ -427,6 +431,28 @@ impl UserStack {
             .map_err(|_| io::Error::other("the TCP stack's lock is poisoned"))
     }
 
+    /// Locks the stack for a call that takes what is handed over meanwhile before it
+    /// lets go, so that the hand-over wakes no thread.
+    pub(crate) fn lock_taking(&self) -> io::Result<Taking<'_>> {
+        let g = self.lock()?;
+        self.taker.store(true, Ordering::SeqCst);
+        Ok(Taking { stack: self, g })
+    }
+
+    /// Takes the backlog until none is left, and stops promising to. A hand-over
+    /// either sets `backlog` before the last look here, or finds `taker` false and
+    /// wakes the stack thread (all sequentially consistent).
+    fn release(&self, g: &mut Inner) {
+        loop {
+            self.take_backlog(g);
+            self.taker.store(false, Ordering::SeqCst);
+            if !self.backlog.load(Ordering::SeqCst) {
+                break;
+            }
+            self.taker.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// The stack thread: serve the link and the timers until the device closes.
     fn run(&self, mut poll: Poll, timer: TimerFd) {
         let mut events = Events::with_capacity(8);
@@ -435,7 +461,7 @@ impl UserStack {
                 break;
             }
             let timeout = {
-                let Ok(mut g) = self.inner.lock() else {
+                let Ok(mut g) = self.lock_taking() else {
                     break;
                 };
                 // This pump takes everything handed over so far.
@@ -443,6 +469,8 @@ impl UserStack {
                 if g.pump(now()) {
                     self.cv.notify_all();
                 }
+                // And what its own packets' answers bring back.
+                self.release(&mut g);
                 let next = g.next_wake();
                 g.planned = next;
                 next.map(|t| t.saturating_sub(now()))
@@ -469,7 +497,8 @@ impl UserStack {
     fn try_pump(&self) -> bool {
         let Ok(mut g) = self.inner.try_lock() else {
             self.backlog.store(true, Ordering::SeqCst);
-            return false;
+            // Handled if the holder looks again before it lets go.
+            return self.taker.load(Ordering::SeqCst);
         };
         self.backlog.store(false, Ordering::SeqCst);
         if g.pump(now()) {
@@ -596,6 +625,32 @@ impl UserStack {
                     .and_then(|s| s.lock().ok().map(|s| s.clone())),
             })
             .unwrap_or_default()
+    }
+}
+
+/// The stack locked by a call that takes the backlog before it lets go
+/// ([`UserStack::lock_taking`]).
+pub(crate) struct Taking<'a> {
+    stack: &'a UserStack,
+    g: MutexGuard<'a, Inner>,
+}
+
+impl std::ops::Deref for Taking<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for Taking<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.g
+    }
+}
+
+impl Drop for Taking<'_> {
+    fn drop(&mut self) {
+        self.stack.release(&mut self.g);
     }
 }
 
