@@ -1,6 +1,6 @@
 //! A bulk transfer between two connections over the simulated wire in virtual time,
 //! shaped like softrnic's in-process network (`--transport user:sim`): 64 KiB
-//! segments, 4 MiB buffers, `Config::fast_link()` timers, ACKs not delayed, a
+//! segments, 8 MiB buffers, `Config::fast_link()` timers, ACKs not delayed, a
 //! reordered packet held back 200 us. The wire's rate limit stands for the CPU that
 //! bounds the real network (about 6.5 GB/s each way), so goodput is octets per
 //! simulated second and every run replays from its seed.
@@ -24,7 +24,7 @@
 //! packet, then sends). `--rto-min-us F` sets the floor under the retransmission
 //! timeout (default: the in-process network's, `RTO_MIN` below). `--reorder-us D`
 //! holds a reordered packet back D (default 200); `--delay-us T` is the one-way delay
-//! (default 5); `--buffer-kib K` the send and receive buffers (default 4096, as
+//! (default 5); `--buffer-kib K` the send and receive buffers (default 8192, as
 //! `--transport user:sim`). `--rx-cpu`: the receiver copies what
 //! it reads at the sender's rate, giving the window back slice by slice, as the QP's
 //! copy into region memory does. `--batch B`: the sender queues 65000-octet records
@@ -386,7 +386,7 @@ fn main() {
         rto_min: Duration::from_micros(arg(&args, "--rto-min-us", RTO_MIN.as_micros() as u64)),
         rx_cpu: args.iter().any(|a| a == "--rx-cpu"),
         batch: arg(&args, "--batch", 0),
-        buffer: arg(&args, "--buffer-kib", 4096) << 10,
+        buffer: arg(&args, "--buffer-kib", 8192) << 10,
     };
     let total = mb * 1_000_000;
     println!(

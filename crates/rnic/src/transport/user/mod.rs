@@ -18,6 +18,8 @@
 //!   engine waits on, and FPDUs queued as TCP records (one per segment).
 //! - `listener.rs`: MPA Requests of incoming connections, read side by side.
 
+#[cfg(test)]
+mod backlog_tests;
 pub(crate) mod link;
 pub(crate) mod listener;
 pub(crate) mod netlink;
@@ -88,7 +90,7 @@ pub struct UserTcp {
 }
 
 impl UserTcp {
-    /// The device at `addr` on `net`, with the default settings: 4 MiB send and
+    /// The device at `addr` on `net`, with the default settings: 8 MiB send and
     /// receive buffers, segments as large as the network's MTU allows.
     pub fn sim(net: &SimNet, addr: Ipv4Addr) -> UserTcp {
         UserTcp::on(UserLink::Sim(net.clone()), addr, 24)
@@ -122,11 +124,13 @@ impl UserTcp {
 /// peer may be Linux (ACKs delayed up to 200 ms), the defaults.
 pub fn tcp_for(link: &UserLink) -> softrnic_tcp::Config {
     // On the in-process network a hole (a packet lost or held back) takes a round trip
-    // and RACK's reordering window to fill, while the sender goes on at memory speed:
-    // 4 MiB keep it going that long (1 MiB stalled it, and the receiver's thread,
-    // twice as often); pages are touched only as traffic fills them.
+    // and RACK's reordering window to fill, while the sender goes on at memory speed
+    // (about 6.5 GB/s): the window must cover that and a stall of the receiver's
+    // thread on top (a millisecond is common on 2 vCPUs). 8 MiB do (1.3 ms); 4 MiB
+    // (0.65 ms) left the sender waiting for the window most of a lossy run. Pages are
+    // touched only as traffic fills them.
     let buffer = match link {
-        UserLink::Sim(_) => 4 << 20,
+        UserLink::Sim(_) => 8 << 20,
         _ => 1 << 20,
     };
     let base = match link {

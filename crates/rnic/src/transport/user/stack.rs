@@ -277,7 +277,15 @@ pub(crate) struct UserStack {
     /// Blocking users wait here for their connection (or listener) to change.
     pub(crate) cv: Condvar,
     /// Wakes the stack thread.
-    wake: Arc<EventFd>,
+    pub(crate) wake: Arc<EventFd>,
+    /// Packets were handed to this stack while another thread held it: whoever holds
+    /// it takes them before letting go ([`UserStack::after`]), as Linux's
+    /// `release_sock` runs a socket's backlog, instead of leaving them to the stack
+    /// thread's wake-up.
+    backlog: AtomicBool,
+    /// The holder will look at `backlog` once more before it lets go ([`Taking`]): a
+    /// hand-over meanwhile needs no wake-up.
+    taker: AtomicBool,
     stop: AtomicBool,
     addr: Ipv4Addr,
     /// A frame link's counters.
@@ -382,6 +390,8 @@ impl UserStack {
             }),
             cv: Condvar::new(),
             wake,
+            backlog: AtomicBool::new(false),
+            taker: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             addr: cfg.addr,
             link_stats,
@@ -421,6 +431,28 @@ impl UserStack {
             .map_err(|_| io::Error::other("the TCP stack's lock is poisoned"))
     }
 
+    /// Locks the stack for a call that takes what is handed over meanwhile before it
+    /// lets go, so that the hand-over wakes no thread.
+    pub(crate) fn lock_taking(&self) -> io::Result<Taking<'_>> {
+        let g = self.lock()?;
+        self.taker.store(true, Ordering::SeqCst);
+        Ok(Taking { stack: self, g })
+    }
+
+    /// Takes the backlog until none is left, and stops promising to. A hand-over
+    /// either sets `backlog` before the last look here, or finds `taker` false and
+    /// wakes the stack thread (all sequentially consistent).
+    fn release(&self, g: &mut Inner) {
+        loop {
+            self.take_backlog(g);
+            self.taker.store(false, Ordering::SeqCst);
+            if !self.backlog.load(Ordering::SeqCst) {
+                break;
+            }
+            self.taker.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// The stack thread: serve the link and the timers until the device closes.
     fn run(&self, mut poll: Poll, timer: TimerFd) {
         let mut events = Events::with_capacity(8);
@@ -429,12 +461,16 @@ impl UserStack {
                 break;
             }
             let timeout = {
-                let Ok(mut g) = self.inner.lock() else {
+                let Ok(mut g) = self.lock_taking() else {
                     break;
                 };
+                // This pump takes everything handed over so far.
+                self.backlog.store(false, Ordering::SeqCst);
                 if g.pump(now()) {
                     self.cv.notify_all();
                 }
+                // And what its own packets' answers bring back.
+                self.release(&mut g);
                 let next = g.next_wake();
                 g.planned = next;
                 next.map(|t| t.saturating_sub(now()))
@@ -460,8 +496,11 @@ impl UserStack {
     /// false if someone does.
     fn try_pump(&self) -> bool {
         let Ok(mut g) = self.inner.try_lock() else {
-            return false;
+            self.backlog.store(true, Ordering::SeqCst);
+            // Handled if the holder looks again before it lets go.
+            return self.taker.load(Ordering::SeqCst);
         };
+        self.backlog.store(false, Ordering::SeqCst);
         if g.pump(now()) {
             self.cv.notify_all();
         }
@@ -476,12 +515,35 @@ impl UserStack {
         true
     }
 
+    /// Takes the packets handed over while this thread held the stack (the peer's
+    /// answers to what it just sent, most often), and what they make due.
+    fn take_backlog(&self, g: &mut Inner) {
+        let mut pumped = false;
+        let mut notify = false;
+        while self.backlog.swap(false, Ordering::SeqCst) {
+            pumped = true;
+            notify |= g.pump(now());
+        }
+        if notify {
+            self.cv.notify_all();
+        }
+        // What the packets made due may come before the stack thread's planned wake.
+        if pumped
+            && let Some(next) = g.next_wake()
+            && g.planned.is_none_or(|p| next < p)
+        {
+            g.planned = Some(next);
+            let _ = self.wake.set();
+        }
+    }
+
     /// After a user's call on connection `id`: its packets go out now, from this
     /// thread, and the stack thread is woken if the connection needs it earlier than
     /// it planned (a retransmission timer just started).
     pub(crate) fn after(&self, g: &mut Inner, id: ConnId) {
         let t = now();
         g.flush_conn(id, t);
+        self.take_backlog(g);
         if let Some(due) = g.stack.timeout_of(id)
             && g.planned.is_none_or(|p| due < p)
         {
@@ -494,6 +556,7 @@ impl UserStack {
     /// goes out, and the stack thread takes a fresh look.
     pub(crate) fn after_all(&self, g: &mut Inner) {
         g.flush(now());
+        self.take_backlog(g);
         let _ = self.wake.set();
     }
 
@@ -562,6 +625,32 @@ impl UserStack {
                     .and_then(|s| s.lock().ok().map(|s| s.clone())),
             })
             .unwrap_or_default()
+    }
+}
+
+/// The stack locked by a call that takes the backlog before it lets go
+/// ([`UserStack::lock_taking`]).
+pub(crate) struct Taking<'a> {
+    stack: &'a UserStack,
+    g: MutexGuard<'a, Inner>,
+}
+
+impl std::ops::Deref for Taking<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for Taking<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.g
+    }
+}
+
+impl Drop for Taking<'_> {
+    fn drop(&mut self) {
+        self.stack.release(&mut self.g);
     }
 }
 

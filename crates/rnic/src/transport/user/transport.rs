@@ -222,7 +222,7 @@ impl UserTransport {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
         }
-        let mut g = self.stack.lock()?;
+        let mut g = self.stack.lock_taking()?;
         match read(&mut g.stack, self.id) {
             Ok(n) => {
                 if n > 0 {
@@ -248,7 +248,7 @@ impl UserTransport {
         &mut self,
         queue: impl FnOnce(&mut Framer, &mut Stack, ConnId) -> Result<usize, StackError>,
     ) -> io::Result<usize> {
-        let mut g = self.stack.lock()?;
+        let mut g = self.stack.lock_taking()?;
         match queue(&mut self.framer, &mut g.stack, self.id) {
             Ok(n) => {
                 self.stack.after(&mut g, self.id);

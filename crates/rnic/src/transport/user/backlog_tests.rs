@@ -1,0 +1,112 @@
+//! Packets handed to a device's stack while another thread holds it (the peer's ACKs
+//! to what that thread just sent, most often) are taken by the holder before it lets
+//! go, not left for the stack thread to wake up for.
+
+use super::stack::{UserStack, UserStackHandle};
+use super::{SimNet, UserTcp};
+use crate::engine::now;
+use softrnic_tcp::{ConnId, ListenerId, RxMode, State};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+const PORT: u16 = 7000;
+
+fn stack(net: &SimNet, addr: Ipv4Addr, serial: u32) -> UserStackHandle {
+    UserStack::start(&UserTcp::sim(net, addr), Duration::from_secs(3600), serial).unwrap()
+}
+
+/// Waits on `s`'s condition variable until `done` holds of its stack.
+fn wait_for<T>(s: &UserStack, mut done: impl FnMut(&mut softrnic_tcp::Stack) -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut g = s.lock().unwrap();
+    loop {
+        if let Some(v) = done(&mut g.stack) {
+            return v;
+        }
+        g = s
+            .wait_until(g, deadline)
+            .unwrap()
+            .expect("nothing happened in 60 s");
+    }
+}
+
+/// A connection from `a` to `b`, established at both ends.
+fn connect(a: &UserStack, b: &UserStack) -> (ConnId, ConnId) {
+    let lis: ListenerId = b
+        .lock()
+        .unwrap()
+        .stack
+        .listen(SocketAddrV4::new(B, PORT), 4, RxMode::Stream)
+        .unwrap();
+    let id_a = {
+        let mut g = a.lock().unwrap();
+        let id = g
+            .stack
+            .connect(now(), Some(A), SocketAddrV4::new(B, PORT), RxMode::Stream)
+            .unwrap();
+        a.after(&mut g, id);
+        id
+    };
+    wait_for(a, |st| {
+        (st.state(id_a).unwrap() == State::Established).then_some(())
+    });
+    let id_b = wait_for(b, |st| st.accept(lis).unwrap());
+    (id_a, id_b)
+}
+
+#[test]
+fn packets_that_arrive_while_the_stack_is_held_are_taken_before_it_is_let_go() {
+    let net = SimNet::new(Default::default());
+    let a = stack(&net, A, 1);
+    let b = stack(&net, B, 2);
+    let (id_a, id_b) = connect(&a.stack, &b.stack);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+
+    // This thread holds b's stack while a sends: the packets cannot be taken in this
+    // thread (b is busy) nor by b's stack thread (it waits for the lock).
+    let mut gb = b.stack.lock().unwrap();
+    {
+        let mut ga = a.stack.lock().unwrap();
+        assert_eq!(ga.stack.send(id_a, &data).unwrap(), data.len());
+        a.stack.after(&mut ga, id_a);
+    }
+    assert_eq!(gb.stack.readable(id_b), 0, "b was held: nothing taken yet");
+    // The holder's call ends: what came meanwhile is taken before b is let go.
+    b.stack.after(&mut gb, id_b);
+    assert_eq!(gb.stack.readable(id_b), data.len());
+    let mut got = vec![0u8; data.len()];
+    assert_eq!(gb.stack.read(id_b, &mut got).unwrap(), data.len());
+    assert_eq!(got, data);
+}
+
+#[test]
+fn a_hand_over_to_a_holder_that_takes_it_wakes_no_thread() {
+    let net = SimNet::new(Default::default());
+    let a = stack(&net, A, 1);
+    let b = stack(&net, B, 2);
+    let (id_a, id_b) = connect(&a.stack, &b.stack);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 11) as u8).collect();
+
+    // This thread holds b as a QP's read or send does, promising to take what comes.
+    let gb = b.stack.lock_taking().unwrap();
+    b.stack.wake.clear().unwrap();
+    {
+        let mut ga = a.stack.lock().unwrap();
+        assert_eq!(ga.stack.send(id_a, &data).unwrap(), data.len());
+        a.stack.after(&mut ga, id_a);
+    }
+    assert!(
+        !b.stack.wake.wait_readable(Some(Duration::ZERO)).unwrap(),
+        "b's stack thread was woken for packets its holder takes"
+    );
+    assert_eq!(gb.stack.readable(id_b), 0, "b was held: nothing taken yet");
+    // Letting go takes them.
+    drop(gb);
+    let mut g = b.stack.lock().unwrap();
+    assert_eq!(g.stack.readable(id_b), data.len());
+    let mut got = vec![0u8; data.len()];
+    assert_eq!(g.stack.read(id_b, &mut got).unwrap(), data.len());
+    assert_eq!(got, data);
+}
