@@ -62,6 +62,8 @@ pub struct BenchConfig {
     pub engine_spin: Option<Duration>,
     /// Loopback: engine threads pinned to their side's CPU.
     pub pin_engines: bool,
+    /// Where unpinned engines run.
+    pub engine_placement: softrnic_rnic::EnginePlacement,
     /// Kernel socket send buffer shared by a device's connections.
     pub socket_send_budget: Option<usize>,
     /// Server thread busy-polls in the one-sided tests.
@@ -218,6 +220,10 @@ impl BenchConfig {
                 .or(a.events.then_some(0))
                 .map(Duration::from_micros),
             pin_engines: a.pin_engines,
+            engine_placement: match a.engine_placement {
+                PlacementArg::Follow => softrnic_rnic::EnginePlacement::FollowConsumers,
+                PlacementArg::Inherit => softrnic_rnic::EnginePlacement::Inherit,
+            },
             socket_send_budget: a.socket_send_budget,
             server_poll: a.server_poll,
             events: a.events,
@@ -260,6 +266,7 @@ impl BenchConfig {
     pub fn device_config(&self) -> DeviceConfig {
         let mut c = DeviceConfig {
             engine_threads: self.engine_threads,
+            engine_placement: self.engine_placement,
             progress: self.progress_mode,
             max_fpdu: self.fpdu,
             pcap: self.pcap.clone(),

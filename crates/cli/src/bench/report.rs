@@ -17,6 +17,8 @@ pub struct Reporter<'a> {
     clock: Option<Clock>,
     /// What the transport did during the next row: JSON fields and a text line.
     annotation: Option<(Value, Option<String>)>,
+    /// Where the threads ran, per size (text), for the summary.
+    ran: Vec<(usize, String)>,
 }
 
 /// Bandwidth in the unit asked for: MB/s (2^20 octets) or Gb/s (10^9 bits).
@@ -48,13 +50,36 @@ impl<'a> Reporter<'a> {
             placement,
             clock: None,
             annotation: None,
+            ran: Vec::new(),
         }
     }
 
     /// Adds `fields` to the next row's softrnic JSON line, and `text` under the row in
-    /// text mode (the transport and what it did).
+    /// text mode (the transport and what it did); a second call adds to the first.
     pub fn annotate(&mut self, fields: Value, text: Option<String>) {
-        self.annotation = Some((fields, text));
+        self.annotation = Some(match self.annotation.take() {
+            None => (fields, text),
+            Some((mut v, t)) => {
+                if let (Value::Object(a), Value::Object(b)) = (&mut v, fields) {
+                    a.extend(b);
+                }
+                let t = match (t, text) {
+                    (Some(a), Some(b)) => Some(format!("{a}\n   {b}")),
+                    (a, b) => a.or(b),
+                };
+                (v, t)
+            }
+        });
+    }
+
+    /// Where the threads ran during the next row (size `size`): under the row, in its
+    /// JSON line, and again in the summary.
+    pub fn ran(&mut self, size: usize, p: &super::placement::Placement) {
+        let text = p.text();
+        if let Some(t) = &text {
+            self.ran.push((size, t.clone()));
+        }
+        self.annotate(p.json(), text);
     }
 
     /// States what the softrnic figures mean: lines in the header, `clock` in JSON.
@@ -468,6 +493,7 @@ impl<'a> Reporter<'a> {
                 writeln!(o)?;
             }
         }
+        where_ran(o, &self.ran)?;
         writeln!(o, "{RULE}")?;
         o.flush()
     }
@@ -551,9 +577,26 @@ impl<'a> Reporter<'a> {
                 )?;
             }
         }
+        where_ran(o, &self.ran)?;
         writeln!(o, "{RULE}")?;
         o.flush()
     }
+}
+
+/// The summary's account of where each size's threads ran (share of each thread's CPU
+/// time by CPU).
+fn where_ran(o: &mut dyn Write, ran: &[(usize, String)]) -> io::Result<()> {
+    if ran.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        o,
+        " where softrnic's threads ran (share of each one's CPU time by CPU):"
+    )?;
+    for (size, t) in ran {
+        writeln!(o, " {:>10}  {t}", human_size(*size))?;
+    }
+    Ok(())
 }
 
 /// Whose CPU the rows counted.
