@@ -403,3 +403,26 @@ fn each_result_says_where_its_threads_ran() {
         assert!(cpus_of("client engine").iter().all(|&x| x == c), "{v}");
     }
 }
+
+/// `--shared-buffers` (an extra measurement) runs every QP on one buffer per side and
+/// says so in every result.
+#[test]
+fn shared_buffers_are_labelled() {
+    let (lines, rows) = run_json(&[
+        "write_bw",
+        "--loopback",
+        "-q",
+        "3",
+        "-n",
+        "20",
+        "-s",
+        "4096",
+        "--shared-buffers",
+        "--json",
+    ]);
+    assert_eq!(lines[0]["shared_buffers"], true, "{}", lines[0]);
+    assert_eq!(lines[0]["qps"], 3);
+    assert!(matches!(rows[0].softrnic, Measured::Bw(b) if b.iterations == 60));
+    let (plain, _) = run_json(&["write_bw", "--loopback", "-n", "5", "-s", "64", "--json"]);
+    assert!(plain[0].get("shared_buffers").is_none());
+}

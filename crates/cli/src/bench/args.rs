@@ -161,6 +161,11 @@ pub struct BenchArgs {
     /// sockets) instead of leaving the passive side to the engine threads.
     #[arg(long)]
     pub server_poll: bool,
+    /// An extra measurement, not perftest's pattern: all QPs of a round share one
+    /// buffer on each side (instead of one per QP), so with many QPs the data stays in
+    /// the caches; set beside a normal run, it shows what the buffers' memory costs.
+    #[arg(long)]
+    pub shared_buffers: bool,
     /// Server: a round whose QPs move nothing for this many seconds is dropped, so a
     /// silent client cannot hold the server.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]

@@ -68,6 +68,8 @@ pub struct BenchConfig {
     pub socket_send_budget: Option<usize>,
     /// Server thread busy-polls in the one-sided tests.
     pub server_poll: bool,
+    /// All QPs of a round share one buffer per side (an extra measurement).
+    pub shared_buffers: bool,
     /// Both sides sleep on completion events; engine progress, no spinning.
     pub events: bool,
     /// Server: rounds silent this long are dropped.
@@ -226,6 +228,7 @@ impl BenchConfig {
             },
             socket_send_budget: a.socket_send_budget,
             server_poll: a.server_poll,
+            shared_buffers: a.shared_buffers,
             events: a.events,
             idle_timeout: Duration::from_secs(a.idle_timeout.max(1)),
             warmup: a.warmup,

@@ -126,6 +126,13 @@ impl<'a> Reporter<'a> {
             if c.crc { "on" } else { "off" }
         )?;
         writeln!(o, " Run             : {amount}; {}", self.placement)?;
+        if c.shared_buffers {
+            writeln!(
+                o,
+                " Buffers         : SHARED by all QPs on each side (--shared-buffers: an extra \
+                 measurement of what per-QP buffers cost, not perftest's pattern)"
+            )?;
+        }
         if c.events {
             writeln!(
                 o,
@@ -380,6 +387,11 @@ impl<'a> Reporter<'a> {
             "markers": c.markers,
             "loopback": c.mode == Mode::Loopback,
         });
+        if c.shared_buffers
+            && let Value::Object(a) = &mut v
+        {
+            a.insert("shared_buffers".into(), true.into());
+        }
         if transport == "softrnic"
             && let (Some(clock), Value::Object(a)) = (self.clock, &mut v)
         {
@@ -430,9 +442,14 @@ impl<'a> Reporter<'a> {
         writeln!(o, "{RULE}")?;
         writeln!(
             o,
-            " summary: {}, {} QP(s), CRC {} (BW average, {unit}{})",
+            " summary: {}, {} QP(s){}, CRC {} (BW average, {unit}{})",
             c.test.name(),
             c.qps,
+            if c.shared_buffers {
+                " SHARING ONE BUFFER PER SIDE (extra measurement)"
+            } else {
+                ""
+            },
             if c.crc { "on" } else { "off" },
             if kinds.is_empty() {
                 ""
