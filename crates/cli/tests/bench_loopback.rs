@@ -358,3 +358,71 @@ fn many_qps_have_as_many_tcp_streams() {
         assert!(rows.iter().all(|r| r.tcp.is_some()));
     }
 }
+
+/// Every softrnic result says where its threads ran (share of each one's CPU time by
+/// CPU), so a slow run explains itself; and by default (engines follow the side that
+/// connects their QPs) each device's engine ran on its own side's CPU only: the
+/// server's engine, which does all of the server's socket work in write_bw, never on
+/// the busy client's.
+#[test]
+fn each_result_says_where_its_threads_ran() {
+    let (lines, _) = run_json(&["write_bw", "--loopback", "-n", "300", "-s", "64K", "--json"]);
+    let v = &lines[0];
+    let threads = v["placement"]
+        .as_array()
+        .expect("placement in every result");
+    let role = |r: &str| {
+        threads
+            .iter()
+            .find(|t| t["role"] == r)
+            .unwrap_or_else(|| panic!("no {r} in {v}"))
+    };
+    let cpus_of = |r: &str| -> Vec<usize> {
+        role(r)["share_by_cpu"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, share)| share.as_f64().unwrap() > 0.0)
+            .map(|(c, _)| c.parse().unwrap())
+            .collect()
+    };
+    for r in ["client", "server", "client engine", "server engine"] {
+        assert!(num(role(r), "cpu_ms") >= 0.0, "{r}");
+    }
+    assert!(
+        num(role("server engine"), "cpu_ms") > 0.0,
+        "it placed the data"
+    );
+    let allowed = softrnic_rnic::affinity::allowed_cpus();
+    if allowed.len() >= 2 {
+        // The CLI pins the client to the first allowed CPU, the server to the second.
+        let (c, s) = (allowed[0], allowed[1]);
+        assert_eq!(cpus_of("client"), vec![c], "{v}");
+        assert_eq!(cpus_of("server engine"), vec![s], "{v}");
+        assert!(cpus_of("server").iter().all(|&x| x == s), "{v}");
+        assert!(cpus_of("client engine").iter().all(|&x| x == c), "{v}");
+    }
+}
+
+/// `--shared-buffers` (an extra measurement) runs every QP on one buffer per side and
+/// says so in every result.
+#[test]
+fn shared_buffers_are_labelled() {
+    let (lines, rows) = run_json(&[
+        "write_bw",
+        "--loopback",
+        "-q",
+        "3",
+        "-n",
+        "20",
+        "-s",
+        "4096",
+        "--shared-buffers",
+        "--json",
+    ]);
+    assert_eq!(lines[0]["shared_buffers"], true, "{}", lines[0]);
+    assert_eq!(lines[0]["qps"], 3);
+    assert!(matches!(rows[0].softrnic, Measured::Bw(b) if b.iterations == 60));
+    let (plain, _) = run_json(&["write_bw", "--loopback", "-n", "5", "-s", "64", "--json"]);
+    assert!(plain[0].get("shared_buffers").is_none());
+}

@@ -36,9 +36,13 @@ pub struct DeviceConfig {
     /// completion vector `i` (the QPs whose receive CQ is on it).
     pub engine_threads: usize,
     /// The CPUs of the engine threads: empty leaves them unpinned (they inherit the
-    /// affinity of the thread that opens the device); otherwise one engine per entry,
-    /// pinned to that CPU (an entry may repeat), and `engine_threads` is not used.
+    /// affinity of the thread that opens the device, and `engine_placement` says
+    /// where they go within it); otherwise one engine per entry, pinned to that CPU
+    /// (an entry may repeat), and `engine_threads` is not used.
     pub engine_cpus: Vec<usize>,
+    /// Where engines that `engine_cpus` does not pin run: by default on the CPUs of
+    /// the threads that connect or accept their QPs, once those are pinned.
+    pub engine_placement: crate::EnginePlacement,
     /// Completion vectors, which are the ids of completion handlers
     /// ([`Device::set_handler`]); 0: one per CPU the process may run on, and at least
     /// one per engine. Vector `v` is served by the engine pinned to the CPU of handler
@@ -117,6 +121,7 @@ impl Default for DeviceConfig {
         DeviceConfig {
             engine_threads: 1,
             engine_cpus: Vec::new(),
+            engine_placement: crate::EnginePlacement::default(),
             comp_vectors: 0,
             engine_spin: Duration::from_micros(50),
             progress: ProgressMode::Hybrid,
@@ -471,7 +476,7 @@ impl Device {
         let engines = cpus
             .into_iter()
             .enumerate()
-            .map(|(i, cpu)| Engine::start(i, cfg.engine_spin, cpu))
+            .map(|(i, cpu)| Engine::start(i, cfg.engine_spin, cpu, cfg.engine_placement))
             .collect::<Result<Vec<_>>>()?;
         let vectors = match cfg.comp_vectors {
             0 => crate::sys::affinity::process_cpus()

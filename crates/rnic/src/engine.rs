@@ -4,7 +4,8 @@
 //! costs no wake-up per message, while an idle device costs no CPU.
 //!
 //! Engine `i` serves completion vector `i`: a QP is registered with the engine of its
-//! receive CQ's vector. An engine given a CPU pins itself to it before serving anything.
+//! receive CQ's vector. An engine given a CPU pins itself to it before serving anything;
+//! one given none follows the threads that connect its QPs (`placement.rs`).
 //!
 //! An engine also keeps its QPs' timers (the close timer, and the lease of a socket a
 //! polling consumer has claimed, see [`crate::handoff`]): it wakes for the earliest and
@@ -18,6 +19,7 @@
 
 use crate::device::Shared;
 use crate::error::{Error, Result};
+use crate::placement::{EnginePlacement, Follow};
 use crate::qp::QpShared;
 use crate::sys::affinity;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -102,12 +104,16 @@ pub(crate) fn now() -> Duration {
 }
 
 /// What an engine thread looks like from outside (`Device::engines`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineInfo {
     /// Its index, which is the completion vector it serves.
     pub vector: usize,
     /// The CPU it is pinned to, if any.
     pub cpu: Option<usize>,
+    /// The CPUs its thread may run on now, ascending: its pinned CPU, or those of the
+    /// threads that connected its QPs ([`crate::EnginePlacement::FollowConsumers`]), or
+    /// the device opener's.
+    pub cpus: Vec<usize>,
     /// The kernel's thread id (`/proc/self/task/<tid>`).
     pub tid: i32,
     /// Socket readiness events on which it drove a QP. (An event fetched for a socket
@@ -132,6 +138,9 @@ pub(crate) struct Engine {
     cpu: Option<usize>,
     tid: i32,
     served: Arc<Served>,
+    /// The CPUs of its consumers, when it follows them (no `cpu`, and
+    /// [`EnginePlacement::FollowConsumers`]).
+    follow: Option<Mutex<Follow>>,
 }
 
 /// What an engine has done, counted for [`EngineInfo`].
@@ -143,8 +152,14 @@ struct Served {
 
 impl Engine {
     /// Starts engine `index`; with a `cpu`, the thread pins itself there first, and a
-    /// CPU it cannot have fails the start.
-    pub(crate) fn start(index: usize, spin: Duration, cpu: Option<usize>) -> Result<Engine> {
+    /// CPU it cannot have fails the start. Without one it runs where the opener may, and
+    /// with `FollowConsumers` moves to its consumers' CPUs as they connect QPs.
+    pub(crate) fn start(
+        index: usize,
+        spin: Duration,
+        cpu: Option<usize>,
+        placement: EnginePlacement,
+    ) -> Result<Engine> {
         let poll = Poll::new()?;
         let registry = poll.registry().try_clone()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -161,15 +176,16 @@ impl Engine {
             .spawn(move || {
                 let pinned = cpu.map_or(Ok(()), affinity::pin_thread);
                 let ok = pinned.is_ok();
-                let _ = started_tx.send(pinned.map(|()| affinity::thread_id()));
+                let _ = started_tx
+                    .send(pinned.map(|()| (affinity::thread_id(), affinity::allowed_cpus())));
                 if ok {
                     // This thread's buffer pool is the engine's: it keeps more.
                     crate::buf_pool::serve_as_engine();
                     run(index, poll, s, d, q, t, n, spin);
                 }
             })?;
-        let tid = match started.recv() {
-            Ok(Ok(tid)) => tid,
+        let (tid, allowed) = match started.recv() {
+            Ok(Ok(v)) => v,
             Ok(Err(e)) => {
                 let _ = thread.join();
                 return Err(match e.kind() {
@@ -192,6 +208,8 @@ impl Engine {
             cpu,
             tid,
             served,
+            follow: (cpu.is_none() && placement == EnginePlacement::FollowConsumers)
+                .then(|| Mutex::new(Follow::new(allowed))),
         })
     }
 
@@ -208,6 +226,7 @@ impl Engine {
         EngineInfo {
             vector,
             cpu: self.cpu,
+            cpus: affinity::thread_cpus(self.tid),
             tid: self.tid,
             events: self.served.events.load(Ordering::Relaxed),
             timer_drives: self.served.timer_drives.load(Ordering::Relaxed),
@@ -215,8 +234,37 @@ impl Engine {
         }
     }
 
-    /// Serves `qp` from now on: its socket joins this engine's epoll set.
+    /// Serves `qp` from now on: its socket joins this engine's epoll set. The calling
+    /// thread (which connects, accepts, or moves the QP's CQ) is a consumer of the
+    /// engine, which follows it if it follows its consumers.
     pub(crate) fn register(
+        &self,
+        sock: &mut (impl mio::event::Source + ?Sized),
+        qp: &Arc<QpShared>,
+    ) -> Result<()> {
+        self.follow_caller();
+        self.add_socket(sock, qp)
+    }
+
+    /// Moves the engine to the CPUs of its consumers, the calling thread now among
+    /// them: one system call to learn the caller's affinity, and one more only when
+    /// the engine's set changes (the first QP of a pinned consumer).
+    fn follow_caller(&self) {
+        let Some(follow) = &self.follow else {
+            return;
+        };
+        let here = affinity::allowed_cpus();
+        let Ok(mut f) = follow.lock() else {
+            return;
+        };
+        if let Some(cpus) = f.consumer(&here) {
+            // A set the kernel refuses (the CPUs went away) leaves the engine where it
+            // was: placement is a matter of speed, never of correctness.
+            let _ = affinity::set_thread_cpus(self.tid, &cpus);
+        }
+    }
+
+    fn add_socket(
         &self,
         sock: &mut (impl mio::event::Source + ?Sized),
         qp: &Arc<QpShared>,
@@ -258,13 +306,14 @@ impl Engine {
     }
 
     /// Puts a paused socket back into the epoll set; epoll reports it at once if it is
-    /// ready, so nothing that arrived while it was out waits for a later event.
+    /// ready, so nothing that arrived while it was out waits for a later event. (Not a
+    /// new consumer: whoever hands the socket back, the engine stays where it is.)
     pub(crate) fn resume(
         &self,
         sock: &mut (impl mio::event::Source + ?Sized),
         qp: &Arc<QpShared>,
     ) -> Result<()> {
-        self.register(sock, qp)
+        self.add_socket(sock, qp)
     }
 
     /// Drives `qp` once time reaches `at` (on the [`now`] clock). A QP gone by then is

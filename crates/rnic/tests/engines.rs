@@ -1,6 +1,7 @@
 //! Engines bound to CPUs and completion vectors: a QP is driven by the engine of its
 //! receive CQ's vector, an engine given a CPU runs there (as the kernel reports it in
-//! /proc), and CPUs or vectors that cannot be had are error values.
+//! /proc), one given none follows the threads that connect its QPs, and CPUs or vectors
+//! that cannot be had are error values.
 
 use softrnic_rnic::*;
 use std::time::Duration;
@@ -130,7 +131,7 @@ fn a_pinned_engine_runs_on_its_cpu() {
     let v = want.len() - 1;
     let data = vec![0xa5u8; 100];
     assert_eq!(receive_on_vector(&dev, v, &data), data);
-    let e = dev.engines()[v];
+    let e = dev.engines().remove(v);
     assert!(e.events > 0, "{e:?}");
     assert_eq!(last_cpu(e.tid), want[v]);
 }
@@ -244,4 +245,140 @@ fn an_engine_serves_exactly_the_connected_qps_of_its_vector() {
     // Destroying a connected QP deregisters it too.
     drop(qps);
     assert_eq!(per_engine(&dev), vec![0, 0]);
+}
+
+/// Connects a QP of `dev` (accepted by a thread restricted to `accept_on`) with one of
+/// `peer` (connected by a thread restricted to `connect_on`), sends `data` through it
+/// and returns what `dev`'s engine placed (engine progress mode on `dev`: only its
+/// engine reads that socket).
+fn send_between(
+    dev: &Device,
+    peer: &Device,
+    accept_on: &[usize],
+    connect_on: &[usize],
+    data: &[u8],
+) -> Vec<u8> {
+    let on = |cpus: &[usize]| {
+        let all = affinity::allowed_cpus();
+        if cpus != all.as_slice() {
+            assert_eq!(cpus.len(), 1, "a test thread is pinned to one CPU or none");
+            affinity::pin_thread(cpus[0]).unwrap();
+        }
+    };
+    let (pd, ppd) = (dev.alloc_pd(), peer.alloc_pd());
+    let (cq, pcq) = (dev.create_cq(16).unwrap(), peer.create_cq(16).unwrap());
+    let init = |cq| QpInit {
+        send_cq: cq,
+        recv_cq: cq,
+        sq_depth: 4,
+        rq_depth: 4,
+    };
+    let qp = dev.create_qp(&pd, init(&cq)).unwrap();
+    let pqp = peer.create_qp(&ppd, init(&pcq)).unwrap();
+    let dst = pd.alloc_mr(data.len(), Access::LOCAL_WRITE).unwrap();
+    qp.post_recv(RecvWr {
+        wr_id: 9,
+        sgl: [dst.sge(0, data.len())].into(),
+    })
+    .unwrap();
+    let listener = dev.listen("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            on(accept_on);
+            listener.accept().unwrap().accept(&qp, b"").unwrap()
+        });
+        s.spawn(|| {
+            on(connect_on);
+            peer.connect(addr, &pqp, b"").unwrap()
+        })
+        .join()
+        .unwrap();
+        h.join().unwrap();
+    });
+    let src = ppd.alloc_mr(data.len(), Access::empty()).unwrap();
+    src.write(0, data).unwrap();
+    pqp.post_send(SendWr {
+        wr_id: 1,
+        op: SendOp::Send {
+            solicited: false,
+            invalidate: None,
+        },
+        sgl: [src.sge(0, data.len())].into(),
+        signaled: true,
+        fence: false,
+    })
+    .unwrap();
+    let got = cq.wait_for(1, WAIT);
+    assert_eq!(got.len(), 1, "no receive completion within {WAIT:?}");
+    assert_eq!(
+        (got[0].wr_id, got[0].status, got[0].byte_len),
+        (9, WcStatus::Success, data.len() as u32)
+    );
+    dst.to_vec()
+}
+
+/// The default placement (`EnginePlacement::FollowConsumers`), as the loopback
+/// benchmark uses it: both devices opened by an unpinned thread, the server's QP
+/// accepted by a thread pinned to one CPU, the client's connected by a thread pinned
+/// to another. Each device's engine moves to its own side's CPU (so the target's
+/// engine never shares the sender's CPU), and places the data from there; a consumer
+/// that may run anywhere frees the engine again.
+#[test]
+fn unpinned_engines_follow_the_threads_that_connect_their_qps() {
+    let all = affinity::allowed_cpus();
+    let (server_cpu, client_cpu) = (all[0], *all.last().unwrap());
+    let server = Device::open(engine_mode(1)).unwrap();
+    let client = Device::open(DeviceConfig::default()).unwrap();
+    assert_eq!(server.engines()[0].cpus, all, "free until a QP connects");
+    let data: Vec<u8> = (0..70_000u32).map(|i| (i * 13 + 1) as u8).collect();
+    let placed = send_between(&server, &client, &[server_cpu], &[client_cpu], &data);
+    assert_eq!(placed, data);
+    let (s, c) = (server.engines().remove(0), client.engines().remove(0));
+    assert_eq!((s.cpu, s.cpus.clone()), (None, vec![server_cpu]), "{s:?}");
+    assert_eq!(c.cpus, vec![client_cpu], "{c:?}");
+    // What the kernel enforces, not only what the device reports.
+    assert_eq!(
+        task_status(s.tid, "Cpus_allowed_list"),
+        server_cpu.to_string()
+    );
+    assert_eq!(
+        task_status(c.tid, "Cpus_allowed_list"),
+        client_cpu.to_string()
+    );
+    assert!(s.events > 0, "the server's engine read the Send: {s:?}");
+    assert_eq!(last_cpu(s.tid), server_cpu);
+
+    // A second QP accepted by a thread that may run anywhere: the engine serves it
+    // too, so it may run anywhere again.
+    let more = send_between(&server, &client, &all, &[client_cpu], &data[..100]);
+    assert_eq!(more, &data[..100]);
+    assert_eq!(server.engines()[0].cpus, all);
+    assert_eq!(client.engines()[0].cpus, vec![client_cpu]);
+}
+
+/// `EnginePlacement::Inherit` leaves engines where the opener's affinity lets them
+/// run, whoever connects; an engine pinned by `engine_cpus` stays on its CPU.
+#[test]
+fn engines_that_do_not_follow_stay_where_they_were_put() {
+    let all = affinity::allowed_cpus();
+    let last = *all.last().unwrap();
+    let inherit = Device::open(DeviceConfig {
+        engine_placement: EnginePlacement::Inherit,
+        ..engine_mode(1)
+    })
+    .unwrap();
+    let pinned = Device::open(DeviceConfig {
+        engine_cpus: vec![all[0]],
+        ..DeviceConfig::default()
+    })
+    .unwrap();
+    let data = vec![0x5au8; 3000];
+    assert_eq!(
+        send_between(&inherit, &pinned, &[last], &[last], &data),
+        data
+    );
+    assert_eq!(inherit.engines()[0].cpus, all);
+    assert_eq!(pinned.engines()[0].cpus, vec![all[0]]);
+    assert_eq!(pinned.engines()[0].cpu, Some(all[0]));
 }

@@ -55,6 +55,15 @@ pub enum ProgressArg {
     Engine,
 }
 
+/// Where engines that no flag pins run (`DeviceConfig::engine_placement`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlacementArg {
+    /// On the CPUs of the threads that connect or accept their QPs (the default).
+    Follow,
+    /// Wherever the scheduler puts them (the behaviour before session 12).
+    Inherit,
+}
+
 /// The flags every benchmark subcommand takes (perftest's, plus softrnic's own).
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -128,10 +137,15 @@ pub struct BenchArgs {
     /// [default: the device default].
     #[arg(long, value_name = "USEC")]
     pub engine_spin_us: Option<u64>,
-    /// Loopback: pin each device's engine threads to its side's CPU (by default they may
-    /// run anywhere).
+    /// Loopback: pin each device's engine threads to its side's CPU from the start (by
+    /// default they follow the side's thread there once it connects its QPs).
     #[arg(long)]
     pub pin_engines: bool,
+    /// Where engines that --pin-engines does not pin run: `follow` the threads that
+    /// connect or accept their QPs (the device default), or `inherit` (anywhere the
+    /// device's opener may run, as the scheduler decides).
+    #[arg(long, value_enum, default_value_t = PlacementArg::Follow)]
+    pub engine_placement: PlacementArg,
     /// Kernel socket send buffer shared by each device's connections (e.g. 64M; 0
     /// leaves every socket to Linux's tuning) [default: the device default, 64 MiB].
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
@@ -147,6 +161,11 @@ pub struct BenchArgs {
     /// sockets) instead of leaving the passive side to the engine threads.
     #[arg(long)]
     pub server_poll: bool,
+    /// An extra measurement, not perftest's pattern: all QPs of a round share one
+    /// buffer on each side (instead of one per QP), so with many QPs the data stays in
+    /// the caches; set beside a normal run, it shows what the buffers' memory costs.
+    #[arg(long)]
+    pub shared_buffers: bool,
     /// Server: a round whose QPs move nothing for this many seconds is dropped, so a
     /// silent client cannot hold the server.
     #[arg(long, default_value_t = 30, value_name = "SECONDS")]

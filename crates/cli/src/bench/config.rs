@@ -62,10 +62,14 @@ pub struct BenchConfig {
     pub engine_spin: Option<Duration>,
     /// Loopback: engine threads pinned to their side's CPU.
     pub pin_engines: bool,
+    /// Where unpinned engines run.
+    pub engine_placement: softrnic_rnic::EnginePlacement,
     /// Kernel socket send buffer shared by a device's connections.
     pub socket_send_budget: Option<usize>,
     /// Server thread busy-polls in the one-sided tests.
     pub server_poll: bool,
+    /// All QPs of a round share one buffer per side (an extra measurement).
+    pub shared_buffers: bool,
     /// Both sides sleep on completion events; engine progress, no spinning.
     pub events: bool,
     /// Server: rounds silent this long are dropped.
@@ -218,8 +222,13 @@ impl BenchConfig {
                 .or(a.events.then_some(0))
                 .map(Duration::from_micros),
             pin_engines: a.pin_engines,
+            engine_placement: match a.engine_placement {
+                PlacementArg::Follow => softrnic_rnic::EnginePlacement::FollowConsumers,
+                PlacementArg::Inherit => softrnic_rnic::EnginePlacement::Inherit,
+            },
             socket_send_budget: a.socket_send_budget,
             server_poll: a.server_poll,
+            shared_buffers: a.shared_buffers,
             events: a.events,
             idle_timeout: Duration::from_secs(a.idle_timeout.max(1)),
             warmup: a.warmup,
@@ -260,6 +269,7 @@ impl BenchConfig {
     pub fn device_config(&self) -> DeviceConfig {
         let mut c = DeviceConfig {
             engine_threads: self.engine_threads,
+            engine_placement: self.engine_placement,
             progress: self.progress_mode,
             max_fpdu: self.fpdu,
             pcap: self.pcap.clone(),

@@ -31,6 +31,8 @@ const VERSION: u8 = 1;
 pub const FLAG_LAST: u8 = 1;
 /// Flag: the client sleeps on completion events (`-e`), and so does the server.
 pub const FLAG_EVENTS: u8 = 2;
+/// Flag: all QPs of the round share one buffer on each side (`--shared-buffers`).
+pub const FLAG_SHARED_BUFFERS: u8 = 4;
 
 /// One side's description of a benchmark round and the buffer it exposes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

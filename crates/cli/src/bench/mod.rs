@@ -19,6 +19,7 @@ mod config;
 pub mod cqs;
 pub mod meta;
 pub mod perftest;
+pub mod placement;
 pub mod rdma;
 pub mod rdma_cm;
 pub mod report;
@@ -269,6 +270,7 @@ pub fn run_config(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRo
             let watch = Watch {
                 net: crate::transport::Net::new(&cfg.net),
                 devs: vec![dev.clone()],
+                server_tid: None,
             };
             each_qp_count(cfg, |c, last| {
                 let mut rep = report::Reporter::new(&mut *out, c, format!("client of {addr}"));
@@ -311,8 +313,11 @@ fn run_server(cfg: &BenchConfig, bind: &str) -> Result<Vec<ResultRow>, String> {
 fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>, String> {
     let cpus = pick_cpus();
     // Engine threads inherit the affinity of the thread that opens their device: opened
-    // here unpinned, they may run anywhere; with --pin-engines, each side's engines pin
-    // themselves to that side's CPU.
+    // here unpinned, each device's engines then follow the thread that connects (or
+    // accepts) its QPs, which the product does by default
+    // (`EnginePlacement::FollowConsumers`): the client's engine goes to the client's
+    // CPU, the server's to the server's. With --pin-engines they are pinned there from
+    // the start instead.
     // Only the client's device records (--pcap): one side shows the whole exchange.
     // Side 0 is the client, 1 the server (their addresses on a simulated network).
     let net = crate::transport::Net::new(&cfg.net);
@@ -329,10 +334,7 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     };
     let sdev = open(cpus.map(|(_, s)| s), false, 1)?;
     let cdev = open(cpus.map(|(c, _)| c), true, 0)?;
-    let watch = Watch {
-        net: net.clone(),
-        devs: vec![cdev.clone(), sdev.clone()],
-    };
+    let (server_tid_tx, server_tid) = std::sync::mpsc::channel();
     let listener = sdev
         .listen(net.listen_addr())
         .map_err(|e| format!("listen: {e}"))?;
@@ -340,11 +342,20 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     let server_opts = cfg.server_opts();
     let server = std::thread::Builder::new()
         .name("bench-server".into())
-        .spawn(move || {
-            let _pin = cpus.and_then(|(_, s)| affinity::pin_current(s).ok());
-            server::serve(&sdev, &listener, server_opts)
+        .spawn({
+            let sdev = sdev.clone();
+            move || {
+                let _pin = cpus.and_then(|(_, s)| affinity::pin_current(s).ok());
+                let _ = server_tid_tx.send(affinity::thread_id());
+                server::serve(&sdev, &listener, server_opts)
+            }
         })
         .map_err(|e| e.to_string())?;
+    let watch = Watch {
+        net: net.clone(),
+        devs: vec![cdev.clone(), sdev],
+        server_tid: server_tid.recv().ok(),
+    };
     let mut tcp_server = None;
     let mut tcp_addr = None;
     if cfg.baseline.is_some() {
@@ -365,7 +376,12 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
         Some((c, s)) if cfg.pin_engines => {
             format!("loopback, client and its engine on CPU {c}, server and its engine on CPU {s}")
         }
-        Some((c, s)) => format!("loopback, client on CPU {c}, server on CPU {s}"),
+        Some((c, s)) if cfg.engine_placement == softrnic_rnic::EnginePlacement::Inherit => {
+            format!("loopback, client on CPU {c}, server on CPU {s}, engines anywhere")
+        }
+        Some((c, s)) => format!(
+            "loopback, client on CPU {c}, server on CPU {s}; engines follow the side that connects their QPs"
+        ),
         None => "loopback, one CPU: sides not pinned".to_string(),
     };
     let rows = {
@@ -387,16 +403,39 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     Ok(rows)
 }
 
-/// The transport of a run and the devices whose counters each round reports.
+/// The transport of a run and the devices whose counters each round reports (the
+/// client's first), and the server thread, whose place is reported too.
 struct Watch {
     net: crate::transport::Net,
     devs: Vec<Device>,
+    server_tid: Option<i32>,
 }
 
 impl Watch {
     fn counters(&self) -> crate::transport::Counters {
         let devs: Vec<&Device> = self.devs.iter().collect();
         self.net.counters(&devs)
+    }
+
+    /// The threads whose CPUs a round reports: the calling (client) thread, the
+    /// server's, and each device's engines.
+    fn threads(&self) -> Vec<placement::Watched> {
+        let w = |role: String, tid: i32| placement::Watched { role, tid };
+        let mut t = vec![w("client".into(), affinity::thread_id())];
+        t.extend(self.server_tid.map(|tid| w("server".into(), tid)));
+        for (side, dev) in ["client", "server"].iter().zip(&self.devs) {
+            let engines = dev.engines();
+            let one = engines.len() == 1;
+            for e in engines {
+                let role = if one {
+                    format!("{side} engine")
+                } else {
+                    format!("{side} engine {}", e.vector)
+                };
+                t.push(w(role, e.tid));
+            }
+        }
+        t
     }
 }
 
@@ -447,7 +486,11 @@ fn client_rounds(
             }
         }
         let before = watch.map(Watch::counters);
+        let sampler = watch.map(|w| placement::Sampler::start(w.threads()));
         let softrnic = rdma::client_round(cfg, dev, addr, size, last)?;
+        if let Some(s) = sampler {
+            rep.ran(size, &s.finish());
+        }
         if let (Some(w), Some(b)) = (watch, before) {
             let c = w.counters().since(&b);
             let mut v = c.json();

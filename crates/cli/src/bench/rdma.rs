@@ -23,7 +23,7 @@
 //! - send_lat: ping-pong of Sends. read_lat: one Read at a time, full round trip.
 
 use super::cqs::CqSet;
-use super::meta::{FLAG_EVENTS, FLAG_LAST, Meta};
+use super::meta::{FLAG_EVENTS, FLAG_LAST, FLAG_SHARED_BUFFERS, Meta};
 use super::stats::{BwMeter, BwResult, CpuClock, LatResult, LatStats, Progress};
 use super::{BenchConfig, Measured, Mode, Test};
 use softrnic_rnic::{
@@ -32,6 +32,7 @@ use softrnic_rnic::{
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// A client loop that sees nothing happen for this long gives up.
@@ -176,8 +177,9 @@ pub(super) fn recv_wr(buf: &Mr, size: usize) -> RecvWr {
 struct Ep {
     qp: Qp,
     id: QpId,
-    /// Source (Write, Send) or sink (Read, and the closing Read) of the size.
-    local: Mr,
+    /// Source (Write, Send) or sink (Read, and the closing Read) of the size: its own,
+    /// or with `--shared-buffers` the one all QPs share.
+    local: Rc<Mr>,
     /// What the client exposes: the landing buffer of write_lat, the credit word of send_bw.
     exposed: Option<Mr>,
     /// send_lat's receive buffer.
@@ -240,15 +242,21 @@ pub fn client_round(
     let cq = CqSet::with_events(dev, q, cq_depth, cfg.events)?;
     let sq_depth = if bw { cfg.tx_depth as usize + 2 } else { 16 };
     let rq_depth = if test == Test::SendLat { 16 } else { 1 };
-    let mut eps = Vec::with_capacity(q);
+    let mut eps: Vec<Ep> = Vec::with_capacity(q);
     for i in 0..q {
         let qp = dev
             .create_qp(&pd, QpInit::new(cq.for_qp(i), sq_depth, rq_depth))
             .map_err(e2s("create QP"))?;
-        let local = pd
-            .alloc_mr(size, Access::LOCAL_WRITE)
-            .map_err(e2s("register buffer"))?;
-        local.fill(0, size, 0x5a).map_err(e2s("fill"))?;
+        let local = match eps.first() {
+            Some(first) if cfg.shared_buffers => Rc::clone(&first.local),
+            _ => {
+                let m = pd
+                    .alloc_mr(size, Access::LOCAL_WRITE)
+                    .map_err(e2s("register buffer"))?;
+                m.fill(0, size, 0x5a).map_err(e2s("fill"))?;
+                Rc::new(m)
+            }
+        };
         let exposed = match test {
             Test::WriteLat => Some(size),
             Test::SendBw => Some(CREDIT_LEN),
@@ -270,7 +278,13 @@ pub fn client_round(
         };
         let meta = Meta {
             test,
-            flags: if last { FLAG_LAST } else { 0 } | if cfg.events { FLAG_EVENTS } else { 0 },
+            flags: if last { FLAG_LAST } else { 0 }
+                | if cfg.events { FLAG_EVENTS } else { 0 }
+                | if cfg.shared_buffers {
+                    FLAG_SHARED_BUFFERS
+                } else {
+                    0
+                },
             qp_index: i as u16,
             num_qps: cfg.qps,
             size: size as u64,

@@ -17,6 +17,8 @@ pub struct Reporter<'a> {
     clock: Option<Clock>,
     /// What the transport did during the next row: JSON fields and a text line.
     annotation: Option<(Value, Option<String>)>,
+    /// Where the threads ran, per size (text), for the summary.
+    ran: Vec<(usize, String)>,
 }
 
 /// Bandwidth in the unit asked for: MB/s (2^20 octets) or Gb/s (10^9 bits).
@@ -48,13 +50,36 @@ impl<'a> Reporter<'a> {
             placement,
             clock: None,
             annotation: None,
+            ran: Vec::new(),
         }
     }
 
     /// Adds `fields` to the next row's softrnic JSON line, and `text` under the row in
-    /// text mode (the transport and what it did).
+    /// text mode (the transport and what it did); a second call adds to the first.
     pub fn annotate(&mut self, fields: Value, text: Option<String>) {
-        self.annotation = Some((fields, text));
+        self.annotation = Some(match self.annotation.take() {
+            None => (fields, text),
+            Some((mut v, t)) => {
+                if let (Value::Object(a), Value::Object(b)) = (&mut v, fields) {
+                    a.extend(b);
+                }
+                let t = match (t, text) {
+                    (Some(a), Some(b)) => Some(format!("{a}\n   {b}")),
+                    (a, b) => a.or(b),
+                };
+                (v, t)
+            }
+        });
+    }
+
+    /// Where the threads ran during the next row (size `size`): under the row, in its
+    /// JSON line, and again in the summary.
+    pub fn ran(&mut self, size: usize, p: &super::placement::Placement) {
+        let text = p.text();
+        if let Some(t) = &text {
+            self.ran.push((size, t.clone()));
+        }
+        self.annotate(p.json(), text);
     }
 
     /// States what the softrnic figures mean: lines in the header, `clock` in JSON.
@@ -101,6 +126,13 @@ impl<'a> Reporter<'a> {
             if c.crc { "on" } else { "off" }
         )?;
         writeln!(o, " Run             : {amount}; {}", self.placement)?;
+        if c.shared_buffers {
+            writeln!(
+                o,
+                " Buffers         : SHARED by all QPs on each side (--shared-buffers: an extra \
+                 measurement of what per-QP buffers cost, not perftest's pattern)"
+            )?;
+        }
         if c.events {
             writeln!(
                 o,
@@ -355,6 +387,11 @@ impl<'a> Reporter<'a> {
             "markers": c.markers,
             "loopback": c.mode == Mode::Loopback,
         });
+        if c.shared_buffers
+            && let Value::Object(a) = &mut v
+        {
+            a.insert("shared_buffers".into(), true.into());
+        }
         if transport == "softrnic"
             && let (Some(clock), Value::Object(a)) = (self.clock, &mut v)
         {
@@ -405,9 +442,14 @@ impl<'a> Reporter<'a> {
         writeln!(o, "{RULE}")?;
         writeln!(
             o,
-            " summary: {}, {} QP(s), CRC {} (BW average, {unit}{})",
+            " summary: {}, {} QP(s){}, CRC {} (BW average, {unit}{})",
             c.test.name(),
             c.qps,
+            if c.shared_buffers {
+                " SHARING ONE BUFFER PER SIDE (extra measurement)"
+            } else {
+                ""
+            },
             if c.crc { "on" } else { "off" },
             if kinds.is_empty() {
                 ""
@@ -468,6 +510,7 @@ impl<'a> Reporter<'a> {
                 writeln!(o)?;
             }
         }
+        where_ran(o, &self.ran)?;
         writeln!(o, "{RULE}")?;
         o.flush()
     }
@@ -551,9 +594,26 @@ impl<'a> Reporter<'a> {
                 )?;
             }
         }
+        where_ran(o, &self.ran)?;
         writeln!(o, "{RULE}")?;
         o.flush()
     }
+}
+
+/// The summary's account of where each size's threads ran (share of each thread's CPU
+/// time by CPU).
+fn where_ran(o: &mut dyn Write, ran: &[(usize, String)]) -> io::Result<()> {
+    if ran.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        o,
+        " where softrnic's threads ran (share of each one's CPU time by CPU):"
+    )?;
+    for (size, t) in ran {
+        writeln!(o, " {:>10}  {t}", human_size(*size))?;
+    }
+    Ok(())
 }
 
 /// Whose CPU the rows counted.

@@ -19,7 +19,7 @@
 //! itself ends the server.
 
 use super::cqs::CqSet;
-use super::meta::Meta;
+use super::meta::{FLAG_SHARED_BUFFERS, Meta};
 use super::rdma::{
     CREDIT_CHECK, CREDIT_LEN, CREDIT_SLOTS, WAIT, Watch, e2s, engines_line, next_tag, recv_wr,
     stats_line,
@@ -31,6 +31,7 @@ use softrnic_rnic::{
 };
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// QPs one round may have.
@@ -46,8 +47,9 @@ pub const ROUND_SETUP: Duration = Duration::from_secs(5);
 struct SEp {
     qp: Qp,
     id: QpId,
-    /// The exposed buffer: Write target, Read source, receive buffer.
-    buf: Mr,
+    /// The exposed buffer: Write target, Read source, receive buffer (shared by the
+    /// round's QPs if the client asked for `--shared-buffers`).
+    buf: Rc<Mr>,
     /// Source of the echo (write_lat, send_lat) or of the credit Writes (send_bw).
     src: Option<Mr>,
     /// The client's metadata (its exposed buffer).
@@ -239,7 +241,7 @@ fn serve_round(
     let events = meta.events() && !matches!(test, Test::WriteLat | Test::SendBw);
     let cq = CqSet::with_events(dev, q, sh.cq_depth, events)?;
     let setup_deadline = Instant::now() + opts.setup;
-    let mut eps = Vec::with_capacity(q);
+    let mut eps: Vec<SEp> = Vec::with_capacity(q);
     let mut pending = Some((first, meta));
     for i in 0..q {
         let (req, m) = loop {
@@ -271,13 +273,19 @@ fn serve_round(
         let qp = dev
             .create_qp(&pd, QpInit::new(cq.for_qp(i), sq_depth, rq_depth))
             .map_err(e2s("create QP"))?;
-        let buf = pd
-            .alloc_mr(
-                size,
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
-            )
-            .map_err(e2s("register buffer"))?;
-        buf.fill(0, size, 0x3c).map_err(e2s("fill"))?;
+        let buf = match eps.first() {
+            Some(first) if m.flags & FLAG_SHARED_BUFFERS != 0 => Rc::clone(&first.buf),
+            _ => {
+                let b = pd
+                    .alloc_mr(
+                        size,
+                        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+                    )
+                    .map_err(e2s("register buffer"))?;
+                b.fill(0, size, 0x3c).map_err(e2s("fill"))?;
+                Rc::new(b)
+            }
+        };
         if test == Test::WriteLat {
             buf.write(size - 1, &[0]).map_err(e2s("fill"))?;
         }

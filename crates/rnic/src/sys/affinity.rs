@@ -10,9 +10,16 @@ fn empty_set() -> libc::cpu_set_t {
 }
 
 fn get() -> io::Result<libc::cpu_set_t> {
+    get_of(0)
+}
+
+/// The affinity of thread `tid` (0: the calling thread).
+fn get_of(tid: i32) -> io::Result<libc::cpu_set_t> {
     let mut set = empty_set();
-    // SAFETY: pid 0 is the calling thread; `set` is a valid, correctly sized out-buffer.
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    // SAFETY: `tid` names a thread (0: the calling one; the kernel checks it exists);
+    // `set` is a valid, correctly sized out-buffer.
+    let r =
+        unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if r == 0 {
         Ok(set)
     } else {
@@ -21,8 +28,14 @@ fn get() -> io::Result<libc::cpu_set_t> {
 }
 
 fn set(set: &libc::cpu_set_t) -> io::Result<()> {
-    // SAFETY: pid 0 is the calling thread; `set` is a valid, correctly sized CPU set.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) };
+    set_of(0, set)
+}
+
+/// Sets the affinity of thread `tid` (0: the calling thread).
+fn set_of(tid: i32, set: &libc::cpu_set_t) -> io::Result<()> {
+    // SAFETY: `tid` names a thread (0: the calling one; the kernel checks it exists and
+    // that we may change it); `set` is a valid, correctly sized CPU set.
+    let r = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), set) };
     if r == 0 {
         Ok(())
     } else {
@@ -32,13 +45,42 @@ fn set(set: &libc::cpu_set_t) -> io::Result<()> {
 
 /// The CPUs the calling thread may run on, ascending (empty if unknown).
 pub fn allowed_cpus() -> Vec<usize> {
-    let Ok(s) = get() else {
+    thread_cpus(0)
+}
+
+/// The CPUs thread `tid` of this process may run on (0: the calling thread), ascending;
+/// empty if unknown.
+pub fn thread_cpus(tid: i32) -> Vec<usize> {
+    let Ok(s) = get_of(tid) else {
         return Vec::new();
     };
+    members(&s)
+}
+
+fn members(s: &libc::cpu_set_t) -> Vec<usize> {
     (0..libc::CPU_SETSIZE as usize)
         // SAFETY: `c` is below CPU_SETSIZE, so the bit lies inside `s`.
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &s) })
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, s) })
         .collect()
+}
+
+/// Lets thread `tid` of this process run on `cpus` only (an engine thread placed by
+/// another thread, see `placement.rs`). An empty list, or a CPU beyond what a CPU set
+/// can name, is `InvalidInput`; CPUs none of which exist or may be used are the
+/// kernel's `EINVAL` (`InvalidInput` too).
+pub fn set_thread_cpus(tid: i32, cpus: &[usize]) -> io::Result<()> {
+    if cpus.is_empty() || cpus.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no CPU, or a CPU out of range",
+        ));
+    }
+    let mut s = empty_set();
+    for &c in cpus {
+        // SAFETY: `c` is below CPU_SETSIZE (checked above), so the bit lies inside `s`.
+        unsafe { libc::CPU_SET(c, &mut s) };
+    }
+    set_of(tid, &s)
 }
 
 /// The CPUs the process may run on (its main thread's affinity, which threads inherit
@@ -57,10 +99,7 @@ pub fn process_cpus() -> Vec<usize> {
     if r != 0 {
         return Vec::new();
     }
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `c` is below CPU_SETSIZE, so the bit lies inside `s`.
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &s) })
-        .collect()
+    members(&s)
 }
 
 /// Pins the calling thread to `cpu` for good. A CPU beyond what a CPU set can name is
@@ -185,6 +224,30 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(got, process_cpus());
+    }
+
+    #[test]
+    fn another_thread_can_be_placed_and_read() {
+        let all = allowed_cpus();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(thread_id()).unwrap();
+            let _ = done.recv();
+            allowed_cpus()
+        });
+        let tid = rx.recv().unwrap();
+        let last = *all.last().unwrap();
+        set_thread_cpus(tid, &[last]).unwrap();
+        assert_eq!(thread_cpus(tid), vec![last]);
+        set_thread_cpus(tid, &all).unwrap();
+        assert_eq!(thread_cpus(tid), all);
+        assert_eq!(
+            set_thread_cpus(tid, &[]).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        done_tx.send(()).unwrap();
+        assert_eq!(t.join().unwrap(), all, "a failed placement changes nothing");
     }
 
     #[test]
