@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::handoff::{Action, Owner};
 use crate::receive::{Staging, feed, receive};
 use crate::srq::SrqShared;
-use crate::transmit::{TxQueue, transmit};
+use crate::transmit::{TxQueue, post_gathered, transmit};
 use crate::transport::Transport;
 use crate::transport::fault::FaultTransport;
 use crate::transport::pcap::{ConnRecorder, PcapTransport};
@@ -818,8 +818,17 @@ impl Qp {
             .pass_dev(&mut g)
             .ok_or(Error::BadState("device closed"))?;
         let mut posted = Ok(());
+        let QpInner {
+            core, conn, stats, ..
+        } = &mut *g;
         for wr in wrs {
-            if let Err(e) = g.core.post_send_ref(wr.borrow(), &dev.tpt) {
+            // Small requests to an idle send queue go straight into the transmit
+            // buffer (`transmit::post_gathered`).
+            let r = match conn.as_mut() {
+                Some(conn) => post_gathered(core, conn, stats, &dev, wr.borrow()),
+                None => core.post_send_ref(wr.borrow(), &dev.tpt),
+            };
+            if let Err(e) = r {
                 posted = Err(e.into());
                 break;
             }

@@ -13,8 +13,9 @@ use crate::region_table::LastRegion;
 use crate::sys::socket::IoVecs;
 use crate::transport::Transport;
 use arrayvec::ArrayVec;
-use softrnic_proto::QpId;
+use softrnic_proto::qp::PostError;
 use softrnic_proto::qp::{Gathered, Qp as Core, TxFpdu};
+use softrnic_proto::{QpId, SendWr};
 use softrnic_wire::crc::{crc32c, crc32c_append};
 use softrnic_wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use softrnic_wire::mpa::ULPDU_LEN_LEN;
@@ -144,24 +145,75 @@ fn room_in(buf: &mut Vec<u8>, sent: &mut usize, len: usize) -> bool {
 /// path).
 fn gather_run(core: &mut Core, tx: &mut TxQueue, dev: &Shared) -> Option<usize> {
     let TxQueue {
-        buf, sent, scratch, ..
+        buf,
+        sent,
+        scratch,
+        region,
+        ..
     } = tx;
-    let mut last = LastRegion::default();
-    let (taken, lost) = core.transmit_run(scratch, |f| {
-        let total = f.wire_len();
-        if total > TX_GATHER_MAX || !room_in(buf, sent, total) {
-            Gathered::NoRoom
-        } else if gather(f, buf, dev, &mut last) {
-            Gathered::Taken
-        } else {
-            Gathered::Lost
-        }
-    });
+    // The region kept across calls: a ping-pong posts one message a call, and a fresh
+    // look-up per call cost a shard lock and a reference count (four atomic
+    // read-modify-writes) before every `sendto`.
+    let (taken, lost) = core.transmit_run(scratch, |f| gather_small(f, buf, sent, dev, region));
     if lost {
         core.to_error();
         return None;
     }
     Some(taken)
+}
+
+/// One small FPDU of a run or a direct post into the transmit buffer, if it has room.
+#[inline(always)]
+fn gather_small(
+    f: &TxFpdu,
+    buf: &mut Vec<u8>,
+    sent: &mut usize,
+    dev: &Shared,
+    region: &mut LastRegion,
+) -> Gathered {
+    let total = f.wire_len();
+    if total > TX_GATHER_MAX || !room_in(buf, sent, total) {
+        Gathered::NoRoom
+    } else if gather(f, buf, dev, region) {
+        Gathered::Taken
+    } else {
+        Gathered::Lost
+    }
+}
+
+/// Posts `wr` ([`Core::post_send_gather`]): a small Send or Write posted to an idle
+/// send queue goes straight into the transmit buffer and completes, with no queue
+/// entry to write and read back (the next transmit pass only sends the buffer).
+/// Anything else is queued as `post_send_ref` queues it; so is everything while large
+/// FPDUs wait, since gathered octets go out before them.
+pub(crate) fn post_gathered(
+    core: &mut Core,
+    conn: &mut Conn,
+    stats: &mut QpStats,
+    dev: &Shared,
+    wr: &SendWr,
+) -> Result<(), PostError> {
+    let tx = &mut conn.tx;
+    if !tx.pending.is_empty() || core.transport_closed() {
+        return core.post_send_ref(wr, &dev.tpt);
+    }
+    let TxQueue {
+        buf,
+        sent,
+        scratch,
+        region,
+        ..
+    } = tx;
+    match core.post_send_gather(wr, &dev.tpt, scratch, |f| {
+        gather_small(f, buf, sent, dev, region)
+    })? {
+        Gathered::Taken => stats.tx_fpdus += 1,
+        Gathered::NoRoom => {}
+        // A region vanished between the TPT check and the copy: as after a failed
+        // gather of a run, the QP cannot send correct data (the request flushes).
+        Gathered::Lost => core.to_error(),
+    }
+    Ok(())
 }
 
 /// Sends what the core has to send until the stream would block or the core has no

@@ -249,6 +249,24 @@ impl Qp {
     /// [`Qp::post_send`] from a borrowed request: a batch of posts then copies each
     /// request once, into the send queue, instead of moving it through every call.
     pub fn post_send_ref(&mut self, wr: &SendWr, tpt: &Tpt) -> Result<(), PostError> {
+        let mut chunks = ArrayVec::<Chunk, MAX_SGE>::new();
+        if let Some(total) = self.check_send(wr, tpt, &mut chunks)? {
+            let seq = self.out.next_send_seq();
+            self.queue_send(seq, wr, &chunks, total, tpt);
+        }
+        Ok(())
+    }
+
+    /// A post's checks (state, SGEs, room, length, the TPT): the request's payload in
+    /// `chunks` and its length, or None if it completed already (flushed in a failed
+    /// QP, or a local protection error, which fails the QP).
+    #[inline(always)]
+    fn check_send(
+        &mut self,
+        wr: &SendWr,
+        tpt: &Tpt,
+        chunks: &mut ArrayVec<Chunk, MAX_SGE>,
+    ) -> Result<Option<u32>, PostError> {
         match self.state {
             QpState::Rts => {}
             QpState::Terminate | QpState::Error => {
@@ -256,7 +274,7 @@ impl Qp {
                 let seq = self.out.next_send_seq();
                 let c = self.out.completion(wr.wr_id, WcStatus::WrFlushError, op, 0);
                 self.out.finish_send(seq, Some(c));
-                return Ok(());
+                return Ok(None);
             }
             s => return Err(PostError::BadState(s)),
         }
@@ -283,7 +301,6 @@ impl Qp {
         } else {
             Access::empty()
         };
-        let mut chunks = ArrayVec::<Chunk, MAX_SGE>::new();
         for s in wr.sgl.iter() {
             match tpt.check_local(s.lkey, s.addr, u64::from(s.len), need, self.cfg.pd) {
                 Ok(t) => chunks.push(Chunk {
@@ -297,18 +314,22 @@ impl Qp {
                     let c = self.out.completion(wr.wr_id, status, op, 0);
                     self.out.finish_send(seq, Some(c));
                     self.to_error();
-                    return Ok(());
+                    return Ok(None);
                 }
             }
         }
-        let seq = self.out.next_send_seq();
+        Ok(Some(total as u32))
+    }
+
+    /// Puts a checked request (posting order `seq`) into the send queue.
+    #[inline(always)]
+    fn queue_send(&mut self, seq: u64, wr: &SendWr, chunks: &[Chunk], total: u32, tpt: &Tpt) {
         let local_op = matches!(wr.op, SendOp::LocalInvalidate { .. });
-        self.tx.enqueue(seq, wr, &chunks, total as u32);
+        self.tx.enqueue(seq, wr, chunks, total);
         if local_op {
             // Executes in order with the rest of the send queue, needing no wire.
             self.run_local_ops(tpt);
         }
-        Ok(())
     }
 
     /// Runs local invalidates that reached the head of the send queue; the I/O layer

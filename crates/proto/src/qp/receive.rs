@@ -8,6 +8,7 @@
 //! carrying the RFC's layer/type/code and the offending headers, and flushes.
 
 mod sends;
+mod writes;
 
 use super::deliver::{Deferred, Outbox, QpEvent};
 use super::fpdu::{Chunk, CopiedHeaders};
@@ -238,6 +239,13 @@ impl Receiver {
             let rest = &data[run.taken..];
             if sends::untagged_first(rest)
                 && let Some(n) = self.take_simple_send(rest, d, place)
+            {
+                run.taken += n;
+                run.fpdus += 1;
+                continue;
+            }
+            if writes::tagged_first(rest)
+                && let Some(n) = self.take_simple_write(rest, d, place)
             {
                 run.taken += n;
                 run.fpdus += 1;

@@ -1,7 +1,9 @@
 //! Whatever path takes an FPDU, the outcome is the same: a stream of Sends (some
-//! solicited, some without a receive posted, some longer than their buffer, perhaps
-//! one octet corrupted) fed whole, so that runs of whole FPDUs and the one-step Send
-//! path take what they can, ends exactly as the same stream cut into pieces of 1 to 11
+//! solicited, some without a receive posted, some longer than their buffer) and RDMA
+//! Writes (some beyond their region, to a region without remote write rights, or to an
+//! invalid STag), perhaps one octet corrupted, fed whole, so that runs of whole FPDUs
+//! and the one-step Send and Write paths take what they can, ends exactly as the same
+//! stream cut into pieces of 1 to 11
 //! octets, which only the step machine can take: the same completions in the same
 //! order, the same Terminate cause, the same events, the same octets in memory.
 
@@ -10,11 +12,15 @@ use proptest::prelude::*;
 
 /// One Send of the stream: its length, whether it asks for a solicited event, and the
 /// receive posted for it (`None`: none, so a later receive serves it or none does).
+/// With `write`, an RDMA Write of that length instead: where it lands in the target
+/// region (64 octets) and the target (0, 1: the region; 2: a region without remote
+/// write rights; 3: an invalid STag).
 #[derive(Debug, Clone)]
 struct Msg {
     len: usize,
     solicited: bool,
     recv: Option<(usize, bool)>,
+    write: Option<(u64, u8)>,
 }
 
 fn msg() -> impl Strategy<Value = Msg> {
@@ -22,11 +28,13 @@ fn msg() -> impl Strategy<Value = Msg> {
         0..48usize,
         any::<bool>(),
         prop::option::weighted(0.85, (0..48usize, any::<bool>())),
+        prop::option::weighted(0.4, (0..40u64, 0..4u8)),
     )
-        .prop_map(|(len, solicited, recv)| Msg {
+        .prop_map(|(len, solicited, recv, write)| Msg {
             len,
             solicited,
             recv,
+            write,
         })
 }
 
@@ -47,8 +55,25 @@ fn run(msgs: &[Msg], crc: bool, flip: Option<(usize, u8)>, cut: bool) -> End {
         ..Default::default()
     });
     let (src, sbase) = a.reg(64, Access::empty(), 1);
+    let (target, tbase) = b.reg(64, Access::REMOTE_WRITE, 90);
+    let (no_rights, nbase) = b.reg(64, Access::LOCAL_WRITE, 91);
     let mut wire = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
+        if let Some((at, to)) = m.write {
+            let (rkey, base) = match to {
+                0 | 1 => (target, tbase),
+                2 => (no_rights, nbase),
+                _ => (target ^ 0x100, tbase),
+            };
+            let mut wr = send_wr(i as u64, [sge(src, sbase + i as u64, m.len)]);
+            wr.op = SendOp::Write {
+                remote_addr: base + at,
+                rkey,
+            };
+            a.qp.post_send(wr, &a.tpt).unwrap();
+            wire.extend(a.next_fpdu().unwrap());
+            continue;
+        }
         if let Some((len, two)) = m.recv {
             let (dst, base) = b.reg(64, Access::LOCAL_WRITE, 2 + i as u8);
             let wr_id = 100 + i as u64;
@@ -86,7 +111,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(1024))]
 
     #[test]
-    fn a_stream_of_sends_ends_alike_in_runs_and_in_steps(
+    fn a_stream_of_sends_and_writes_ends_alike_in_runs_and_in_steps(
         msgs in prop::collection::vec(msg(), 1..10),
         crc in any::<bool>(),
         flip in prop::option::of((any::<usize>(), 1..=255u8)),

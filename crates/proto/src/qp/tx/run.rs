@@ -6,10 +6,12 @@
 //! with its priority checks (Terminate, RTR, Read Responses) and the in-flight hand-off
 //! per FPDU; here they are checked once per run.
 
-use super::super::Qp;
-use super::super::fpdu::{TxFpdu, covering_sges};
+use super::super::fpdu::{Chunk, TxFpdu, covering_sges};
+use super::super::{PostError, Qp};
 use super::{InFlight, TxState};
+use crate::tpt::Tpt;
 use crate::verbs::*;
+use arrayvec::ArrayVec;
 use softrnic_wire::ddp::{DdpRepr, Placement};
 use softrnic_wire::rdmap::{Opcode, QN_SEND};
 
@@ -46,11 +48,40 @@ impl TxState {
         if e.sent != 0 || (e.fence && !self.orq.is_empty()) {
             return None;
         }
-        let (h, msn) = match e.op {
+        self.build_small(&e.op, &e.chunks, e.total, out)
+    }
+
+    /// Builds the one FPDU of a small request posted to an idle send queue into `out`,
+    /// if it may leave at once, as the head of a run would (see [`Qp::post_send_gather`]).
+    #[inline]
+    fn build_small_direct(
+        &self,
+        wr: &SendWr,
+        chunks: &[Chunk],
+        total: u32,
+        out: &mut TxFpdu,
+    ) -> Option<u32> {
+        if !self.sq.is_empty() || !self.run_may_start() || (wr.fence && !self.orq.is_empty()) {
+            return None;
+        }
+        self.build_small(&wr.op, chunks, total, out)
+    }
+
+    /// Frames a Send or Write of `total` octets from `chunks` into `out` if it fits one
+    /// FPDU; returns its MSN for a Send (0 for a Write).
+    #[inline]
+    fn build_small(
+        &self,
+        op: &SendOp,
+        chunks: &[Chunk],
+        total: u32,
+        out: &mut TxFpdu,
+    ) -> Option<u32> {
+        let (h, msn) = match *op {
             SendOp::Send {
                 solicited,
                 invalidate,
-            } if e.total <= self.untagged_max => {
+            } if total <= self.untagged_max => {
                 let opcode = super::send_opcode(solicited, invalidate.is_some());
                 let h = DdpRepr {
                     last: true,
@@ -64,7 +95,7 @@ impl TxState {
                 };
                 (h, self.send_msn)
             }
-            SendOp::Write { remote_addr, rkey } if e.total <= self.tagged_max => {
+            SendOp::Write { remote_addr, rkey } if total <= self.tagged_max => {
                 let h = DdpRepr {
                     last: true,
                     opcode: Opcode::Write,
@@ -78,8 +109,8 @@ impl TxState {
             _ => return None,
         };
         out.chunks.clear();
-        covering_sges(&e.chunks, 0, e.total as usize, &mut out.chunks);
-        out.set_header(&h, &[], e.total as usize);
+        covering_sges(chunks, 0, total as usize, &mut out.chunks);
+        out.set_header(&h, &[], total as usize);
         out.crc = self.crc;
         out.completes = true;
         out.marker_pos = None;
@@ -132,5 +163,50 @@ impl Qp {
             }
         }
         (taken, false)
+    }
+
+    /// [`Qp::post_send_ref`], and a small Send or Write posted to an idle send queue
+    /// (nothing queued, in flight or with priority waiting; no markers) is framed into
+    /// `scratch` at once and handed to `gather`, without a queue entry: if taken, it
+    /// completes at once, as the head of a [`Qp::transmit_run`] would. Returns
+    /// [`Gathered::Taken`] then; otherwise the request was posted the ordinary way
+    /// (queued, or completed in error as `post_send_ref` does): [`Gathered::NoRoom`],
+    /// or [`Gathered::Lost`] if `gather` found its memory gone (the caller then puts
+    /// the QP in error, which flushes it, as after a failed gather of a run).
+    pub fn post_send_gather(
+        &mut self,
+        wr: &SendWr,
+        tpt: &Tpt,
+        scratch: &mut TxFpdu,
+        gather: impl FnOnce(&TxFpdu) -> Gathered,
+    ) -> Result<Gathered, PostError> {
+        let mut chunks = ArrayVec::<Chunk, MAX_SGE>::new();
+        let Some(total) = self.check_send(wr, tpt, &mut chunks)? else {
+            return Ok(Gathered::NoRoom);
+        };
+        let direct = !self.params.markers_tx
+            && self
+                .tx
+                .build_small_direct(wr, &chunks, total, scratch)
+                .is_some();
+        let gathered = if direct {
+            gather(scratch)
+        } else {
+            Gathered::NoRoom
+        };
+        let seq = self.out.next_send_seq();
+        if gathered != Gathered::Taken {
+            self.queue_send(seq, wr, &chunks, total, tpt);
+            return Ok(gathered);
+        }
+        let op = super::wc_opcode(&wr.op);
+        if matches!(wr.op, SendOp::Send { .. }) {
+            self.tx.send_msn = self.tx.send_msn.wrapping_add(1);
+        }
+        let c = wr
+            .signaled
+            .then(|| self.out.completion(wr.wr_id, WcStatus::Success, op, total));
+        self.out.finish_send(seq, c);
+        Ok(Gathered::Taken)
     }
 }
