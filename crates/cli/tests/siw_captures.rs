@@ -303,7 +303,7 @@ fn wire_facts_of_siw() {
     assert_eq!(rej[0].fpdus().count(), 0);
 }
 
-/// A capture made by `tests/siw_interop.rs` (siw's rping client, softrnic's server
+/// A capture made by `tests/siw_interop/` (siw's rping client, softrnic's server
 /// making an RDMA Read with a wrong STag, then one beyond the buffer): siw's
 /// Terminates use siw's own bit-field layout, and decode to the RFC cause regardless.
 #[test]

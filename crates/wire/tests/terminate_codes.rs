@@ -209,7 +209,7 @@ fn buffer_too_small_is_an_error_not_a_panic() {
 }
 
 /// A Terminate exactly as Linux siw 6.1 (x86) sent it when softrnic made an RDMA Read
-/// with an STag siw never handed out (captured by crates/cli/tests/siw_interop.rs):
+/// with an STag siw never handed out (captured by crates/cli/tests/siw_interop/):
 /// siw's bit-field layout swaps Layer and EType and puts M, D, R into the low bits
 /// of the third octet. The cause is RDMAP / remote protection / invalid STag, with the
 /// offending Read Request's DDP header and RDMAP header copied.
