@@ -110,3 +110,57 @@ fn a_hand_over_to_a_holder_that_takes_it_wakes_no_thread() {
     assert_eq!(g.stack.read(id_b, &mut got).unwrap(), data.len());
     assert_eq!(got, data);
 }
+
+#[test]
+fn a_holder_stops_taking_hand_overs_after_the_cap_and_leaves_them_to_the_stack_thread() {
+    use super::backlog::MAX_ROUNDS;
+    use std::sync::atomic::Ordering;
+    let net = SimNet::new(Default::default());
+    let a = stack(&net, A, 1);
+    let b = stack(&net, B, 2);
+    let (id_a, id_b) = connect(&a.stack, &b.stack);
+    // A peer that hands over again in every round: each round a sends a chunk, which
+    // reaches b's backlog because this thread holds b.
+    let chunks = 2 * MAX_ROUNDS;
+    let chunk: usize = 1000;
+    let mut sent: Vec<u8> = Vec::new();
+    // Held as a QP's read does (promising to take the backlog), but with a plain
+    // guard so that letting go below takes nothing itself.
+    let mut gb = b.stack.lock().unwrap();
+    b.stack.taker.store(true, Ordering::SeqCst);
+    let rounds = b.stack.release_with(&mut gb, |s, g| {
+        s.take_backlog(g);
+        // Only the release itself may wake the stack thread from here on.
+        s.wake.clear().unwrap();
+        if sent.len() < chunks * chunk {
+            let data: Vec<u8> = (0..chunk).map(|i| (sent.len() + i * 13) as u8).collect();
+            let mut ga = a.stack.lock().unwrap();
+            assert_eq!(ga.stack.send(id_a, &data).unwrap(), chunk);
+            a.stack.after(&mut ga, id_a);
+            sent.extend_from_slice(&data);
+            assert!(
+                s.backlog.load(Ordering::SeqCst),
+                "a's chunk was not handed to b's backlog"
+            );
+        }
+    });
+    assert_eq!(rounds, MAX_ROUNDS, "the holder kept taking hand-overs");
+    assert_eq!(sent.len(), MAX_ROUNDS * chunk);
+    assert!(
+        b.stack.wake.wait_readable(Some(Duration::ZERO)).unwrap(),
+        "the holder left a backlog without waking the stack thread"
+    );
+    // The last round's chunk was left; everything before it was taken by the holder.
+    assert_eq!(gb.stack.readable(id_b), (MAX_ROUNDS - 1) * chunk);
+    drop(gb);
+    // The stack thread takes the rest: every octet arrives, in order.
+    let n = wait_for(&b.stack, |st| {
+        (st.readable(id_b) == sent.len()).then_some(sent.len())
+    });
+    let mut got = vec![0u8; n];
+    assert_eq!(
+        b.stack.lock().unwrap().stack.read(id_b, &mut got).unwrap(),
+        n
+    );
+    assert_eq!(got, sent);
+}

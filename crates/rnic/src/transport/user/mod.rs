@@ -18,6 +18,7 @@
 //!   engine waits on, and FPDUs queued as TCP records (one per segment).
 //! - `listener.rs`: MPA Requests of incoming connections, read side by side.
 
+pub(crate) mod backlog;
 #[cfg(test)]
 mod backlog_tests;
 pub(crate) mod link;

@@ -5,7 +5,8 @@
 //! none. The stack thread never takes a QP's lock: it wakes the QP's engine instead
 //! (an eventfd in the engine's epoll set, one per connection: [`Waker`]), and
 //! notifies the condition variable that blocking users (the CM's MPA exchange,
-//! `connect`, listeners) wait on.
+//! `connect`, listeners) wait on. Packets handed over while the stack is held are
+//! taken by the holder before it lets go ([`super::backlog`]).
 
 use super::link::{Incoming, Link, SimLink};
 use super::stream::UserStream;
@@ -83,7 +84,7 @@ pub(crate) struct Inner {
     /// last looked: a listener's wake reads these, not every exchange.
     news: HashMap<ListenerId, HashSet<ConnId>>,
     /// When the stack thread wakes next by itself (`None`: only when woken).
-    planned: Option<Duration>,
+    pub(super) planned: Option<Duration>,
     /// Packet buffers read out of (zero-copy receive), on their way back to the link.
     spent: Vec<Vec<u8>>,
     /// When this stack last took a packet off its link (for tracing a timeout).
@@ -133,7 +134,7 @@ impl Inner {
 
     /// One turn of the stack thread: packets in, timers, packets out, readiness.
     /// Returns whether blocking waiters must be notified.
-    fn pump(&mut self, now: Duration) -> bool {
+    pub(super) fn pump(&mut self, now: Duration) -> bool {
         let Inner {
             stack,
             link,
@@ -262,7 +263,7 @@ impl Inner {
     }
 
     /// When the stack thread must run next by itself.
-    fn next_wake(&self) -> Option<Duration> {
+    pub(super) fn next_wake(&self) -> Option<Duration> {
         [self.stack.poll_timeout(), self.link.poll_timeout()]
             .into_iter()
             .flatten()
@@ -282,10 +283,10 @@ pub(crate) struct UserStack {
     /// it takes them before letting go ([`UserStack::after`]), as Linux's
     /// `release_sock` runs a socket's backlog, instead of leaving them to the stack
     /// thread's wake-up.
-    backlog: AtomicBool,
-    /// The holder will look at `backlog` once more before it lets go ([`Taking`]): a
-    /// hand-over meanwhile needs no wake-up.
-    taker: AtomicBool,
+    pub(super) backlog: AtomicBool,
+    /// The holder will look at `backlog` once more before it lets go
+    /// ([`super::backlog::Taking`]): a hand-over meanwhile needs no wake-up.
+    pub(super) taker: AtomicBool,
     stop: AtomicBool,
     addr: Ipv4Addr,
     /// A frame link's counters.
@@ -431,28 +432,6 @@ impl UserStack {
             .map_err(|_| io::Error::other("the TCP stack's lock is poisoned"))
     }
 
-    /// Locks the stack for a call that takes what is handed over meanwhile before it
-    /// lets go, so that the hand-over wakes no thread.
-    pub(crate) fn lock_taking(&self) -> io::Result<Taking<'_>> {
-        let g = self.lock()?;
-        self.taker.store(true, Ordering::SeqCst);
-        Ok(Taking { stack: self, g })
-    }
-
-    /// Takes the backlog until none is left, and stops promising to. A hand-over
-    /// either sets `backlog` before the last look here, or finds `taker` false and
-    /// wakes the stack thread (all sequentially consistent).
-    fn release(&self, g: &mut Inner) {
-        loop {
-            self.take_backlog(g);
-            self.taker.store(false, Ordering::SeqCst);
-            if !self.backlog.load(Ordering::SeqCst) {
-                break;
-            }
-            self.taker.store(true, Ordering::SeqCst);
-        }
-    }
-
     /// The stack thread: serve the link and the timers until the device closes.
     fn run(&self, mut poll: Poll, timer: TimerFd) {
         let mut events = Events::with_capacity(8);
@@ -493,7 +472,8 @@ impl UserStack {
 
     /// Serves the link in the calling thread, if nobody holds the stack (a sender on
     /// the simulated network hands its packets over so, as kernel loopback does);
-    /// false if someone does.
+    /// else leaves them in the backlog ([`super::backlog`]), and returns false if the
+    /// holder will not take them (the stack thread must be woken).
     fn try_pump(&self) -> bool {
         let Ok(mut g) = self.inner.try_lock() else {
             self.backlog.store(true, Ordering::SeqCst);
@@ -513,28 +493,6 @@ impl UserStack {
             let _ = self.wake.set();
         }
         true
-    }
-
-    /// Takes the packets handed over while this thread held the stack (the peer's
-    /// answers to what it just sent, most often), and what they make due.
-    fn take_backlog(&self, g: &mut Inner) {
-        let mut pumped = false;
-        let mut notify = false;
-        while self.backlog.swap(false, Ordering::SeqCst) {
-            pumped = true;
-            notify |= g.pump(now());
-        }
-        if notify {
-            self.cv.notify_all();
-        }
-        // What the packets made due may come before the stack thread's planned wake.
-        if pumped
-            && let Some(next) = g.next_wake()
-            && g.planned.is_none_or(|p| next < p)
-        {
-            g.planned = Some(next);
-            let _ = self.wake.set();
-        }
     }
 
     /// After a user's call on connection `id`: its packets go out now, from this
@@ -625,32 +583,6 @@ impl UserStack {
                     .and_then(|s| s.lock().ok().map(|s| s.clone())),
             })
             .unwrap_or_default()
-    }
-}
-
-/// The stack locked by a call that takes the backlog before it lets go
-/// ([`UserStack::lock_taking`]).
-pub(crate) struct Taking<'a> {
-    stack: &'a UserStack,
-    g: MutexGuard<'a, Inner>,
-}
-
-impl std::ops::Deref for Taking<'_> {
-    type Target = Inner;
-    fn deref(&self) -> &Inner {
-        &self.g
-    }
-}
-
-impl std::ops::DerefMut for Taking<'_> {
-    fn deref_mut(&mut self) -> &mut Inner {
-        &mut self.g
-    }
-}
-
-impl Drop for Taking<'_> {
-    fn drop(&mut self) {
-        self.stack.release(&mut self.g);
     }
 }
 
