@@ -264,6 +264,20 @@ impl Engine {
         }
     }
 
+    /// A consumer of the engine sleeps on completion events: an engine that follows
+    /// its consumers is left to the scheduler from now on (`placement.rs`).
+    pub(crate) fn consumer_sleeps(&self) {
+        let Some(follow) = &self.follow else {
+            return;
+        };
+        let Ok(mut f) = follow.lock() else {
+            return;
+        };
+        if let Some(cpus) = f.sleeper() {
+            let _ = affinity::set_thread_cpus(self.tid, &cpus);
+        }
+    }
+
     fn add_socket(
         &self,
         sock: &mut (impl mio::event::Source + ?Sized),
