@@ -7,8 +7,9 @@
 //! far (`/proc/self/task/<tid>/schedstat`, nanoseconds) and the CPU it last ran on
 //! (field 39 of `.../stat`), and books the time run since the previous sample to that
 //! CPU. A thread that moved within a period is booked to where it ended; over a run of
-//! seconds the shares are what each CPU gave it. The sampler costs a few file reads
-//! per period (well under 1% of a CPU).
+//! seconds the shares are what each CPU gave it. The sampler costs two file reads per
+//! thread and period (about 4 us of CPU a pair here: some 30 us per sample, 0.15% of a
+//! CPU), and wakes rarely enough not to disturb a latency run's tail much.
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -18,7 +19,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How often the sampler looks.
-pub const PERIOD: Duration = Duration::from_millis(5);
+pub const PERIOD: Duration = Duration::from_millis(20);
 
 /// A watched thread: what it is, and its kernel id.
 #[derive(Debug, Clone, PartialEq, Eq)]
