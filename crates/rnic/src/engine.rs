@@ -253,6 +253,10 @@ impl Engine {
         let Some(follow) = &self.follow else {
             return;
         };
+        if follow.lock().map_or(true, |f| f.is_free()) {
+            // Freed for good: no system call per connection.
+            return;
+        }
         let here = affinity::allowed_cpus();
         let Ok(mut f) = follow.lock() else {
             return;

@@ -94,6 +94,12 @@ impl Follow {
         })
     }
 
+    /// Freed for good (a consumer that may run anywhere, or one that sleeps on
+    /// events): no consumer changes its set any more.
+    pub(crate) fn is_free(&self) -> bool {
+        self.free
+    }
+
     /// The set in force.
     #[cfg(test)]
     pub(crate) fn cpus(&self) -> &[usize] {
@@ -128,6 +134,7 @@ mod tests {
         let mut e = Follow::new(vec![0, 1, 2, 3]);
         assert_eq!(e.consumer(&[2]), Some(vec![2]));
         assert_eq!(e.consumer(&[0, 1, 2, 3]), Some(vec![0, 1, 2, 3]));
+        assert!(e.is_free());
         assert_eq!(e.consumer(&[1]), None, "it serves the unpinned one too");
         assert_eq!(e.cpus(), [0, 1, 2, 3]);
     }

@@ -164,6 +164,23 @@ impl Placement {
     }
 }
 
+/// The summary's account of where each size's threads ran (share of each thread's CPU
+/// time by CPU), from [`Placement::text`] per size.
+pub fn where_ran(o: &mut dyn std::io::Write, ran: &[(usize, String)]) -> std::io::Result<()> {
+    if ran.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        o,
+        " where softrnic's threads ran (share of each one's CPU time by CPU):"
+    )?;
+    for (size, t) in ran {
+        let t = t.strip_prefix("ran on CPU: ").unwrap_or(t);
+        writeln!(o, " {:>10}  {t}", super::report::human_size(*size))?;
+    }
+    Ok(())
+}
+
 fn share(part: u64, total: u64) -> f64 {
     if total == 0 {
         0.0
