@@ -66,6 +66,9 @@ pub(crate) struct CqShared {
     hybrid: bool,
     /// The consumer's polls, for the hand-off of sockets ([`crate::handoff`]).
     polls: PollCount,
+    /// Armed at least once: its consumer sleeps on events, and its engine was told
+    /// (`placement.rs`).
+    event_driven: AtomicBool,
     /// This CQ's share of [`crate::DeviceConfig::max_cq_entries`].
     _entries: Reservation,
 }
@@ -98,6 +101,7 @@ impl CqShared {
             dev: Arc::downgrade(&dev),
             qps: Mutex::new(Arc::new(Vec::new())),
             polls: PollCount::new(),
+            event_driven: AtomicBool::new(false),
             _entries: entries,
         })
     }
@@ -399,6 +403,22 @@ impl CqShared {
 
     /// The consumer goes to sleep on this CQ's events: the engines take back the
     /// sockets it held.
+    /// On the first arm: the engine serving this CQ's vector has an event-driven
+    /// consumer, and is left to the scheduler from now on (`placement.rs`). Later arms
+    /// cost one atomic swap.
+    fn note_event_driven(&self) {
+        if self.event_driven.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Some(dev) = self.dev.upgrade() else {
+            return;
+        };
+        let engine = dev.engine_for(self.vector.load(Ordering::Relaxed));
+        if let Some(e) = dev.engines.get(engine) {
+            e.consumer_sleeps();
+        }
+    }
+
     fn consumer_sleeps(&self) {
         if !self.hybrid {
             return;
@@ -519,6 +539,7 @@ impl Cq {
     /// In hybrid progress mode, arming hands the sockets a polling consumer had taken
     /// over back to the engine threads, which serve them while the consumer sleeps.
     pub fn req_notify(&self, solicited_only: bool) {
+        self.shared.note_event_driven();
         self.shared.consumer_sleeps();
         self.shared.arm.arm(solicited_only);
     }

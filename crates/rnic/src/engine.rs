@@ -253,6 +253,10 @@ impl Engine {
         let Some(follow) = &self.follow else {
             return;
         };
+        if follow.lock().map_or(true, |f| f.is_free()) {
+            // Freed for good: no system call per connection.
+            return;
+        }
         let here = affinity::allowed_cpus();
         let Ok(mut f) = follow.lock() else {
             return;
@@ -260,6 +264,20 @@ impl Engine {
         if let Some(cpus) = f.consumer(&here) {
             // A set the kernel refuses (the CPUs went away) leaves the engine where it
             // was: placement is a matter of speed, never of correctness.
+            let _ = affinity::set_thread_cpus(self.tid, &cpus);
+        }
+    }
+
+    /// A consumer of the engine sleeps on completion events: an engine that follows
+    /// its consumers is left to the scheduler from now on (`placement.rs`).
+    pub(crate) fn consumer_sleeps(&self) {
+        let Some(follow) = &self.follow else {
+            return;
+        };
+        let Ok(mut f) = follow.lock() else {
+            return;
+        };
+        if let Some(cpus) = f.sleeper() {
             let _ = affinity::set_thread_cpus(self.tid, &cpus);
         }
     }

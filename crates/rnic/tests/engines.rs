@@ -309,10 +309,21 @@ fn send_between(
         fence: false,
     })
     .unwrap();
-    let got = cq.wait_for(1, WAIT);
-    assert_eq!(got.len(), 1, "no receive completion within {WAIT:?}");
+    // Polled, not waited on: a consumer that arms the CQ sleeps on events, and its
+    // engine is then left to the scheduler (checked below).
+    let deadline = std::time::Instant::now() + WAIT;
+    let got = loop {
+        if let Some(c) = cq.poll_one() {
+            break c;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no receive completion within {WAIT:?}"
+        );
+        std::thread::yield_now();
+    };
     assert_eq!(
-        (got[0].wr_id, got[0].status, got[0].byte_len),
+        (got.wr_id, got.status, got.byte_len),
         (9, WcStatus::Success, data.len() as u32)
     );
     dst.to_vec()
@@ -355,6 +366,17 @@ fn unpinned_engines_follow_the_threads_that_connect_their_qps() {
     assert_eq!(more, &data[..100]);
     assert_eq!(server.engines()[0].cpus, all);
     assert_eq!(client.engines()[0].cpus, vec![client_cpu]);
+
+    // A consumer that arms a CQ of the engine's vector sleeps on events: the engine is
+    // left to the scheduler from then on.
+    let cq = client.create_cq(4).unwrap();
+    cq.req_notify(false);
+    assert_eq!(client.engines()[0].cpus, all);
+    let c = client.engines().remove(0);
+    assert_eq!(
+        task_status(c.tid, "Cpus_allowed_list"),
+        task_status(affinity::thread_id(), "Cpus_allowed_list")
+    );
 }
 
 /// `EnginePlacement::Inherit` leaves engines where the opener's affinity lets them

@@ -1,6 +1,7 @@
 //! Output: perftest's tables (one line per size as it completes, then a short summary),
 //! or one JSON object per result line.
 
+use super::placement::where_ran;
 use super::stats::MB;
 use super::{BenchConfig, Clock, Measured, Mode, ResultRow, TcpKind};
 use serde_json::{Value, json};
@@ -598,22 +599,6 @@ impl<'a> Reporter<'a> {
         writeln!(o, "{RULE}")?;
         o.flush()
     }
-}
-
-/// The summary's account of where each size's threads ran (share of each thread's CPU
-/// time by CPU).
-fn where_ran(o: &mut dyn Write, ran: &[(usize, String)]) -> io::Result<()> {
-    if ran.is_empty() {
-        return Ok(());
-    }
-    writeln!(
-        o,
-        " where softrnic's threads ran (share of each one's CPU time by CPU):"
-    )?;
-    for (size, t) in ran {
-        writeln!(o, " {:>10}  {t}", human_size(*size))?;
-    }
-    Ok(())
 }
 
 /// Whose CPU the rows counted.
