@@ -426,6 +426,14 @@ impl QpShared {
         g.owner.claimed(lease_at, self.polls());
         self.claimed.store(true, Ordering::Release);
         e.arm_timer(lease_at, self.id);
+        // The consumer reads and sends on every poll while it holds the socket: the
+        // staging and gather buffers stay with the QP until it is released, instead of
+        // going to the thread's pool and back on every pass (about 50 instructions of
+        // each empty poll, and of each message's path).
+        g.staging.keep = true;
+        if let Some(conn) = g.conn.as_mut() {
+            conn.tx.keep = true;
+        }
     }
 
     /// Gives the socket back to the engine: into its epoll set again, which reports it
@@ -435,6 +443,14 @@ impl QpShared {
         // Never the last reference: the caller's `dev` is another.
         drop(g.claimed_dev.take());
         self.claimed.store(false, Ordering::Release);
+        // The buffers the claim kept go back to the pool once drained, as after any
+        // pass of an unclaimed QP.
+        g.staging.keep = false;
+        g.staging.release_if_drained(&g.core);
+        if let Some(conn) = g.conn.as_mut() {
+            conn.tx.keep = false;
+            conn.tx.release_if_sent();
+        }
         if let (Some(conn), Some(e)) = (g.conn.as_mut(), dev.engines.get(self.engine()))
             && !g.core.transport_closed()
         {
@@ -731,7 +747,9 @@ impl Qp {
     /// Octets of data-path buffers (receive staging, transmit gather) the QP holds now.
     /// A QP takes them from a pool while it reads or sends and gives them back once
     /// drained, so this is 0 for an idle QP, whatever it moved before; only octets
-    /// waiting in a buffer (a full socket, a stream held back by an SRQ) keep one.
+    /// waiting in a buffer (a full socket, a stream held back by an SRQ) keep one, and
+    /// a busy-polling consumer's claim keeps them until the socket goes back to the
+    /// engine (at most a lease after the last poll, or at once when the CQ is armed).
     pub fn buffer_bytes(&self) -> usize {
         self.shared.lock().map_or(0, |g| {
             g.staging.held() + g.conn.as_ref().map_or(0, |c| c.tx.held())

@@ -82,6 +82,9 @@ pub(crate) struct Staging {
     /// The region the last payload went to, kept across reads (a ping-pong's Writes
     /// all land in one).
     region: LastRegion,
+    /// A polling consumer holds the socket: the buffer stays with the QP between its
+    /// passes (see `QpShared::claim`).
+    pub(crate) keep: bool,
 }
 
 impl Staging {
@@ -118,10 +121,10 @@ impl Staging {
 
     /// Gives the buffer back to the pool unless it holds octets the core has not taken
     /// (an SRQ holding the stream back): those are the stream's, and must stay. A core
-    /// that stopped receiving will never take them.
-    fn release_if_drained(&mut self, core: &Core) {
+    /// that stopped receiving will never take them. Kept while claimed (`keep`).
+    pub(crate) fn release_if_drained(&mut self, core: &Core) {
         let drained = self.start == self.end || core.rx_need() == RxNeed::Stopped;
-        if drained && !self.buf.is_empty() {
+        if drained && !self.keep && !self.buf.is_empty() {
             buf_pool::give_staging(std::mem::take(&mut self.buf));
             self.start = 0;
             self.end = 0;

@@ -82,6 +82,9 @@ pub(crate) struct TxQueue {
     blocked: bool,
     /// The region the last gathered payload came from, kept across calls.
     region: LastRegion,
+    /// A polling consumer holds the socket: the gather buffer stays with the QP between
+    /// its posts (see `QpShared::claim`).
+    pub(crate) keep: bool,
 }
 
 impl TxQueue {
@@ -104,9 +107,10 @@ impl TxQueue {
         self.buf.capacity()
     }
 
-    /// Gives the gather buffer back to the pool once every gathered octet is out.
-    fn release_if_sent(&mut self) {
-        if self.sent == self.buf.len() && self.buf.capacity() > 0 {
+    /// Gives the gather buffer back to the pool once every gathered octet is out,
+    /// unless a polling consumer holds the socket (`keep`).
+    pub(crate) fn release_if_sent(&mut self) {
+        if self.sent == self.buf.len() && !self.keep && self.buf.capacity() > 0 {
             buf_pool::give_gather(std::mem::take(&mut self.buf));
             self.sent = 0;
         }

@@ -1,7 +1,8 @@
 //! Data-path buffers are lent, not owned: a QP holds its receive staging buffer and its
-//! transmit gather buffer only while octets wait in them, so an idle QP holds none
-//! (`Qp::buffer_bytes`), whatever it moved before; octets a stalled stream left in a
-//! buffer stay there, exact, until the stream moves again.
+//! transmit gather buffer only while octets wait in them (or while a busy-polling
+//! consumer holds its socket), so an idle QP holds none (`Qp::buffer_bytes`), whatever
+//! it moved before; octets a stalled stream left in a buffer stay there, exact, until
+//! the stream moves again.
 
 mod common;
 
@@ -177,8 +178,13 @@ fn a_full_socket_keeps_gathered_octets_within_one_buffer() {
         let done = drained(&e.cq);
         assert!(done.iter().all(|c| c.status == WcStatus::Success));
         completed += done.len();
+        // The gather buffer (64 KiB at most) and, while these polls hold the socket
+        // (a claim keeps it between passes), the receive staging buffer.
         let held = e.qp.buffer_bytes();
-        assert!(held <= 64 << 10, "gather buffer grew to {held}");
+        assert!(
+            held <= (64 << 10) + RX_STAGING_LEN,
+            "gather buffer grew to {held}"
+        );
     }
     // The peer reads every FPDU: MPA length, untagged DDP header, payload, pad, CRC.
     for n in 0..posted {
@@ -199,4 +205,34 @@ fn a_full_socket_keeps_gathered_octets_within_one_buffer() {
     completed += take(&e.cq, posted - completed).len();
     assert_eq!(completed, posted);
     assert_eq!(e.qp.buffer_bytes(), 0, "everything sent: given back");
+}
+
+/// A busy-polling consumer that has taken its QP's socket over (`handoff`) keeps the
+/// QP's buffers between its passes; arming the CQ (the consumer is going to sleep)
+/// gives the socket back to the engine and the drained buffers back to the pool.
+#[test]
+fn a_consumer_that_arms_its_cq_leaves_its_qp_no_buffer() {
+    let (a, b) = end().progress(ProgressMode::Hybrid).pair();
+    let src = a.pd.alloc_mr(64, Access::empty()).unwrap();
+    src.write(0, &pattern(64, 5)).unwrap();
+    let dst = b.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    b.qp.post_recv(RecvWr::new(1, dst.sge(0, 64))).unwrap();
+    a.qp.post_send(SendWr::send(2, src.sge(0, 64))).unwrap();
+    // Polled until the receive completes and well past the empty polls after which a
+    // consumer claims the socket.
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut got = Vec::new();
+    let mut polls = 0;
+    while got.is_empty() || polls < 1000 {
+        assert!(std::time::Instant::now() < deadline, "no receive completion");
+        let mut wc = [Completion::default(); 4];
+        let n = b.cq.poll(&mut wc);
+        got.extend_from_slice(&wc[..n]);
+        polls += 1;
+    }
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].wr_id, got[0].status), (1, WcStatus::Success));
+    assert_eq!(dst.to_vec(), pattern(64, 5));
+    b.cq.req_notify(false);
+    assert_eq!(b.qp.buffer_bytes(), 0, "the claim's buffers went back");
 }
