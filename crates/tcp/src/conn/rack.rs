@@ -30,13 +30,9 @@ const MIN_RTT_WINDOW: Duration = Duration::from_secs(30);
 /// smallest size.
 const REO_WND_PERSIST: u32 = 16;
 
-/// The widest reordering window, in quarters of the minimum round trip, less one; the
-/// bound that matters is in time ([`Rack::reo_wnd`]'s `cap`). On softrnic's in-process
-/// network the minimum round trip is under a microsecond (0.75-0.8 us measured, the
-/// peer's answer taken by the sender's own thread), so 1024 quarters (the bound before)
-/// stopped at about 200 us, no more than the 200 us the network holds a packet back,
-/// and every held-back packet cost a spurious retransmission.
-const REO_WND_MAX_STEPS: u32 = (1 << 16) - 1;
+/// The widest reordering window, in quarters of the minimum round trip, less one (it is
+/// bounded by time too: see [`Rack::reo_wnd`]'s `cap`).
+const REO_WND_MAX_STEPS: u32 = 1023;
 
 #[derive(Debug, Default)]
 pub(crate) struct Rack {
