@@ -224,7 +224,10 @@ fn a_consumer_that_arms_its_cq_leaves_its_qp_no_buffer() {
     let mut got = Vec::new();
     let mut polls = 0;
     while got.is_empty() || polls < 1000 {
-        assert!(std::time::Instant::now() < deadline, "no receive completion");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no receive completion"
+        );
         let mut wc = [Completion::default(); 4];
         let n = b.cq.poll(&mut wc);
         got.extend_from_slice(&wc[..n]);
