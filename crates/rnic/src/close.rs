@@ -12,13 +12,20 @@ use std::time::Duration;
 
 /// Takes the close steps the QP's state now allows. Returns true once, when the
 /// connection is over for good (the caller then posts [`AsyncEvent::Disconnected`]).
+///
+/// A reset (the close timer expired) closes the transport at once, so the RST goes out
+/// now: with only a zero linger time set, the socket stayed open until the QP was
+/// destroyed, and a peer whose own close waited for us never learned it had ended.
 pub(crate) fn close_if_done(
     core: &mut Core,
-    c: &mut Conn,
+    conn: &mut Option<Conn>,
     now: Duration,
     engine: usize,
     dev: &Shared,
 ) -> bool {
+    let Some(c) = conn.as_mut() else {
+        return false;
+    };
     let flushed = c.tx.is_flushed();
     while let Some(action) = core.poll_close(flushed, now) {
         match action {
@@ -28,18 +35,23 @@ pub(crate) fn close_if_done(
             CloseAction::Shutdown => {
                 let _ = c.transport.shutdown(Shutdown::Both);
             }
-            CloseAction::Disconnect | CloseAction::Reset => {
-                if action == CloseAction::Reset {
-                    // Dropping the transport now sends RST.
-                    c.transport.abort();
-                } else {
-                    // Whatever ended the QP, the peer learns now instead of waiting
-                    // on a silent connection.
-                    let _ = c.transport.shutdown(Shutdown::Both);
-                }
+            CloseAction::Disconnect => {
+                // Whatever ended the QP, the peer learns now instead of waiting on a
+                // silent connection.
+                let _ = c.transport.shutdown(Shutdown::Both);
                 if let Some(e) = dev.engines.get(engine) {
                     e.deregister(&mut *c.transport, core.id());
                 }
+                return true;
+            }
+            CloseAction::Reset => {
+                // Dropping the transport after `abort` sends RST; the engine forgets
+                // it first.
+                c.transport.abort();
+                if let Some(e) = dev.engines.get(engine) {
+                    e.deregister(&mut *c.transport, core.id());
+                }
+                drop(conn.take());
                 return true;
             }
         }

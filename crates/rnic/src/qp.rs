@@ -572,10 +572,7 @@ impl QpShared {
 
     fn close_if_done(&self, g: &mut QpInner, now: Duration, dev: &Shared) -> bool {
         let QpInner { core, conn, .. } = g;
-        match conn.as_mut() {
-            Some(c) => close_if_done(core, c, now, self.engine(), dev),
-            None => false,
-        }
+        close_if_done(core, conn, now, self.engine(), dev)
     }
 
     /// Asks the QP's engine to drive it when its close timer is due (once per deadline).

@@ -262,7 +262,8 @@ fn transmit_stream(
             // time.
             if tx.pending.is_empty() {
                 let Some(taken) = gather_run(core, tx, dev) else {
-                    break;
+                    // The QP is in error now; what was queued before goes out below.
+                    continue;
                 };
                 stats.tx_fpdus += taken as u64;
                 moved |= taken > 0;
@@ -288,9 +289,11 @@ fn transmit_stream(
                     };
                     if !gathered {
                         // A region vanished under a queued request: the QP cannot
-                        // continue sending correct data.
+                        // continue sending correct data. What was queued before it
+                        // still goes out (below), so that the close that follows is
+                        // not left waiting for octets nobody sends.
                         core.to_error();
-                        break;
+                        continue;
                     }
                     stats.tx_fpdus += 1;
                     if tx.scratch.completes {
@@ -300,8 +303,9 @@ fn transmit_stream(
                     continue;
                 }
                 let Some(p) = prepare(std::mem::take(&mut tx.scratch), &mut tx.payload, dev) else {
+                    // As for a failed gather: the octets queued before still go out.
                     core.to_error();
-                    break;
+                    continue;
                 };
                 tx.pending.push_back(p);
                 continue;

@@ -347,3 +347,37 @@ fn a_peer_that_never_closes_is_reset_when_the_close_timer_expires() {
         (1, 7, WcStatus::WrFlushError)
     );
 }
+
+/// A close that cannot finish because the peer takes none of the queued octets: when
+/// the close timer expires the reset reaches the peer at once (it once only set a zero
+/// linger time on a socket that stayed open until the QP was dropped, so the peer
+/// learned nothing: its read here waited for the whole [`WAIT`]).
+#[test]
+fn the_close_timers_reset_reaches_a_peer_that_reads_nothing() {
+    let cfg = DeviceConfig {
+        close_timeout: Duration::from_millis(200),
+        ..DeviceConfig::default()
+    };
+    let e = end().config(cfg).build();
+    // More than the two sockets' buffers hold while the peer does not read.
+    let len = 32 << 20;
+    let big = e.pd.alloc_mr(len, Access::empty()).unwrap();
+    let mut s = raw_initiator(&e);
+    e.qp.post_send(SendWr::send(3, [big.sge(0, len)])).unwrap();
+    e.qp.disconnect().unwrap();
+    disconnected(&e.dev, &e.qp);
+    assert_eq!(e.qp.state(), QpState::Error);
+    let g = drained(&e.cq);
+    assert_eq!((g.len(), g[0].wr_id), (1, 3), "{g:?}");
+    assert_eq!(g[0].status, WcStatus::WrFlushError);
+    // The QP is still alive: only the reset can end the peer's stream now.
+    let mut chunk = vec![0u8; 1 << 20];
+    let end = loop {
+        match s.read(&mut chunk) {
+            Ok(0) => break Ok(()),
+            Ok(_) => continue,
+            Err(err) => break Err(err.kind()),
+        }
+    };
+    assert_eq!(end, Err(std::io::ErrorKind::ConnectionReset));
+}

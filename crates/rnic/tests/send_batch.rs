@@ -287,6 +287,67 @@ fn a_region_deregistered_under_a_queued_small_send_fails_the_qp() {
     assert_eq!(dst.to_vec(), vec![0xee; 128], "nothing was placed");
 }
 
+/// The same failure behind a Read: the Read Request is gathered into the transmit
+/// buffer but not yet sent when the Send's region is found gone. The close must still
+/// reach the peer at once, whether the engine owns `a`'s socket or a consumer claimed
+/// it by polling and then stopped: the close timers are an hour here, so only the
+/// close itself can end either side. It once waited for the gathered octets, which
+/// nothing sent until the close timer, whose reset then never left the socket; the
+/// peer saw no FIN or RST at all in 3 runs of 4.
+#[test]
+fn a_local_error_behind_a_gathered_read_disconnects_the_peer() {
+    let cfg = DeviceConfig {
+        close_timeout: std::time::Duration::from_secs(3600),
+        ..DeviceConfig::default()
+    };
+    for claimed in [false, true] {
+        let (a, b) = end().config(cfg.clone()).queues(16, 16).pair();
+        if claimed {
+            for _ in 0..2 * softrnic_rnic::handoff::CLAIM_AFTER {
+                assert!(a.cq.poll_one().is_none(), "no traffic expected yet");
+            }
+        }
+        let mut gone = Some(a.pd.alloc_mr(64, Access::empty()).unwrap());
+        let sink = a.pd.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+        let dst = b.pd.alloc_mr(128, Access::LOCAL_WRITE).unwrap();
+        let peer = b.pd.alloc_mr(64, Access::REMOTE_READ).unwrap();
+        dst.fill(0, 128, 0xee).unwrap();
+        b.qp.post_recv_batch([
+            RecvWr::new(10, [dst.sge(0, 64)]),
+            RecvWr::new(11, [dst.sge(64, 64)]),
+        ])
+        .unwrap();
+        let read = SendWr::read(5, sink.sge(0, 8), peer.addr(), peer.rkey());
+        let first = SendWr::send(0, [gone.as_ref().unwrap().sge(0, 64)]);
+        let second = SendWr::send(1, [sink.sge(0, 64)]);
+        a.qp.post_send_batch([read, first, second].into_iter().inspect(|wr| {
+            if wr.wr_id == 1 {
+                gone = None;
+            }
+        }))
+        .unwrap();
+        disconnected(&a.dev, &a.qp);
+        let got = drained(&a.cq);
+        exactly_once(&got, [5, 0, 1]);
+        assert!(
+            got.iter().all(|c| c.status == WcStatus::WrFlushError),
+            "claimed {claimed}: {got:?}"
+        );
+        assert_eq!(a.qp.state(), QpState::Error);
+        // The peer learns from the connection's end (a local error sends no
+        // Terminate): its receives flush, nothing was placed, no fatal event.
+        disconnected(&b.dev, &b.qp);
+        let r = drained(b.recv_cq());
+        exactly_once(&r, [10, 11]);
+        assert!(
+            r.iter().all(|c| c.status == WcStatus::WrFlushError),
+            "claimed {claimed}: {r:?}"
+        );
+        assert_eq!(b.qp.state(), QpState::Error);
+        assert_eq!(dst.to_vec(), vec![0xee; 128], "nothing was placed");
+    }
+}
+
 /// A small Send posted to an idle send queue is copied into the transmit buffer at its
 /// post and completes then, as an inline send: its region deregistered while the rest
 /// of the batch is posted changes nothing, and the peer gets the octets it held.
