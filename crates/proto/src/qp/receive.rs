@@ -8,6 +8,7 @@
 //! carrying the RFC's layer/type/code and the offending headers, and flushes.
 
 mod sends;
+mod simple;
 mod writes;
 
 use super::deliver::{Deferred, Outbox, QpEvent};

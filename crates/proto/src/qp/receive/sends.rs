@@ -7,13 +7,14 @@
 //! ([`Receiver::take_whole`]), which then takes the same octets and reports the fault
 //! exactly as before; so the outcome never depends on which path took an FPDU.
 
+use super::simple::header_len_first;
 use super::{Receiver, RxDeps};
 use crate::qp::deliver::QpEvent;
 use crate::qp::fpdu::Chunk;
 use crate::qp::place::check_rdmap_rules;
 use crate::verbs::{WcOpcode, WcStatus};
-use softrnic_wire::ddp::{self, DdpRepr, Placement, UNTAGGED_HEADER_LEN};
-use softrnic_wire::mpa::{self, FpduCheck};
+use softrnic_wire::ddp::{Placement, UNTAGGED_HEADER_LEN};
+use softrnic_wire::mpa;
 use softrnic_wire::rdmap::Opcode;
 
 /// Where the payload of an untagged FPDU begins: length field and DDP header.
@@ -25,8 +26,7 @@ const PAYLOAD_AT: usize = mpa::ULPDU_LEN_LEN + UNTAGGED_HEADER_LEN;
 /// tagged placement there and is refused.)
 #[inline(always)]
 pub(super) fn untagged_first(data: &[u8]) -> bool {
-    data.get(mpa::ULPDU_LEN_LEN)
-        .is_some_and(|&c| ddp::header_len_of(c) == UNTAGGED_HEADER_LEN)
+    header_len_first(data, UNTAGGED_HEADER_LEN)
 }
 
 impl Receiver {
@@ -40,35 +40,21 @@ impl Receiver {
         d: &mut RxDeps<'_>,
         place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
     ) -> Option<usize> {
-        if self.waiting.is_some()
-            || self.await_rtr
-            || self.deferred.len() > 0
-            || !self.stream.at_plain_boundary()
-            || data.len() < PAYLOAD_AT
-        {
+        let f = self.whole_front(data, UNTAGGED_HEADER_LEN)?;
+        if !matches!(f.header.opcode, Opcode::Send | Opcode::SendSe) || !f.header.last {
             return None;
         }
-        let ulpdu_len = usize::from(u16::from_be_bytes([data[0], data[1]]));
-        let wire_len = mpa::fpdu_len(ulpdu_len);
-        if ulpdu_len < UNTAGGED_HEADER_LEN || data.len() < wire_len {
-            return None;
-        }
-        let h = DdpRepr::parse_bytes(&data[mpa::ULPDU_LEN_LEN..PAYLOAD_AT]).ok()?;
-        if !matches!(h.opcode, Opcode::Send | Opcode::SendSe) || !h.last {
-            return None;
-        }
-        let h = check_rdmap_rules(h).ok()?;
+        let h = check_rdmap_rules(f.header).ok()?;
         let Placement::Untagged { msn, mo: 0, .. } = h.placement else {
             return None;
         };
         if msn != self.untagged.recv_msn() {
             return None;
         }
-        let ulpdu_end = mpa::ULPDU_LEN_LEN + ulpdu_len;
-        let mut check = FpduCheck::begin([data[0], data[1]], self.stream.crc_on());
-        check.update(&data[mpa::ULPDU_LEN_LEN..ulpdu_end]);
-        check.finish(&data[ulpdu_end..wire_len]).ok()?;
-        let len = ulpdu_len - UNTAGGED_HEADER_LEN;
+        if !self.whole_front_intact(data, &f) {
+            return None;
+        }
+        let len = f.ulpdu_len - UNTAGGED_HEADER_LEN;
         // The oldest message's buffer: the front of the QP's own queue (bound to it
         // already if a segment of it came ahead of the stream, or the next free one).
         let rq = d.buffers.in_place()?;
@@ -97,7 +83,7 @@ impl Receiver {
             left -= k;
         }
         // Placed and intact: the FPDU is taken, and its message completes.
-        self.stream.took_whole(wire_len, len);
+        self.stream.took_whole(f.wire_len, len);
         let wr_id = self.untagged.deliver_front_of(rq)?;
         d.buffers.release(d.qp);
         let mut c = d
@@ -108,6 +94,6 @@ impl Receiver {
         if c.solicited {
             d.out.event(QpEvent::Solicited);
         }
-        Some(wire_len)
+        Some(f.wire_len)
     }
 }

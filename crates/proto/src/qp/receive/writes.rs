@@ -8,24 +8,24 @@
 //! receive work. Anything else, a fault included, is left to the general path, which
 //! then takes the same octets and reports the fault exactly as before.
 
+use super::simple::header_len_first;
 use super::{Receiver, RxDeps};
 use crate::qp::fpdu::Chunk;
 use crate::qp::place::check_rdmap_rules;
 use crate::tpt::RemoteAccess;
 use crate::verbs::Access;
-use softrnic_wire::ddp::{self, DdpRepr, Placement, TAGGED_HEADER_LEN};
-use softrnic_wire::mpa::{self, FpduCheck};
+use softrnic_wire::ddp::{Placement, TAGGED_HEADER_LEN};
+use softrnic_wire::mpa;
 use softrnic_wire::rdmap::Opcode;
 
 /// Where the payload of a tagged FPDU begins: length field and DDP header.
 const PAYLOAD_AT: usize = mpa::ULPDU_LEN_LEN + TAGGED_HEADER_LEN;
 
-/// Whether `data` begins with a tagged FPDU (the DDP control octet says so), tested
-/// inline before [`Receiver::take_simple_write`].
+/// Whether `data` begins with a tagged FPDU, tested inline before
+/// [`Receiver::take_simple_write`].
 #[inline(always)]
 pub(super) fn tagged_first(data: &[u8]) -> bool {
-    data.get(mpa::ULPDU_LEN_LEN)
-        .is_some_and(|&c| ddp::header_len_of(c) == TAGGED_HEADER_LEN)
+    header_len_first(data, TAGGED_HEADER_LEN)
 }
 
 impl Receiver {
@@ -40,32 +40,18 @@ impl Receiver {
         d: &mut RxDeps<'_>,
         place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
     ) -> Option<usize> {
-        if self.waiting.is_some()
-            || self.await_rtr
-            || self.deferred.len() > 0
-            || !self.stream.at_plain_boundary()
-            || data.len() < PAYLOAD_AT
-        {
+        let f = self.whole_front(data, TAGGED_HEADER_LEN)?;
+        if f.header.opcode != Opcode::Write {
             return None;
         }
-        let ulpdu_len = usize::from(u16::from_be_bytes([data[0], data[1]]));
-        let wire_len = mpa::fpdu_len(ulpdu_len);
-        if ulpdu_len < TAGGED_HEADER_LEN || data.len() < wire_len {
-            return None;
-        }
-        let h = DdpRepr::parse_bytes(&data[mpa::ULPDU_LEN_LEN..PAYLOAD_AT]).ok()?;
-        if h.opcode != Opcode::Write {
-            return None;
-        }
-        let h = check_rdmap_rules(h).ok()?;
+        let h = check_rdmap_rules(f.header).ok()?;
         let Placement::Tagged { stag, to } = h.placement else {
             return None;
         };
-        let ulpdu_end = mpa::ULPDU_LEN_LEN + ulpdu_len;
-        let mut check = FpduCheck::begin([data[0], data[1]], self.stream.crc_on());
-        check.update(&data[mpa::ULPDU_LEN_LEN..ulpdu_end]);
-        check.finish(&data[ulpdu_end..wire_len]).ok()?;
-        let len = ulpdu_len - TAGGED_HEADER_LEN;
+        if !self.whole_front_intact(data, &f) {
+            return None;
+        }
+        let len = f.ulpdu_len - TAGGED_HEADER_LEN;
         if len > 0 {
             let t = d
                 .tpt
@@ -87,7 +73,7 @@ impl Receiver {
                 return None;
             }
         }
-        self.stream.took_whole(wire_len, len);
-        Some(wire_len)
+        self.stream.took_whole(f.wire_len, len);
+        Some(f.wire_len)
     }
 }
