@@ -4,7 +4,7 @@
 //! impairments: every run replays.
 
 use super::*;
-use crate::conn::Lent;
+use crate::conn::{Lent, State};
 use crate::segment::{Flags, IPV4_HEADER_LEN, Options, ParseError};
 use crate::seq::SeqNum;
 use crate::sim::{End, Impairments, Wire};
