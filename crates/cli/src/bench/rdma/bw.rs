@@ -1,0 +1,134 @@
+//! The client's bandwidth loop: keeps `tx-depth` requests outstanding per QP, with
+//! credits for send_bw, delivery probes and the closing Read.
+
+use super::{Ep, Prober, ReadTarget, STALL, bw_op, check_wc, closing_read, post_window};
+use crate::bench::cqs::CqSet;
+use crate::bench::stats::{BwMeter, BwResult, Progress};
+use crate::bench::{BenchConfig, Test};
+use softrnic_rnic::{Completion, QpId, SendWr};
+use std::collections::HashMap;
+use std::time::Instant;
+
+pub(super) fn bw_client(
+    cfg: &BenchConfig,
+    size: usize,
+    cq: &CqSet,
+    eps: &mut [Ep],
+    progress: &mut Progress,
+) -> Result<BwResult, String> {
+    let test = cfg.test;
+    let depth = u64::from(cfg.tx_depth);
+    let cq_mod = u64::from(cfg.cq_mod);
+    let rx_depth = u64::from(cfg.rx_depth);
+    let iters = cfg.iters;
+    let mut wcs = vec![Completion::default(); 64];
+    let mut batch: Vec<SendWr> = Vec::with_capacity(depth as usize);
+    let start = Instant::now();
+    let deadline = cfg.duration.map(|d| start + d);
+    let mut meter = BwMeter::start(start);
+    let mut stop = false;
+    let mut total: u64 = 0;
+    let mut last_activity = start;
+    // Write and Send: delivery is confirmed by Reads (see the module notes). Read: a
+    // completion means the data has landed here.
+    let probing = test != Test::ReadBw;
+    let mut prober = Prober::new(start);
+    // Completions find their QP in one look-up, whatever the number of QPs.
+    let index: HashMap<QpId, usize> = eps.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
+    loop {
+        for ep in eps.iter_mut() {
+            let mut room = depth - (ep.posted - ep.completed);
+            if test == Test::SendBw {
+                ep.refresh_credit();
+                room = room.min(rx_depth.saturating_sub(ep.posted - ep.credit));
+            }
+            if deadline.is_none() {
+                room = room.min(iters - ep.posted);
+            } else if stop {
+                // Finish the current signaling group, so the last request is signaled.
+                let r = ep.posted % cq_mod;
+                room = if r == 0 { 0 } else { room.min(cq_mod - r) };
+            }
+            if room == 0 {
+                continue;
+            }
+            let op = bw_op(test, ep.remote.addr, ep.remote.rkey);
+            let last = (deadline.is_none()).then_some(iters);
+            post_window(
+                &ep.qp,
+                &mut batch,
+                op,
+                ep.local.sge(0, size),
+                ep.posted,
+                room,
+                |idx| (idx + 1) % cq_mod == 0 || Some(idx + 1) == last,
+            )
+            .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
+            ep.posted += room;
+        }
+        if probing && prober.due(Instant::now()) {
+            let posted: u64 = eps.iter().map(|e| e.posted).sum();
+            prober.maybe_post(Instant::now(), posted, &targets(eps))?;
+        }
+        let n = cq.next(&mut wcs, BwMeter::WINDOW);
+        let now = Instant::now();
+        for c in &wcs[..n] {
+            check_wc(c, "client")?;
+            if prober.completion(c, now, &mut meter) {
+                continue;
+            }
+            if let Some(ep) = index.get(&c.qp).and_then(|&i| eps.get_mut(i)) {
+                let done = c.wr_id + 1;
+                total += done - ep.completed;
+                ep.completed = done;
+            }
+        }
+        if n > 0 {
+            if !probing {
+                meter.record(now, total);
+            }
+            progress.tick(now, total);
+            last_activity = now;
+        } else if now.duration_since(last_activity) > STALL {
+            let d: Vec<String> = eps.iter().map(Ep::diag).collect();
+            return Err(format!("client stalled: {}", d.join("; ")));
+        }
+        if let Some(d) = deadline
+            && now >= d
+        {
+            stop = true;
+        }
+        let done = eps.iter().all(|e| {
+            e.completed == e.posted
+                && match deadline {
+                    Some(_) => stop && e.posted % cq_mod == 0,
+                    None => e.posted == iters,
+                }
+        });
+        if done {
+            break;
+        }
+    }
+    let end = if probing {
+        let diag = || eps.iter().map(Ep::diag).collect::<Vec<_>>().join("; ");
+        let end = closing_read(cq, &targets(eps), &mut wcs, STALL, &diag)?;
+        prober.closed(end, total, &mut meter);
+        end
+    } else {
+        Instant::now()
+    };
+    Ok(meter.finish(end, total, size))
+}
+
+/// The probes' and closing Read's targets: the server's buffer, into the first octet of
+/// the local one.
+fn targets(eps: &[Ep]) -> Vec<ReadTarget<'_>> {
+    eps.iter()
+        .map(|e| ReadTarget {
+            qp: &e.qp,
+            sink: e.local.sge(0, 1),
+            addr: e.remote.addr,
+            rkey: e.remote.rkey,
+        })
+        .collect()
+}
