@@ -16,11 +16,13 @@
 //!   there, not at the last local completion (a Write or Send completes once its FPDUs
 //!   are in the send path: copied into the connection's transmit buffer, or written to
 //!   the socket, long before they arrive). Their peak bandwidth comes from delivery
-//!   probes, the same 1-octet Read every [`BwMeter::WINDOW`](super::stats::BwMeter::WINDOW) ([`Prober`]).
+//!   probes, the same 1-octet Read every [`BwMeter::WINDOW`] ([`Prober`]).
 //! - write_lat: ping-pong of RDMA Writes: each side polls the last octet of its own
 //!   buffer (`Mr::read`) until the peer's Write has changed it to the iteration's tag,
 //!   polling its CQ in between (in hybrid progress mode that is what drives the socket).
 //! - send_lat: ping-pong of Sends. read_lat: one Read at a time, full round trip.
+//!
+//! [`BwMeter::WINDOW`]: super::stats::BwMeter::WINDOW
 
 use super::cqs::CqSet;
 use super::meta::{FLAG_EVENTS, FLAG_LAST, FLAG_SHARED_BUFFERS, Meta};
