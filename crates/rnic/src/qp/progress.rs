@@ -1,0 +1,199 @@
+//! A QP's progress pass: transmit, receive, close and deliver under the QP's lock,
+//! until the socket would block; the passes a post or a busy poll needs skip parts.
+
+use super::{QpInner, QpShared};
+use crate::close::close_if_done;
+use crate::device::{AsyncEvent, Shared};
+use crate::receive::receive;
+use crate::transmit::transmit;
+use softrnic_proto::qp::{CqSide, QpEvent};
+use softrnic_proto::{Completion, QpState};
+use std::time::Duration;
+
+impl QpShared {
+    /// Progress, waiting for the lock.
+    pub(crate) fn progress(&self, dev: &Shared) {
+        if let Ok(mut g) = self.inner.lock() {
+            self.progress_locked(&mut g, dev);
+        }
+    }
+
+    /// Drives receive and transmit until the socket would block, then delivers
+    /// completions and events. Returns whether anything moved.
+    ///
+    /// [`AsyncEvent::Disconnected`] is posted only after every completion the QP has
+    /// produced (the flushes included) is in its CQ, so a consumer that sees it can
+    /// poll the CQ once and find everything.
+    pub(crate) fn progress_locked(&self, g: &mut QpInner, dev: &Shared) -> bool {
+        self.progress_pass(g, dev, Pass::Full)
+    }
+
+    /// [`QpShared::progress_locked`], with the parts `pass` leaves out skipped.
+    pub(super) fn progress_pass(&self, g: &mut QpInner, dev: &Shared, pass: Pass) -> bool {
+        let mut moved = false;
+        let mut disconnected = false;
+        let timer = fire_close_timer(g);
+        if g.conn.is_some() {
+            // Transmit first: a request just posted leaves before the receive path's
+            // read (often an empty one) is paid; what the receive path queues (Read
+            // Responses, Terminates) goes out in the second pass.
+            if pass != Pass::ReceiveFirst && !self.waits_for_room(g, pass) {
+                moved |= self.transmit(g, dev);
+            }
+            if pass != Pass::TransmitOnly && self.receive(g, dev) {
+                moved = true;
+                // Only if the receive path queued something (a Read Response, a
+                // Terminate) or octets wait: after a Write or a Send arrives there is
+                // nothing, and this pass is on the way to the program's reply.
+                let waiting = g.conn.as_ref().is_some_and(|c| !c.tx.is_flushed());
+                if g.core.may_transmit() || waiting {
+                    self.transmit(g, dev);
+                } else if pass == Pass::ReceiveFirst && !timer && self.received_quietly(g) {
+                    // A consumer's pass that placed a Write: the reply the program
+                    // posts next waits for nothing after the placement.
+                    return true;
+                }
+            } else if pass == Pass::ReceiveFirst && !timer && !g.core.is_closing() {
+                // A busy-polling consumer's empty poll: nothing was read, nothing was
+                // queued to send, no timer ran, so the core is as the last pass (which
+                // delivered) left it. Nothing to close, arm or deliver.
+                return false;
+            }
+            disconnected = g.core.is_closing() && self.close_if_done(g, crate::engine::now(), dev);
+            self.arm_timer(g, dev);
+        }
+        self.deliver(g, dev);
+        if disconnected {
+            dev.post_event(AsyncEvent::Disconnected { qp: self.id });
+        }
+        moved
+    }
+
+    /// After a receive that queued nothing to send: whether it left the rest of the pass
+    /// nothing to do (no completion or event released, the state as last delivered, no
+    /// close under way, the timer as armed), as a placed Write does.
+    fn received_quietly(&self, g: &QpInner) -> bool {
+        !g.core.has_output()
+            && g.core.state() == g.traced_state
+            && !g.core.is_closing()
+            && g.core.poll_timeout() == g.timer_armed
+    }
+
+    /// Whether a `pass` that only transmits (after a post, or a many-QP consumer's poll)
+    /// leaves the socket alone: it was full at the last send and the engine owns it, so
+    /// the engine hears when there is room and sends then. (A socket a polling consumer
+    /// has claimed is out of the engine's epoll set: the consumer's passes send.)
+    pub(super) fn waits_for_room(&self, g: &QpInner, pass: Pass) -> bool {
+        pass == Pass::TransmitOnly
+            && !g.owner.is_claimed()
+            && g.conn.as_ref().is_some_and(|c| c.tx.waits_for_room())
+    }
+
+    fn receive(&self, g: &mut QpInner, dev: &Shared) -> bool {
+        let QpInner {
+            core,
+            conn,
+            stats,
+            staging,
+            ..
+        } = g;
+        match conn.as_mut() {
+            Some(conn) => receive(
+                self.id,
+                core,
+                conn,
+                stats,
+                staging,
+                dev,
+                self.srq.as_deref(),
+            ),
+            None => false,
+        }
+    }
+
+    fn transmit(&self, g: &mut QpInner, dev: &Shared) -> bool {
+        let QpInner {
+            core, conn, stats, ..
+        } = g;
+        match conn.as_mut() {
+            Some(conn) => transmit(self.id, core, conn, stats, dev),
+            None => false,
+        }
+    }
+
+    fn close_if_done(&self, g: &mut QpInner, now: Duration, dev: &Shared) -> bool {
+        let QpInner { core, conn, .. } = g;
+        close_if_done(core, conn, now, self.engine(), dev)
+    }
+
+    /// Asks the QP's engine to drive it when its close timer is due (once per deadline).
+    fn arm_timer(&self, g: &mut QpInner, dev: &Shared) {
+        let due = g.core.poll_timeout();
+        if due != g.timer_armed {
+            g.timer_armed = due;
+            if let (Some(at), Some(e)) = (due, dev.engines.get(self.engine())) {
+                e.arm_timer(at, self.id);
+            }
+        }
+    }
+
+    pub(super) fn deliver(&self, g: &mut QpInner, dev: &Shared) {
+        crate::trace::qp_state(dev.serial, self.id, &mut g.traced_state, g.core.state());
+        if let Some(srq) = &self.srq
+            && g.core.state() == QpState::Error
+            && !std::mem::replace(&mut g.srq_flushed, true)
+        {
+            // Its bound buffers were flushed to the program: it holds none now.
+            srq.flushed(self.id);
+        }
+        while let Some(e) = g.core.poll_event() {
+            if let QpEvent::Fatal { cause, remote } = e {
+                dev.post_event(AsyncEvent::QpFatal {
+                    qp: self.id,
+                    cause,
+                    remote,
+                });
+            }
+        }
+        // Runs of completions for one CQ go in with one claim of its ring and one look
+        // at its arm (`CqShared::push_run`), in the order the core released them.
+        g.core
+            .drain_completions(|side, run| self.push_run(side, run));
+        // Queues a burst grew give their room back once empty.
+        g.core.shrink_idle_queues();
+    }
+
+    fn push_run(&self, side: CqSide, run: &[Completion]) {
+        if run.is_empty() {
+            return;
+        }
+        match side {
+            CqSide::Send => self.send_cq.push_run(run),
+            CqSide::Recv => self.recv_cq.push_run(run),
+        }
+    }
+}
+
+/// Which parts of a drive of the QP run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pass {
+    /// Transmit, receive, transmit what the receive path queued.
+    Full,
+    /// No first transmit pass: the caller knows there is nothing to send unless the
+    /// receive path queues it.
+    ReceiveFirst,
+    /// Transmit only (after a post).
+    TransmitOnly,
+}
+
+/// Fires the close timer if one runs. The clock is read only for a QP that has a timer
+/// (or, in the callers, is closing): a QP moving data has neither, and a clock read per
+/// drive showed in the latency profile.
+/// Returns whether there was one.
+fn fire_close_timer(g: &mut QpInner) -> bool {
+    let pending = g.core.poll_timeout().is_some();
+    if pending {
+        g.core.handle_timeout(crate::engine::now());
+    }
+    pending
+}

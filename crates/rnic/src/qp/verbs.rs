@@ -1,0 +1,232 @@
+//! The program's handle on a queue pair: its queries, the post verbs, disconnect and
+//! abort, and the abortive close when it is dropped.
+
+use super::progress::Pass;
+use super::{QpInner, QpShared, QpStats};
+use crate::close::drop_conn;
+use crate::device::{AsyncEvent, Shared};
+use crate::error::{Error, Result};
+use crate::transmit::post_gathered;
+use softrnic_proto::qp::QpParams;
+use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
+use std::sync::Arc;
+
+/// A queue pair.
+pub struct Qp {
+    pub(crate) shared: Arc<QpShared>,
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Qp({})", self.shared.id.0)
+    }
+}
+
+impl Qp {
+    /// Its number.
+    pub fn id(&self) -> QpId {
+        self.shared.id
+    }
+
+    /// Its protection domain.
+    pub fn pd(&self) -> PdId {
+        self.shared.pd
+    }
+
+    pub(crate) fn shared_dev_is(&self, dev: &Arc<Shared>) -> bool {
+        std::ptr::eq(self.shared.dev.as_ptr(), Arc::as_ptr(dev))
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.shared
+            .lock()
+            .map(|g| g.core.state())
+            .unwrap_or(QpState::Error)
+    }
+
+    /// I/O statistics.
+    pub fn stats(&self) -> QpStats {
+        self.shared.lock().map(|g| g.stats).unwrap_or_default()
+    }
+
+    /// Octets of data-path buffers (receive staging, transmit gather) the QP holds now.
+    /// A QP takes them from a pool while it reads or sends and gives them back once
+    /// drained, so this is 0 for an idle QP, whatever it moved before; only octets
+    /// waiting in a buffer (a full socket, a stream held back by an SRQ) keep one, and
+    /// a busy-polling consumer's claim keeps them until the socket goes back to the
+    /// engine (at most a lease after the last poll, or at once when the CQ is armed).
+    pub fn buffer_bytes(&self) -> usize {
+        self.shared.lock().map_or(0, |g| {
+            g.staging.held() + g.conn.as_ref().map_or(0, |c| c.tx.held())
+        })
+    }
+
+    /// The negotiated parameters.
+    pub fn params(&self) -> QpParams {
+        self.shared
+            .lock()
+            .map(|g| *g.core.params())
+            .unwrap_or_default()
+    }
+
+    /// The Terminate cause and whether the peer sent it, once the QP failed.
+    pub fn fatal_cause(&self) -> Option<(softrnic_wire::TerminateCause, bool)> {
+        self.shared.lock().ok()?.core.fatal_cause()
+    }
+
+    fn dev(&self) -> Result<Arc<Shared>> {
+        self.shared
+            .dev
+            .upgrade()
+            .ok_or(Error::BadState("device closed"))
+    }
+
+    /// Posts a receive work request.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.post_recv_batch(std::slice::from_ref(&wr))
+    }
+
+    /// Posts a chain of receive work requests under one lock of the QP (as
+    /// `ibv_post_recv` takes a list). Stops at the first refused one: those before it
+    /// are posted.
+    /// The requests may be borrowed (`std::iter::repeat_n(&wr, n)`).
+    pub fn post_recv_batch<W: std::borrow::Borrow<RecvWr>>(
+        &self,
+        wrs: impl IntoIterator<Item = W>,
+    ) -> Result<()> {
+        let mut g = self.shared.lock()?;
+        let dev = self
+            .shared
+            .pass_dev(&mut g)
+            .ok_or(Error::BadState("device closed"))?;
+        let mut posted = Ok(());
+        for wr in wrs {
+            if let Err(e) = g.core.post_recv_ref(wr.borrow(), &dev.tpt) {
+                posted = Err(e.into());
+                break;
+            }
+        }
+        if posted.is_ok() {
+            if g.core.state() == QpState::Error {
+                // A bad receive SGE is a local error: close the connection now
+                // (nothing else may wake this QP), so the peer learns.
+                self.shared.progress_locked(&mut g, &dev);
+            } else {
+                self.shared.deliver(&mut g, &dev);
+            }
+        }
+        let spare = self.shared.end_pass(&mut g, dev);
+        drop(g);
+        drop(spare);
+        posted
+    }
+
+    /// Posts a send-queue work request and starts transmitting it on this thread.
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        // Borrowed: the request is copied once, into the send queue (through
+        // `iter::once` it was moved into the iterator and out again first).
+        self.post_send_batch(std::slice::from_ref(&wr))
+    }
+
+    /// Posts a chain of send-queue work requests, transmitting once after all are queued
+    /// (one doorbell for the batch). The requests may be borrowed (`batch.iter()`): each
+    /// is then copied once, into the send queue.
+    pub fn post_send_batch<W: std::borrow::Borrow<SendWr>>(
+        &self,
+        wrs: impl IntoIterator<Item = W>,
+    ) -> Result<()> {
+        let mut g = self.shared.lock()?;
+        let dev = self
+            .shared
+            .pass_dev(&mut g)
+            .ok_or(Error::BadState("device closed"))?;
+        let mut posted = Ok(());
+        let QpInner {
+            core, conn, stats, ..
+        } = &mut *g;
+        for wr in wrs {
+            // Small requests to an idle send queue go straight into the transmit
+            // buffer (`transmit::post_gathered`).
+            let r = match conn.as_mut() {
+                Some(conn) => post_gathered(core, conn, stats, &dev, wr.borrow()),
+                None => core.post_send_ref(wr.borrow(), &dev.tpt),
+            };
+            if let Err(e) = r {
+                posted = Err(e.into());
+                break;
+            }
+        }
+        if posted.is_ok() {
+            // After a post: what was posted goes out and what completed is delivered,
+            // without the receive path's `read(2)` (usually an empty one): what
+            // arrives is for the engine, which sees the socket readable, or for the
+            // polling consumer.
+            self.shared.progress_pass(&mut g, &dev, Pass::TransmitOnly);
+        }
+        let spare = self.shared.end_pass(&mut g, dev);
+        drop(g);
+        drop(spare);
+        posted
+    }
+
+    /// Graceful close: queued sends finish, then FIN; the QP goes to error (flushing what
+    /// is left) once the peer closes too. [`crate::AsyncEvent::Disconnected`] follows.
+    pub fn disconnect(&self) -> Result<()> {
+        let dev = self.dev()?;
+        let mut g = self.shared.lock()?;
+        g.core.close();
+        if g.owner.is_claimed() {
+            // The engine sees the close through (the peer's FIN, the close timer),
+            // whether or not the program keeps polling.
+            self.shared.release(&mut g, &dev);
+        }
+        self.shared.progress_locked(&mut g, &dev);
+        Ok(())
+    }
+
+    /// Abortive close: the connection is reset (RST) and all outstanding work flushes.
+    pub fn abort(&self) -> Result<()> {
+        let dev = self.dev()?;
+        let mut g = self.shared.lock()?;
+        g.core.to_error();
+        let mut disconnected = false;
+        if let Some(c) = g.conn.take() {
+            // Closing the socket with a zero linger time sends RST, not FIN (a
+            // `shutdown` would send FIN, and the peer would take it for a graceful
+            // close). The engine forgets the socket before it is closed.
+            disconnected = drop_conn(c, &mut g.core, self.shared.engine(), &dev);
+        }
+        // The flushes reach the CQ before Disconnected is posted.
+        self.shared.progress_locked(&mut g, &dev);
+        if disconnected {
+            dev.post_event(AsyncEvent::Disconnected { qp: self.shared.id });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        if let Some(dev) = self.shared.dev.upgrade() {
+            if let Ok(mut g) = self.shared.inner.lock()
+                && let Some(c) = g.conn.take()
+            {
+                // Destroying a connected QP is an abortive close: RST.
+                drop_conn(c, &mut g.core, self.shared.engine(), &dev);
+            }
+            if let Ok(mut q) = dev.qps.lock() {
+                q.remove(&self.shared.id.0);
+            }
+        }
+        if let Some(srq) = &self.shared.srq {
+            srq.detach(self.shared.id);
+        }
+        // The CQs hold their QPs (for their consumers' drives) until now.
+        let s = &self.shared;
+        s.send_cq.remove_qp(s);
+        if !Arc::ptr_eq(&s.send_cq, &s.recv_cq) {
+            s.recv_cq.remove_qp(s);
+        }
+    }
+}
