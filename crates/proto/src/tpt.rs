@@ -123,6 +123,14 @@ impl Default for Tpt {
     }
 }
 
+/// A table and its epoch ([`Tpt::generation`]): lets a caller keep a check's result
+/// for as long as the table has not changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TptGeneration {
+    table: u64,
+    epoch: u64,
+}
+
 /// A thread's look-up: (table id, epoch then, STag, entry or none).
 type Remembered = (u64, u64, STag, Option<TptEntry>);
 
@@ -263,6 +271,16 @@ impl Tpt {
         #[cfg(test)]
         TABLE_READS.with(|n| n.set(n.get() + 1));
         e
+    }
+
+    /// This table's state as of now: equal to a later one only if no entry changed in
+    /// between (an entry's removal, invalidation, revalidation, registration). A check
+    /// made after taking it and before a later equal one would give the same answer.
+    pub fn generation(&self) -> TptGeneration {
+        TptGeneration {
+            table: self.id,
+            epoch: self.epoch.load(Ordering::Acquire),
+        }
     }
 
     /// Number of regions registered.
