@@ -21,6 +21,8 @@
 pub(crate) mod backlog;
 #[cfg(test)]
 mod backlog_tests;
+#[cfg(test)]
+mod due_tests;
 pub(crate) mod link;
 pub(crate) mod listener;
 pub(crate) mod netlink;
@@ -176,4 +178,10 @@ pub struct UserTcpStats {
     /// The frame link's counters (`None` on a simulated network, whose counters are
     /// [`SimNet::stats`]).
     pub link: Option<NetStats>,
+    /// Turns of the stack thread: its wake-ups (for a timer, a packet handed over
+    /// while the stack was busy, or a packet held back by the network).
+    pub stack_thread_turns: u64,
+    /// Stacks pumped by threads that poll a connection, for timers and held-back
+    /// packets that fell due (work the stack thread would otherwise wake up for).
+    pub polled_pumps: u64,
 }

@@ -7,6 +7,7 @@ use softrnic_tcp::Lent;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -65,9 +66,19 @@ pub struct WireStats {
 
 /// A simulated network that devices in this process attach their own TCP to
 /// ([`crate::UserTcp`]). Cloning gives another handle to the same network.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct SimNet {
     hub: Arc<Mutex<Hub>>,
+    /// No packet held back by the network (reordering, delay) falls due before this
+    /// time (nanoseconds on the engines' clock; `u64::MAX`: none is held): a lower
+    /// bound, read without the lock by threads that poll ([`SimNet::deliver_due`]).
+    held_due: Arc<AtomicU64>,
+}
+
+impl Default for SimNet {
+    fn default() -> SimNet {
+        SimNet::new(Impairments::default())
+    }
 }
 
 impl std::fmt::Debug for SimNet {
@@ -167,6 +178,15 @@ impl SimNet {
                 rng: rng.max(1),
                 ..Hub::default()
             })),
+            held_due: Arc::new(AtomicU64::new(u64::MAX)),
+        }
+    }
+
+    /// Changes what the wire does from now on (tests: a clean handshake, then loss).
+    #[cfg(test)]
+    pub(crate) fn set_impairments(&self, imp: Impairments) {
+        if let Ok(mut h) = self.hub.lock() {
+            h.imp = imp;
         }
     }
 
@@ -306,7 +326,10 @@ impl SimNet {
                 at += h.imp.reorder_delay;
                 h.stats.reordered += 1;
             }
-            later |= at > now;
+            if at > now {
+                later = true;
+                self.held_due.fetch_min(nanos(at), Ordering::SeqCst);
+            }
             h.sent += 1;
             let order = h.sent;
             match h.ports.get_mut(&dst) {
@@ -350,6 +373,52 @@ impl SimNet {
         bufs.clear();
     }
 
+    /// Whether the network holds a packet back (one may fall due).
+    pub(crate) fn holds(&self) -> bool {
+        self.held_due.load(Ordering::SeqCst) != u64::MAX
+    }
+
+    /// Hands the packets the network held back and that are due at `now` to their
+    /// stacks in the calling thread (a thread that polls anyway: a QP's consumer or
+    /// engine), as a sender's thread hands over packets due at once, instead of
+    /// leaving them to the stack threads' timers: on 2 CPUs with both ends polling, a
+    /// stack thread's wake-up takes a CPU from a poller and comes tens of microseconds
+    /// late, while the sender may wait for the window that packet reopens. A stack
+    /// that another thread holds gets them in its backlog; the stack threads' timers
+    /// stay the fallback. Returns the stacks served. Costs one atomic load while
+    /// nothing held is due.
+    pub(crate) fn deliver_due(&self, now: Duration) -> usize {
+        let due = self.held_due.load(Ordering::SeqCst);
+        if due == u64::MAX || due > nanos(now) {
+            return 0;
+        }
+        let mut ready: Vec<Deliver> = Vec::new();
+        {
+            let Ok(h) = self.hub.lock() else {
+                return 0;
+            };
+            // The bound is made exact here, under the lock that every push takes: a
+            // packet held later lowers it again with its `fetch_min`.
+            let mut next = u64::MAX;
+            for port in h.ports.values() {
+                match port.queue.peek() {
+                    Some(Reverse((at, ..))) if *at <= now => {
+                        ready.extend(port.deliver.clone());
+                        // What stays held after the due ones are taken.
+                        let later = port.queue.iter().map(|Reverse((at, ..))| *at);
+                        if let Some(at) = later.filter(|at| *at > now).min() {
+                            next = next.min(nanos(at));
+                        }
+                    }
+                    Some(Reverse((at, ..))) => next = next.min(nanos(*at)),
+                    None => {}
+                }
+            }
+            self.held_due.store(next, Ordering::SeqCst);
+        }
+        ready.iter().filter(|d| d()).count()
+    }
+
     /// Per address, the packets waiting for its stack and how long the oldest due one
     /// has waited at `now` (for tracing a stall: a stack that has not taken its
     /// packets).
@@ -387,6 +456,11 @@ impl SimNet {
         }
         None
     }
+}
+
+/// `t` in nanoseconds, saturating.
+fn nanos(t: Duration) -> u64 {
+    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX - 1)
 }
 
 impl Hub {

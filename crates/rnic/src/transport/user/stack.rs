@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -89,6 +89,8 @@ pub(crate) struct Inner {
     spent: Vec<Vec<u8>>,
     /// When this stack last took a packet off its link (for tracing a timeout).
     last_rx: Option<Duration>,
+    /// [`UserStack::due`], kept by every pump.
+    due: Arc<AtomicU64>,
 }
 
 /// Read packet buffers gathered before they go back to the link (one hand-over of
@@ -185,7 +187,14 @@ impl Inner {
             }
         }
         self.flush(now);
+        self.publish_due();
         self.dispatch()
+    }
+
+    /// Tells pollers when this stack next has work ([`UserStack::serve_due`]).
+    fn publish_due(&self) {
+        self.due
+            .store(self.next_wake().map_or(u64::MAX, nanos), Ordering::SeqCst);
     }
 
     /// Wakes the engines of the connections whose change their QP waits for; true if
@@ -291,6 +300,20 @@ pub(crate) struct UserStack {
     addr: Ipv4Addr,
     /// A frame link's counters.
     link_stats: Option<super::netlink::SharedStats>,
+    /// The simulated network this stack is on, whose held-back packets a polling
+    /// thread delivers when they fall due ([`UserStack::serve_due`]).
+    sim: Option<super::SimNet>,
+    /// When a timer of this stack, or a packet its link holds, falls due
+    /// (nanoseconds on the engines' clock, `u64::MAX`: never), as of its last pump, or
+    /// earlier: a poller that finds it passed pumps the stack itself.
+    due: Arc<AtomicU64>,
+    /// Turns of the stack thread (each a wake-up, for a timer or a hand-over).
+    turns: AtomicU64,
+    /// Pumps by polling threads for work that fell due ([`UserStack::serve_due`]).
+    polled_pumps: AtomicU64,
+    /// Tests hold this to keep the stack thread from taking a turn.
+    #[cfg(test)]
+    pub(super) gate: Mutex<()>,
 }
 
 /// The device's handle: stops the stack thread when the device closes.
@@ -377,6 +400,7 @@ impl UserStack {
             },
             &[cfg.addr],
         );
+        let due = Arc::new(AtomicU64::new(u64::MAX));
         let me = Arc::new(UserStack {
             inner: Mutex::new(Inner {
                 stack,
@@ -388,6 +412,7 @@ impl UserStack {
                 planned: None,
                 spent: Vec::new(),
                 last_rx: None,
+                due: due.clone(),
             }),
             cv: Condvar::new(),
             wake,
@@ -396,6 +421,12 @@ impl UserStack {
             stop: AtomicBool::new(false),
             addr: cfg.addr,
             link_stats,
+            sim: sim.clone(),
+            due,
+            turns: AtomicU64::new(0),
+            polled_pumps: AtomicU64::new(0),
+            #[cfg(test)]
+            gate: Mutex::new(()),
         });
         if let Some(net) = sim {
             let weak = Arc::downgrade(&me);
@@ -440,6 +471,9 @@ impl UserStack {
                 break;
             }
             let timeout = {
+                #[cfg(test)]
+                let _gate = self.gate.lock();
+                self.turns.fetch_add(1, Ordering::Relaxed);
                 let Ok(mut g) = self.lock_taking() else {
                     break;
                 };
@@ -502,12 +536,58 @@ impl UserStack {
         let t = now();
         g.flush_conn(id, t);
         self.take_backlog(g);
-        if let Some(due) = g.stack.timeout_of(id)
-            && g.planned.is_none_or(|p| due < p)
+        if let Some(due) = g.stack.timeout_of(id) {
+            self.due.fetch_min(nanos(due), Ordering::SeqCst);
+            if g.planned.is_none_or(|p| due < p) {
+                g.planned = Some(due);
+                let _ = self.wake.set();
+            }
+        }
+    }
+
+    /// For a thread that polls a connection of this stack anyway (a QP's consumer, or
+    /// its engine on an event): does the work that has fallen due, this stack's timers
+    /// (RACK's reordering timer, a loss probe) and the packets the simulated network
+    /// held back (for any stack on it), in this thread, as a sender's thread hands
+    /// over the packets due at once. The stack thread, which would do it otherwise,
+    /// must first be woken and find a CPU, which on 2 CPUs with both ends polling is
+    /// one of theirs, tens of microseconds later, while the sender may wait for the
+    /// window that work reopens. It stays the fallback for a program that sleeps.
+    /// Costs two atomic loads (and a clock read while a timer runs) when nothing is
+    /// due. Call it without this stack's lock held.
+    pub(crate) fn serve_due(&self) {
+        let own = self.due.load(Ordering::SeqCst);
+        let held = self.sim.as_ref().is_some_and(|n| n.holds());
+        if own == u64::MAX && !held {
+            return;
+        }
+        let t = now();
+        if own <= nanos(t) && self.try_pump_due() {
+            self.polled_pumps.fetch_add(1, Ordering::Relaxed);
+        }
+        if held && let Some(net) = &self.sim {
+            let served = net.deliver_due(t);
+            self.polled_pumps
+                .fetch_add(served as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Pumps the stack if nobody holds it: true if it did.
+    fn try_pump_due(&self) -> bool {
+        let Ok(mut g) = self.inner.try_lock() else {
+            return false;
+        };
+        self.backlog.store(false, Ordering::SeqCst);
+        if g.pump(now()) {
+            self.cv.notify_all();
+        }
+        if let Some(next) = g.next_wake()
+            && g.planned.is_none_or(|p| next < p)
         {
-            g.planned = Some(due);
+            g.planned = Some(next);
             let _ = self.wake.set();
         }
+        true
     }
 
     /// After a call that may have made anything due (a close, an accept): everything
@@ -577,6 +657,8 @@ impl UserStack {
             .map(|g| UserTcpStats {
                 stack: g.stack.stats().clone(),
                 tcp: g.stack.tcp_totals(),
+                stack_thread_turns: self.turns.load(Ordering::Relaxed),
+                polled_pumps: self.polled_pumps.load(Ordering::Relaxed),
                 link: self
                     .link_stats
                     .as_ref()
@@ -601,4 +683,9 @@ pub(crate) fn to_io(e: StackError) -> io::Error {
         StackError::TimedOut => io::ErrorKind::TimedOut,
     };
     io::Error::new(kind, e)
+}
+
+/// `t` in nanoseconds, saturating.
+pub(super) fn nanos(t: Duration) -> u64 {
+    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX - 1)
 }

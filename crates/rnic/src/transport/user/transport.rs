@@ -213,6 +213,9 @@ impl UserTransport {
         &mut self,
         read: impl FnOnce(&mut Stack, ConnId) -> Result<usize, StackError>,
     ) -> io::Result<usize> {
+        // A poller first does what fell due (a held-back packet, a timer): it may be
+        // what this read waits for.
+        self.stack.serve_due();
         let sig = &self.signal;
         if !sig.readable.load(Ordering::SeqCst) {
             // Nothing was there at the last look: ask to be woken, then look once more
@@ -256,6 +259,9 @@ impl UserTransport {
             }
             Err(StackError::WouldBlock) => {
                 self.signal.want_write.store(true, Ordering::SeqCst);
+                drop(g);
+                // What reopens the window may be a held-back packet or a timer.
+                self.stack.serve_due();
                 Err(io::ErrorKind::WouldBlock.into())
             }
             Err(e) => Err(to_io(e)),

@@ -1,0 +1,165 @@
+//! Work that falls due on a timer (a packet the simulated network held back, a loss
+//! probe) is done by a thread that polls a connection ([`UserStack::serve_due`]), not
+//! left to a stack thread that must first be woken and find a CPU. Both stack threads
+//! are kept from taking a turn here, so only the poller can have done it.
+
+use super::stack::{UserStack, UserStackHandle};
+use super::{Impairments, SimNet, UserTcp};
+use crate::engine::now;
+use softrnic_tcp::{ConnId, ListenerId, RxMode, State};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
+
+const A: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 1);
+const B: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
+const PORT: u16 = 7001;
+
+fn stack(net: &SimNet, addr: Ipv4Addr, serial: u32) -> UserStackHandle {
+    UserStack::start(&UserTcp::sim(net, addr), Duration::from_secs(3600), serial).unwrap()
+}
+
+/// A connection from `a` to `b`, established at both ends (by the stack threads).
+fn connect(a: &UserStack, b: &UserStack) -> (ConnId, ConnId) {
+    let lis: ListenerId = b
+        .lock()
+        .unwrap()
+        .stack
+        .listen(SocketAddrV4::new(B, PORT), 4, RxMode::Stream)
+        .unwrap();
+    let id_a = {
+        let mut g = a.lock().unwrap();
+        let id = g
+            .stack
+            .connect(now(), Some(A), SocketAddrV4::new(B, PORT), RxMode::Stream)
+            .unwrap();
+        a.after(&mut g, id);
+        id
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut g = a.lock().unwrap();
+    while g.stack.state(id_a).unwrap() != State::Established {
+        g = a
+            .wait_until(g, deadline)
+            .unwrap()
+            .expect("no handshake in 60 s");
+    }
+    drop(g);
+    let mut g = b.lock().unwrap();
+    let id_b = loop {
+        if let Some(id) = g.stack.accept(lis).unwrap() {
+            break id;
+        }
+        g = b
+            .wait_until(g, deadline)
+            .unwrap()
+            .expect("no accept in 60 s");
+    };
+    (id_a, id_b)
+}
+
+/// Keeps a stack's thread from taking a turn (it waits at the start of its next one).
+fn hold_thread(s: &UserStack) -> MutexGuard<'_, ()> {
+    s.gate.lock().unwrap()
+}
+
+fn turns(s: &UserStack) -> u64 {
+    s.stats().stack_thread_turns
+}
+
+/// `poller` calls [`UserStack::serve_due`] until `b` has `n` octets to read on `id_b`.
+fn poll_until_readable(poller: &UserStack, b: &UserStack, id_b: ConnId, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.lock().unwrap().stack.readable(id_b) < n {
+        assert!(
+            Instant::now() < deadline,
+            "the poller did not deliver the octets in 60 s"
+        );
+        poller.serve_due();
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_held_back_packet_is_delivered_by_a_polling_thread_when_it_falls_due() {
+    let net = SimNet::new(Impairments {
+        reorder: 1.0,
+        reorder_delay: Duration::from_millis(2),
+        ..Impairments::default()
+    });
+    let a = stack(&net, A, 1);
+    let b = stack(&net, B, 2);
+    let (id_a, id_b) = connect(&a.stack, &b.stack);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+
+    let (hold_a, hold_b) = (hold_thread(&a.stack), hold_thread(&b.stack));
+    let before = (turns(&a.stack), turns(&b.stack));
+    {
+        let mut ga = a.stack.lock().unwrap();
+        assert_eq!(ga.stack.send(id_a, &data).unwrap(), data.len());
+        a.stack.after(&mut ga, id_a);
+    }
+    assert_eq!(
+        b.stack.lock().unwrap().stack.readable(id_b),
+        0,
+        "the network holds the data back 2 ms"
+    );
+    // b's consumer polls: once the 2 ms have passed, its poll hands the packet to b.
+    poll_until_readable(&b.stack, &b.stack, id_b, data.len());
+    let mut got = vec![0u8; data.len()];
+    assert_eq!(
+        b.stack.lock().unwrap().stack.read(id_b, &mut got).unwrap(),
+        data.len()
+    );
+    assert_eq!(got, data);
+    assert_eq!(
+        (turns(&a.stack), turns(&b.stack)),
+        before,
+        "a stack thread took a turn"
+    );
+    assert!(b.stack.stats().polled_pumps >= 1);
+    drop((hold_a, hold_b));
+}
+
+#[test]
+fn a_loss_probe_that_falls_due_is_sent_by_the_senders_polling_thread() {
+    let net = SimNet::new(Impairments::default());
+    let a = stack(&net, A, 1);
+    let b = stack(&net, B, 2);
+    let (id_a, id_b) = connect(&a.stack, &b.stack);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 5) as u8).collect();
+
+    let (hold_a, hold_b) = (hold_thread(&a.stack), hold_thread(&b.stack));
+    let before = (turns(&a.stack), turns(&b.stack));
+    // The data is lost on the wire; then the wire is clean again.
+    net.set_impairments(Impairments {
+        loss: 1.0,
+        ..Impairments::default()
+    });
+    {
+        let mut ga = a.stack.lock().unwrap();
+        assert_eq!(ga.stack.send(id_a, &data).unwrap(), data.len());
+        a.stack.after(&mut ga, id_a);
+    }
+    net.set_impairments(Impairments::default());
+    assert_eq!(net.stats().lost, 1);
+    assert_eq!(b.stack.lock().unwrap().stack.readable(id_b), 0);
+    // a's consumer polls: the loss probe (or the retransmission timer) falls due and
+    // is sent from its thread, and b takes it in that thread too.
+    poll_until_readable(&a.stack, &b.stack, id_b, data.len());
+    let mut got = vec![0u8; data.len()];
+    assert_eq!(
+        b.stack.lock().unwrap().stack.read(id_b, &mut got).unwrap(),
+        data.len()
+    );
+    assert_eq!(got, data);
+    let tcp = a.stack.stats().tcp;
+    assert_eq!(tcp.loss_probes, 1, "{tcp:?}");
+    assert_eq!(tcp.timeouts, 0, "{tcp:?}");
+    assert_eq!(
+        (turns(&a.stack), turns(&b.stack)),
+        before,
+        "a stack thread took a turn"
+    );
+    drop((hold_a, hold_b));
+}
