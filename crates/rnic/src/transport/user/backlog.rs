@@ -71,12 +71,9 @@ impl UserStack {
             self.cv.notify_all();
         }
         // What the packets made due may come before the stack thread's planned wake.
-        if pumped
-            && let Some(next) = g.next_wake()
-            && g.planned.is_none_or(|p| next < p)
-        {
-            g.planned = Some(next);
-            let _ = self.wake.set();
+        if pumped {
+            let next = g.next_wake();
+            self.plan(g, next);
         }
     }
 }

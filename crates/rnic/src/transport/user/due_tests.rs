@@ -163,3 +163,48 @@ fn a_loss_probe_that_falls_due_is_sent_by_the_senders_polling_thread() {
     );
     drop((hold_a, hold_b));
 }
+
+#[test]
+fn a_held_back_packet_and_the_timer_it_starts_arm_the_stack_threads_timers_without_waking_them() {
+    let net = SimNet::new(Impairments {
+        reorder: 1.0,
+        reorder_delay: Duration::from_millis(2),
+        ..Impairments::default()
+    });
+    let a = stack(&net, A, 1);
+    let b = stack(&net, B, 2);
+    let (id_a, id_b) = connect(&a.stack, &b.stack);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 3) as u8).collect();
+
+    a.stack.wake.clear().unwrap();
+    b.stack.wake.clear().unwrap();
+    {
+        let mut ga = a.stack.lock().unwrap();
+        assert_eq!(ga.stack.send(id_a, &data).unwrap(), data.len());
+        a.stack.after(&mut ga, id_a);
+        assert!(ga.planned.is_some(), "a's timer was not planned");
+    }
+    assert!(
+        !b.stack.wake.wait_readable(Some(Duration::ZERO)).unwrap(),
+        "b's stack thread was woken to plan for a packet held back"
+    );
+    assert!(
+        !a.stack.wake.wait_readable(Some(Duration::ZERO)).unwrap(),
+        "a's stack thread was woken to plan the timer the send started"
+    );
+    assert!(b.stack.lock().unwrap().planned.is_some());
+    // Nobody polls here: b's stack thread, on the timer armed from this thread,
+    // delivers the data when it falls due.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut g = b.stack.lock().unwrap();
+    while g.stack.readable(id_b) < data.len() {
+        g = b
+            .stack
+            .wait_until(g, deadline)
+            .unwrap()
+            .expect("b's stack thread did not deliver in 60 s");
+    }
+    let mut got = vec![0u8; data.len()];
+    assert_eq!(g.stack.read(id_b, &mut got).unwrap(), data.len());
+    assert_eq!(got, data);
+}

@@ -21,6 +21,7 @@
 pub(crate) mod backlog;
 #[cfg(test)]
 mod backlog_tests;
+pub(crate) mod due;
 #[cfg(test)]
 mod due_tests;
 pub(crate) mod link;

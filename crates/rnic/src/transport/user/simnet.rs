@@ -311,7 +311,6 @@ impl SimNet {
             twin.extend_from_slice(&copies[0]);
             copies.push(twin);
         }
-        let mut later = false;
         for mut p in copies {
             let damaged = h.chance(h.imp.corrupt) && len > 0;
             if damaged {
@@ -327,7 +326,6 @@ impl SimNet {
                 h.stats.reordered += 1;
             }
             if at > now {
-                later = true;
                 self.held_due.fetch_min(nanos(at), Ordering::SeqCst);
             }
             h.sent += 1;
@@ -353,10 +351,12 @@ impl SimNet {
         };
         let (wake, deliver) = (port.wake.clone(), port.deliver.clone());
         drop(guard);
-        // Due now: the receiving stack takes it in this thread if it is free; a
-        // packet due later (or a busy stack) wakes the stack's own thread.
+        // The receiving stack takes it in this thread if it is free (or its holder
+        // does): at once if it is due now; a packet held back for later sets the
+        // stack's timer from here. Only a busy stack whose holder will not look
+        // again wakes the stack's own thread.
         match deliver {
-            Some(d) if !later && d() => {}
+            Some(d) if d() => {}
             _ => wake(),
         }
     }

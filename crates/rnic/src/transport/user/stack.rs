@@ -33,13 +33,6 @@ const WAKE: Token = Token(0);
 const LINK: Token = Token(1);
 const TIMER: Token = Token(2);
 
-/// Waits shorter than this end on the stack thread's timer descriptor, to the
-/// microsecond, rather than on epoll's timeout, which counts whole milliseconds: a
-/// loss probe due after two round trips of tens of microseconds, or a packet the
-/// simulated network holds back for 200 us, would otherwise wait a millisecond (and
-/// a sender whose window is full meanwhile stops for as long).
-const PRECISE_BELOW: Duration = Duration::from_millis(10);
-
 /// How a connection's engine learns that it can go on, shared by the stack and the
 /// connection's transport: an eventfd the engine's epoll set holds under the QP's
 /// token (edge-triggered like a socket: a write is an event), written when the
@@ -83,7 +76,9 @@ pub(crate) struct Inner {
     /// Per listener, its watched connections that became readable or ended since it
     /// last looked: a listener's wake reads these, not every exchange.
     news: HashMap<ListenerId, HashSet<ConnId>>,
-    /// When the stack thread wakes next by itself (`None`: only when woken).
+    /// When the stack thread wakes next by itself (`None`: only when woken): its
+    /// timer descriptor is armed for it, by whichever thread plans it
+    /// ([`UserStack::plan`]).
     pub(super) planned: Option<Duration>,
     /// Packet buffers read out of (zero-copy receive), on their way back to the link.
     spent: Vec<Vec<u8>>,
@@ -283,7 +278,7 @@ impl Inner {
 /// A device's own TCP: shared by the stack thread, the connections' streams and
 /// transports, and the device's listeners.
 pub(crate) struct UserStack {
-    inner: Mutex<Inner>,
+    pub(super) inner: Mutex<Inner>,
     /// Blocking users wait here for their connection (or listener) to change.
     pub(crate) cv: Condvar,
     /// Wakes the stack thread.
@@ -302,15 +297,20 @@ pub(crate) struct UserStack {
     link_stats: Option<super::netlink::SharedStats>,
     /// The simulated network this stack is on, whose held-back packets a polling
     /// thread delivers when they fall due ([`UserStack::serve_due`]).
-    sim: Option<super::SimNet>,
+    pub(super) sim: Option<super::SimNet>,
     /// When a timer of this stack, or a packet its link holds, falls due
     /// (nanoseconds on the engines' clock, `u64::MAX`: never), as of its last pump, or
     /// earlier: a poller that finds it passed pumps the stack itself.
-    due: Arc<AtomicU64>,
+    pub(super) due: Arc<AtomicU64>,
     /// Turns of the stack thread (each a wake-up, for a timer or a hand-over).
     turns: AtomicU64,
     /// Pumps by polling threads for work that fell due ([`UserStack::serve_due`]).
-    polled_pumps: AtomicU64,
+    pub(super) polled_pumps: AtomicU64,
+    /// The stack thread's timer: it wakes when this expires, to the microsecond (a
+    /// loss probe due after two round trips of microseconds, or a packet the simulated
+    /// network holds back 200 us, must not wait for epoll's whole milliseconds).
+    /// Armed under the stack's lock only.
+    pub(super) timer: TimerFd,
     /// Tests hold this to keep the stack thread from taking a turn.
     #[cfg(test)]
     pub(super) gate: Mutex<()>,
@@ -326,6 +326,16 @@ impl UserStackHandle {
     /// Stops the stack thread and leaves the link (a frame link closes its device).
     /// Idempotent; a connection still open afterwards sends into nothing.
     pub(crate) fn shutdown(&self) {
+        if !self.stack.stop.load(Ordering::Acquire) {
+            // Who did the timed work: the stack thread, woken for it, or the threads
+            // that poll (`RUST_LOG=softrnic_rnic::transport::user=debug`).
+            tracing::debug!(
+                addr = %self.stack.addr,
+                stack_thread_turns = self.stack.turns.load(Ordering::Relaxed),
+                polled_pumps = self.stack.polled_pumps.load(Ordering::Relaxed),
+                "own TCP stack stops"
+            );
+        }
         self.stack.stop.store(true, Ordering::Release);
         let _ = self.stack.wake.set();
         let thread = self.thread.lock().ok().and_then(|mut t| t.take());
@@ -401,6 +411,7 @@ impl UserStack {
             &[cfg.addr],
         );
         let due = Arc::new(AtomicU64::new(u64::MAX));
+        let timer = TimerFd::new()?;
         let me = Arc::new(UserStack {
             inner: Mutex::new(Inner {
                 stack,
@@ -425,6 +436,7 @@ impl UserStack {
             due,
             turns: AtomicU64::new(0),
             polled_pumps: AtomicU64::new(0),
+            timer,
             #[cfg(test)]
             gate: Mutex::new(()),
         });
@@ -443,14 +455,13 @@ impl UserStack {
             poll.registry()
                 .register(&mut SourceFd(&fd), LINK, Interest::READABLE)?;
         }
-        let timer = TimerFd::new()?;
-        let tfd = timer.as_fd().as_raw_fd();
+        let tfd = me.timer.as_fd().as_raw_fd();
         poll.registry()
             .register(&mut SourceFd(&tfd), TIMER, Interest::READABLE)?;
         let run = me.clone();
         let thread = std::thread::Builder::new()
             .name(format!("softrnic-tcp-{serial}"))
-            .spawn(move || run.run(poll, timer))?;
+            .spawn(move || run.run(poll))?;
         Ok(UserStackHandle {
             stack: me,
             thread: Mutex::new(Some(thread)),
@@ -464,13 +475,13 @@ impl UserStack {
     }
 
     /// The stack thread: serve the link and the timers until the device closes.
-    fn run(&self, mut poll: Poll, timer: TimerFd) {
+    fn run(&self, mut poll: Poll) {
         let mut events = Events::with_capacity(8);
         loop {
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
-            let timeout = {
+            {
                 #[cfg(test)]
                 let _gate = self.gate.lock();
                 self.turns.fetch_add(1, Ordering::Relaxed);
@@ -484,22 +495,18 @@ impl UserStack {
                 }
                 // And what its own packets' answers bring back.
                 self.release(&mut g);
+                // Its timer, armed under the lock as every thread that plans arms it.
                 let next = g.next_wake();
-                g.planned = next;
-                next.map(|t| t.saturating_sub(now()))
-            };
-            if let Some(wait) = timeout.filter(|w| *w < PRECISE_BELOW)
-                && timer.arm(wait).is_err()
-            {
-                break;
+                g.planned = None;
+                self.plan(&mut g, next);
             }
-            if let Err(e) = poll.poll(&mut events, timeout)
+            if let Err(e) = poll.poll(&mut events, None)
                 && e.kind() != io::ErrorKind::Interrupted
             {
                 break;
             }
             if events.iter().any(|e| e.token() == TIMER) {
-                timer.clear();
+                self.timer.clear();
             }
         }
     }
@@ -518,14 +525,10 @@ impl UserStack {
         if g.pump(now()) {
             self.cv.notify_all();
         }
-        // The stack thread sleeps until its planned time: wake it if a timer is due
-        // earlier now.
-        if let Some(next) = g.next_wake()
-            && g.planned.is_none_or(|p| next < p)
-        {
-            g.planned = Some(next);
-            let _ = self.wake.set();
-        }
+        // The stack thread sleeps until its planned time: a timer due earlier now
+        // moves it.
+        let next = g.next_wake();
+        self.plan(&mut g, next);
         true
     }
 
@@ -538,56 +541,8 @@ impl UserStack {
         self.take_backlog(g);
         if let Some(due) = g.stack.timeout_of(id) {
             self.due.fetch_min(nanos(due), Ordering::SeqCst);
-            if g.planned.is_none_or(|p| due < p) {
-                g.planned = Some(due);
-                let _ = self.wake.set();
-            }
+            self.plan(g, Some(due));
         }
-    }
-
-    /// For a thread that polls a connection of this stack anyway (a QP's consumer, or
-    /// its engine on an event): does the work that has fallen due, this stack's timers
-    /// (RACK's reordering timer, a loss probe) and the packets the simulated network
-    /// held back (for any stack on it), in this thread, as a sender's thread hands
-    /// over the packets due at once. The stack thread, which would do it otherwise,
-    /// must first be woken and find a CPU, which on 2 CPUs with both ends polling is
-    /// one of theirs, tens of microseconds later, while the sender may wait for the
-    /// window that work reopens. It stays the fallback for a program that sleeps.
-    /// Costs two atomic loads (and a clock read while a timer runs) when nothing is
-    /// due. Call it without this stack's lock held.
-    pub(crate) fn serve_due(&self) {
-        let own = self.due.load(Ordering::SeqCst);
-        let held = self.sim.as_ref().is_some_and(|n| n.holds());
-        if own == u64::MAX && !held {
-            return;
-        }
-        let t = now();
-        if own <= nanos(t) && self.try_pump_due() {
-            self.polled_pumps.fetch_add(1, Ordering::Relaxed);
-        }
-        if held && let Some(net) = &self.sim {
-            let served = net.deliver_due(t);
-            self.polled_pumps
-                .fetch_add(served as u64, Ordering::Relaxed);
-        }
-    }
-
-    /// Pumps the stack if nobody holds it: true if it did.
-    fn try_pump_due(&self) -> bool {
-        let Ok(mut g) = self.inner.try_lock() else {
-            return false;
-        };
-        self.backlog.store(false, Ordering::SeqCst);
-        if g.pump(now()) {
-            self.cv.notify_all();
-        }
-        if let Some(next) = g.next_wake()
-            && g.planned.is_none_or(|p| next < p)
-        {
-            g.planned = Some(next);
-            let _ = self.wake.set();
-        }
-        true
     }
 
     /// After a call that may have made anything due (a close, an accept): everything
