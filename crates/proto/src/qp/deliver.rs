@@ -102,18 +102,27 @@ impl Outbox {
     }
 
     /// A receive completion, released at once (the receive path calls this in MSN order).
+    /// Inlined: the one-step Send receive calls it once per message.
+    #[inline]
     pub(crate) fn recv(&mut self, c: Completion) {
         self.push(c);
     }
 
     /// Queues a released completion, taking back the room of the last burst first if
     /// the queue gave it back.
+    #[inline]
     fn push(&mut self, c: Completion) {
         if self.completions.capacity() == 0 {
-            self.completions
-                .reserve_exact(std::mem::take(&mut self.completions_room));
+            self.regrow();
         }
         self.completions.push_back(c);
+    }
+
+    /// Takes back the room the completion queue gave back after its last burst.
+    #[cold]
+    fn regrow(&mut self) {
+        self.completions
+            .reserve_exact(std::mem::take(&mut self.completions_room));
     }
 
     pub(crate) fn event(&mut self, e: QpEvent) {
