@@ -64,6 +64,16 @@ pub enum PlacementArg {
     Inherit,
 }
 
+/// The congestion control of kernel TCP connections to this host
+/// (`DeviceConfig::same_host_congestion`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SameHostArg {
+    /// Not BBR: CUBIC (or Reno) where the system's default would pace (the default).
+    Unpaced,
+    /// The system's default (`net.ipv4.tcp_congestion_control`), as before session 13.
+    System,
+}
+
 /// The flags every benchmark subcommand takes (perftest's, plus softrnic's own).
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -150,6 +160,11 @@ pub struct BenchArgs {
     /// leaves every socket to Linux's tuning) [default: the device default, 64 MiB].
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub socket_send_budget: Option<usize>,
+    /// softrnic's kernel TCP connections to this host: `unpaced` (no BBR, the device
+    /// default) or the `system`'s congestion control. The TCP baselines always use
+    /// the system's.
+    #[arg(long, value_enum, default_value_t = SameHostArg::Unpaced)]
+    pub same_host_congestion: SameHostArg,
     /// Sleep on completion events instead of busy-polling (perftest's -e): each side
     /// arms its CQs and waits on a completion channel; the engine threads do all the
     /// socket work (progress mode engine) and block at once when idle (engine spin 0

@@ -184,6 +184,52 @@ pub(crate) fn set_send_buffer(fd: RawFd, octets: u64) {
     }
 }
 
+/// The socket's TCP congestion control algorithm (`TCP_CONGESTION`), if the kernel
+/// reports one.
+pub(crate) fn tcp_congestion(fd: RawFd) -> Option<String> {
+    let mut name = [0u8; 16];
+    let mut len = name.len() as libc::socklen_t;
+    // SAFETY: a valid socket fd, and `name`/`len` describe a writable buffer of `len`
+    // octets, which the kernel fills with at most that many.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    let got = &name[..(len as usize).min(name.len())];
+    let end = got.iter().position(|&b| b == 0).unwrap_or(got.len());
+    std::str::from_utf8(&got[..end]).ok().map(str::to_owned)
+}
+
+/// Sets the socket's TCP congestion control algorithm (`TCP_CONGESTION`); the kernel
+/// refuses one it does not have, or, without `CAP_NET_ADMIN`, one that
+/// `net.ipv4.tcp_allowed_congestion_control` does not list.
+pub(crate) fn set_tcp_congestion(fd: RawFd, name: &str) -> io::Result<()> {
+    // SAFETY: a valid socket fd, and the pointer and length describe the octets of
+    // `name`, which the borrow keeps alive during the call; the kernel only reads them.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// The socket's TCP maximum segment size, if the kernel reports one.
 pub(crate) fn tcp_mss(fd: RawFd) -> Option<usize> {
     let mut v: libc::c_int = 0;

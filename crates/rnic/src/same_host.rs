@@ -1,0 +1,137 @@
+//! Kernel TCP between two ends on the same host: no pacing.
+//!
+//! BBR is the only mainline congestion control that makes Linux TCP pace its own
+//! sends (it asks for pacing when it starts; without the `fq` qdisc TCP then paces
+//! with a high-resolution timer per socket). Over loopback there is no bottleneck
+//! link to pace for, and the pacing costs the sender twice: `tcp_write_xmit` arms
+//! the pacing timer whenever it gets ahead of the rate (in a KVM guest each arm is a
+//! timer reprogramming that exits to the hypervisor), and the rate is BBR's estimate
+//! of the bandwidth, which an early low sample can hold below what the two ends can
+//! move. On a host whose default is BBR, 1 MiB Writes with CRC over loopback ran in
+//! a fast mode (6.5-7.4 GB/s) or, one run in three to six, a slow one (3.5-5.8 GB/s)
+//! whose sender spent up to a third of its CPU in `tcp_write_xmit` with interrupts
+//! off (docs/ARCHITECTURE.md, "CRC on: the slow mode was the kernel's pacing").
+//!
+//! So a kernel TCP connection whose peer is on this host leaves BBR for CUBIC (or
+//! Reno, which every Linux has and lets any user choose) unless the device is told
+//! otherwise ([`SameHostCongestion::System`]). Connections to other hosts keep the
+//! system's choice: there a bottleneck may be worth pacing for.
+
+use crate::sys;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+
+/// What a device does with the congestion control of its kernel TCP connections to
+/// its own host ([`crate::DeviceConfig::same_host_congestion`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SameHostCongestion {
+    /// A connection to this host that would pace (BBR) uses CUBIC, or Reno where
+    /// CUBIC is not allowed. The default.
+    #[default]
+    Unpaced,
+    /// Keep the system's congestion control (`net.ipv4.tcp_congestion_control`).
+    System,
+}
+
+/// Whether `peer` is on this host as seen from `local`: a loopback address, or the
+/// connection's own local address.
+pub(crate) fn is_same_host(local: SocketAddr, peer: SocketAddr) -> bool {
+    peer.ip().is_loopback() || peer.ip() == local.ip()
+}
+
+/// The algorithms to try instead of `current`, in order, on a connection to this
+/// host; empty when `current` does not pace.
+pub(crate) fn unpaced_instead_of(current: &str) -> &'static [&'static str] {
+    if current.starts_with("bbr") {
+        &["cubic", "reno"]
+    } else {
+        &[]
+    }
+}
+
+/// Applies `policy` to the connected kernel socket `fd` between `local` and `peer`;
+/// returns the algorithm it switched to, if it switched.
+pub(crate) fn apply(
+    policy: SameHostCongestion,
+    fd: RawFd,
+    local: SocketAddr,
+    peer: SocketAddr,
+) -> Option<&'static str> {
+    if policy == SameHostCongestion::System || !is_same_host(local, peer) {
+        return None;
+    }
+    let current = sys::socket::tcp_congestion(fd)?;
+    unpaced_instead_of(&current)
+        .iter()
+        .copied()
+        .find(|name| sys::socket::set_tcp_congestion(fd, name).is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn only_a_pacing_algorithm_is_replaced() {
+        assert_eq!(unpaced_instead_of("bbr"), &["cubic", "reno"]);
+        assert_eq!(unpaced_instead_of("bbr3"), &["cubic", "reno"]);
+        assert!(unpaced_instead_of("cubic").is_empty());
+        assert!(unpaced_instead_of("reno").is_empty());
+        assert!(unpaced_instead_of("dctcp").is_empty());
+    }
+
+    #[test]
+    fn same_host_means_loopback_or_our_own_address() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(is_same_host(a("127.0.0.1:5"), a("127.0.0.1:6")));
+        assert!(is_same_host(a("10.0.0.2:5"), a("127.0.0.5:6")));
+        assert!(is_same_host(a("[::1]:5"), a("[::1]:6")));
+        assert!(is_same_host(a("10.0.0.2:5"), a("10.0.0.2:6")));
+        assert!(!is_same_host(a("10.0.0.2:5"), a("10.0.0.3:6")));
+        assert!(!is_same_host(a("127.0.0.1:5"), a("10.0.0.3:6")));
+    }
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    /// Sets `name` on `s`, or says why this host cannot (no such algorithm here).
+    fn start_with(s: &TcpStream, name: &str) -> bool {
+        match sys::socket::set_tcp_congestion(s.as_raw_fd(), name) {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!("SKIPPED: this host cannot set {name} on a socket: {e}");
+                false
+            }
+        }
+    }
+
+    fn apply_to(policy: SameHostCongestion, s: &TcpStream) -> Option<&'static str> {
+        apply(
+            policy,
+            s.as_raw_fd(),
+            s.local_addr().unwrap(),
+            s.peer_addr().unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_bbr_socket_to_this_host_stops_pacing_unless_told_to_keep_it() {
+        let (a, b) = pair();
+        if !start_with(&a, "bbr") || !start_with(&b, "bbr") {
+            return;
+        }
+        assert_eq!(apply_to(SameHostCongestion::System, &a), None);
+        assert_eq!(sys::socket::tcp_congestion(a.as_raw_fd()).unwrap(), "bbr");
+        let chosen = apply_to(SameHostCongestion::Unpaced, &b).expect("switched");
+        assert_eq!(sys::socket::tcp_congestion(b.as_raw_fd()).unwrap(), chosen);
+        assert!(["cubic", "reno"].contains(&chosen));
+        // A socket that does not pace is left alone.
+        assert_eq!(apply_to(SameHostCongestion::Unpaced, &b), None);
+    }
+}
