@@ -12,14 +12,25 @@
 //! whose sender spent up to a third of its CPU in `tcp_write_xmit` with interrupts
 //! off (docs/ARCHITECTURE.md, "CRC on: the slow mode was the kernel's pacing").
 //!
-//! So a kernel TCP connection whose peer is on this host leaves BBR for CUBIC (or
-//! Reno, which every Linux has and lets any user choose) unless the device is told
+//! So a kernel TCP connection whose peer is on this host uses CUBIC (or Reno, which
+//! every Linux has and lets any user choose) instead of BBR unless the device is told
 //! otherwise ([`SameHostCongestion::System`]). Connections to other hosts keep the
 //! system's choice: there a bottleneck may be worth pacing for.
+//!
+//! The choice has to be made before the connection is established: BBR turns the
+//! socket's pacing on when it starts and nothing turns it off, so a socket switched
+//! afterwards still paces, at CUBIC's rate (twice the window per round trip, high
+//! over loopback, yet one slow round in 15 remained that way). So `connect` to a
+//! loopback address chooses on the socket before the SYN, and a listener bound to a
+//! loopback address chooses on the listening socket, whose connections inherit it.
+//! A connection to this host found otherwise (a listener on all addresses, the host's
+//! own non-loopback address) is switched when it is taken over, the best left then.
 
 use crate::sys;
-use std::net::SocketAddr;
-use std::os::fd::RawFd;
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
 
 /// What a device does with the congestion control of its kernel TCP connections to
 /// its own host ([`crate::DeviceConfig::same_host_congestion`]).
@@ -49,8 +60,18 @@ pub(crate) fn unpaced_instead_of(current: &str) -> &'static [&'static str] {
     }
 }
 
-/// Applies `policy` to the connected kernel socket `fd` between `local` and `peer`;
-/// returns the algorithm it switched to, if it switched.
+/// Moves socket `fd` off a pacing algorithm; returns the one it chose, if it did.
+fn unpace(fd: RawFd) -> Option<&'static str> {
+    let current = sys::socket::tcp_congestion(fd)?;
+    unpaced_instead_of(&current)
+        .iter()
+        .copied()
+        .find(|name| sys::socket::set_tcp_congestion(fd, name).is_ok())
+}
+
+/// Applies `policy` to a connected kernel socket `fd` between `local` and `peer`
+/// (see the module's notes on what a switch after the fact leaves); returns the
+/// algorithm it switched to, if it switched.
 pub(crate) fn apply(
     policy: SameHostCongestion,
     fd: RawFd,
@@ -60,18 +81,42 @@ pub(crate) fn apply(
     if policy == SameHostCongestion::System || !is_same_host(local, peer) {
         return None;
     }
-    let current = sys::socket::tcp_congestion(fd)?;
-    unpaced_instead_of(&current)
-        .iter()
-        .copied()
-        .find(|name| sys::socket::set_tcp_congestion(fd, name).is_ok())
+    unpace(fd)
+}
+
+/// Connects a kernel TCP socket to `addr` within `timeout`, unpaced from its first
+/// segment when `addr` is a loopback address and `policy` says so.
+pub(crate) fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    policy: SameHostCongestion,
+) -> io::Result<TcpStream> {
+    if policy == SameHostCongestion::System || !addr.ip().is_loopback() {
+        return TcpStream::connect_timeout(&addr, timeout);
+    }
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    unpace(s.as_raw_fd());
+    s.connect_timeout(&addr.into(), timeout)?;
+    Ok(s.into())
+}
+
+/// Applies `policy` to a kernel listener: one bound to a loopback address hands out
+/// only connections to this host, so its connections start unpaced.
+pub(crate) fn listening(policy: SameHostCongestion, l: &TcpListener) -> Option<&'static str> {
+    let bound = l.local_addr().ok()?;
+    if policy == SameHostCongestion::System || !bound.ip().is_loopback() {
+        return None;
+    }
+    unpace(l.as_raw_fd())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::{TcpListener, TcpStream};
-    use std::os::fd::AsRawFd;
 
     #[test]
     fn only_a_pacing_algorithm_is_replaced() {
@@ -133,5 +178,61 @@ mod tests {
         assert!(["cubic", "reno"].contains(&chosen));
         // A socket that does not pace is left alone.
         assert_eq!(apply_to(SameHostCongestion::Unpaced, &b), None);
+    }
+
+    /// The system's congestion control, if it paces (else this host cannot show what
+    /// starting unpaced changes, and says so).
+    fn system_paces() -> bool {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let cc = sys::socket::tcp_congestion(l.as_raw_fd()).unwrap();
+        let paces = !unpaced_instead_of(&cc).is_empty();
+        if !paces {
+            eprintln!("SKIPPED: the system's congestion control ({cc}) does not pace");
+        }
+        paces
+    }
+
+    fn cc(s: &TcpStream) -> String {
+        sys::socket::tcp_congestion(s.as_raw_fd()).unwrap()
+    }
+
+    #[test]
+    fn loopback_connections_start_unpaced_on_both_ends_unless_told_to_keep_the_system_s() {
+        if !system_paces() {
+            return;
+        }
+        let t = Duration::from_secs(5);
+        for (policy, unpaced) in [
+            (SameHostCongestion::Unpaced, true),
+            (SameHostCongestion::System, false),
+        ] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            assert_eq!(listening(policy, &l).is_some(), unpaced, "{policy:?}");
+            let a = connect(l.local_addr().unwrap(), t, policy).unwrap();
+            let (b, _) = l.accept().unwrap();
+            for s in [&a, &b] {
+                let now = cc(s);
+                assert_eq!(
+                    unpaced_instead_of(&now).is_empty(),
+                    unpaced,
+                    "{policy:?}: {now}"
+                );
+            }
+            let mut a = a;
+            let mut b = b;
+            use std::io::{Read, Write};
+            a.write_all(b"ok").unwrap();
+            let mut got = [0u8; 2];
+            b.read_exact(&mut got).unwrap();
+            assert_eq!(&got, b"ok");
+        }
+    }
+
+    #[test]
+    fn a_listener_on_all_addresses_is_left_to_the_system() {
+        let l = TcpListener::bind("0.0.0.0:0").unwrap();
+        let before = sys::socket::tcp_congestion(l.as_raw_fd()).unwrap();
+        assert_eq!(listening(SameHostCongestion::Unpaced, &l), None);
+        assert_eq!(sys::socket::tcp_congestion(l.as_raw_fd()).unwrap(), before);
     }
 }
