@@ -186,7 +186,7 @@ impl Device {
                 let s = crate::same_host::connect(
                     addr,
                     self.shared.cfg.connect_timeout,
-                    self.shared.cfg.same_host_congestion,
+                    self.shared.cfg.same_host_tcp,
                 )?;
                 Box::new(KernelStream::new(s)?)
             }

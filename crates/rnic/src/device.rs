@@ -209,7 +209,7 @@ impl Device {
             pcap,
             socket_buffers: crate::socket_buffers::SocketBuffers::new(
                 cfg.socket_send_budget,
-                cfg.same_host_congestion,
+                cfg.same_host_tcp,
             ),
             cfg,
             serial,

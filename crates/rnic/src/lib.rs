@@ -91,7 +91,7 @@ pub use listener::{Listener, ListenerStats};
 pub use mr::{Mr, Pd};
 pub use placement::EnginePlacement;
 pub use qp::{Qp, QpInit, QpStats, RX_DIRECT_MIN, RX_STAGING_LEN, TX_GATHER_MAX};
-pub use same_host::SameHostCongestion;
+pub use same_host::SameHostTcp;
 pub use softrnic_netdev::MacAddr;
 pub use softrnic_proto::cm::{CmError, CrcPolicy, MpaConfig, RefusalReason, RtrTypes};
 pub use softrnic_proto::srq::limits::{Analysis, Level, LimitKind, QpLimits, Verdict};

@@ -184,6 +184,23 @@ pub(crate) fn set_send_buffer(fd: RawFd, octets: u64) {
     }
 }
 
+/// Sets the socket's receive buffer to `octets` (Linux doubles it for its bookkeeping
+/// and caps it at `net.core.rmem_max`); this turns off Linux's own tuning of its
+/// receive window.
+pub(crate) fn set_receive_buffer(fd: RawFd, octets: u64) {
+    let v = libc::c_int::try_from(octets).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a valid socket fd and a correctly sized, initialised int option value.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
 /// The socket's TCP congestion control algorithm (`TCP_CONGESTION`), if the kernel
 /// reports one.
 pub(crate) fn tcp_congestion(fd: RawFd) -> Option<String> {

@@ -21,21 +21,23 @@ pub(crate) struct SocketTransport {
 
 impl SocketTransport {
     /// Takes over a connected stream: non-blocking, with Nagle's algorithm off (an FPDU
-    /// is sent whole, and a small one must not wait for an ACK), unpaced if its peer is
-    /// on this host (`same_host.rs`), and a seat in the device's send buffer budget.
+    /// is sent whole, and a small one must not wait for an ACK), a seat in the device's
+    /// send buffer budget, and, if its peer is on this host, unpaced with a fixed
+    /// receive buffer (`same_host.rs`).
     pub(crate) fn new(
         sock: std::net::TcpStream,
         buffers: &Arc<SocketBuffers>,
     ) -> io::Result<SocketTransport> {
         sock.set_nonblocking(true)?;
         sock.set_nodelay(true)?;
+        let mut seat = buffers.join();
         crate::same_host::apply(
             buffers.same_host,
             sock.as_raw_fd(),
             sock.local_addr()?,
             sock.peer_addr()?,
+            buffers.receive_share(),
         );
-        let mut seat = buffers.join();
         seat.apply(sock.as_raw_fd());
         Ok(SocketTransport {
             sock: mio::net::TcpStream::from_std(sock),
@@ -180,7 +182,7 @@ mod tests {
     #[test]
     fn a_socket_takes_its_share_of_the_budget_on_its_next_send() {
         // 1 MiB for all: 16 connections share 64 KiB each, one alone takes 1 MiB.
-        let buffers = SocketBuffers::new(1 << 20, crate::SameHostCongestion::System);
+        let buffers = SocketBuffers::new(1 << 20, crate::SameHostTcp::System);
         let (mut t, _peer) = transport(&buffers);
         let tuned = send_buffer(&t);
         assert_eq!(tuned, 2 << 20, "alone: all of it, doubled by Linux");
@@ -199,8 +201,8 @@ mod tests {
     #[test]
     fn a_connection_to_this_host_is_taken_over_unpaced_unless_the_device_keeps_bbr() {
         for (policy, want_bbr) in [
-            (crate::SameHostCongestion::Unpaced, false),
-            (crate::SameHostCongestion::System, true),
+            (crate::SameHostTcp::Tuned, false),
+            (crate::SameHostTcp::System, true),
         ] {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
