@@ -22,10 +22,6 @@ pub(crate) const AUTOTUNE_ABOVE: u64 = 4 << 20;
 /// No socket gets less: a share must hold several full-size FPDUs and keep a
 /// connection's pipe full at loopback speed.
 pub(crate) const MIN_SHARE: u64 = 64 << 10;
-/// The fixed receive buffer of a connection to this host (`same_host.rs`) while the
-/// send budget leaves sockets more: a 1 MiB message in flight (1, 2 and 4 MiB moved
-/// 1 MiB Writes at the same rate; the smaller stays nearer the caches).
-pub(crate) const SAME_HOST_RECEIVE: u64 = 1 << 20;
 
 /// A device's budget of kernel socket send buffer, and the connections sharing it.
 #[derive(Debug)]
@@ -68,16 +64,6 @@ impl SocketBuffers {
     /// Each connection's share now (0: Linux tunes each socket itself).
     pub(crate) fn share(&self) -> u64 {
         self.share.load(Ordering::Relaxed)
-    }
-
-    /// The receive buffer a connection to this host gets when it is taken over:
-    /// [`SAME_HOST_RECEIVE`], or the send share once that is smaller (over loopback
-    /// what one side sends waits in the other's receive queue).
-    pub(crate) fn receive_share(&self) -> u64 {
-        match self.share() {
-            0 => SAME_HOST_RECEIVE,
-            s => s.min(SAME_HOST_RECEIVE),
-        }
     }
 
     fn recompute(&self, n: u64) {
@@ -145,23 +131,6 @@ mod tests {
         assert_eq!(share_of(total, 1000), 64 << 10);
         assert_eq!(share_of(total, 10_000), MIN_SHARE);
         assert_eq!(share_of(0, 10_000), 0, "no budget: Linux tunes");
-    }
-
-    #[test]
-    fn a_same_host_receive_buffer_is_1_mib_until_the_send_share_is_smaller() {
-        let b = SocketBuffers::new(64 << 20, SameHostTcp::Tuned);
-        let mut seats: Vec<Seat> = vec![b.join()];
-        assert_eq!(b.receive_share(), SAME_HOST_RECEIVE);
-        seats.extend((1..64).map(|_| b.join()));
-        assert_eq!(b.receive_share(), 1 << 20, "64: a 1 MiB send share");
-        seats.push(b.join());
-        assert_eq!(b.receive_share(), 512 << 10);
-        seats.extend((65..256).map(|_| b.join()));
-        assert_eq!(b.receive_share(), 256 << 10);
-        drop(seats);
-        let unbudgeted = SocketBuffers::new(0, SameHostTcp::Tuned);
-        let _seats: Vec<Seat> = (0..1000).map(|_| unbudgeted.join()).collect();
-        assert_eq!(unbudgeted.receive_share(), SAME_HOST_RECEIVE);
     }
 
     #[test]

@@ -36,7 +36,6 @@ impl SocketTransport {
             sock.as_raw_fd(),
             sock.local_addr()?,
             sock.peer_addr()?,
-            buffers.receive_share(),
         );
         seat.apply(sock.as_raw_fd());
         Ok(SocketTransport {
