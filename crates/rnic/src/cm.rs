@@ -183,7 +183,11 @@ impl Device {
                 ));
             }
             (None, _) => {
-                let s = TcpStream::connect_timeout(&addr, self.shared.cfg.connect_timeout)?;
+                let s = crate::same_host::connect(
+                    addr,
+                    self.shared.cfg.connect_timeout,
+                    self.shared.cfg.same_host_tcp,
+                )?;
                 Box::new(KernelStream::new(s)?)
             }
         };

@@ -207,7 +207,10 @@ impl Device {
         let shared = Arc::new(Shared {
             user,
             pcap,
-            socket_buffers: crate::socket_buffers::SocketBuffers::new(cfg.socket_send_budget),
+            socket_buffers: crate::socket_buffers::SocketBuffers::new(
+                cfg.socket_send_budget,
+                cfg.same_host_tcp,
+            ),
             cfg,
             serial,
             tpt: Tpt::new(),

@@ -175,6 +175,7 @@ impl Device {
             });
         }
         let inner = TcpListener::bind(addr)?;
+        crate::same_host::listening(self.shared.cfg.same_host_tcp, &inner);
         inner.set_nonblocking(true)?;
         let poll = Poll::new()?;
         poll.registry().register(

@@ -10,6 +10,7 @@
 //! of connections doubles or halves, and each socket picks up a new share on its next
 //! send (one atomic load), so connecting N QPs costs O(N) setsockopt calls in all.
 
+use crate::same_host::SameHostTcp;
 use crate::sys;
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -30,6 +31,9 @@ pub(crate) struct SocketBuffers {
     connections: AtomicU64,
     /// Each connection's share now; 0: leave Linux's tuning alone.
     share: AtomicU64,
+    /// What connections to this host get (`same_host.rs`): congestion control and
+    /// receive buffer.
+    pub(crate) same_host: SameHostTcp,
 }
 
 /// The share of each of `n` connections in `total` octets: `total` divided by `n`
@@ -48,11 +52,12 @@ pub(crate) fn share_of(total: u64, n: u64) -> u64 {
 }
 
 impl SocketBuffers {
-    pub(crate) fn new(total: u64) -> Arc<SocketBuffers> {
+    pub(crate) fn new(total: u64, same_host: SameHostTcp) -> Arc<SocketBuffers> {
         Arc::new(SocketBuffers {
             total,
             connections: AtomicU64::new(0),
             share: AtomicU64::new(0),
+            same_host,
         })
     }
 
@@ -130,7 +135,7 @@ mod tests {
 
     #[test]
     fn seats_follow_the_count_and_give_it_back() {
-        let b = SocketBuffers::new(64 << 20);
+        let b = SocketBuffers::new(64 << 20, SameHostTcp::System);
         let seats: Vec<Seat> = (0..256).map(|_| b.join()).collect();
         assert_eq!(b.share(), 256 << 10);
         drop(seats);

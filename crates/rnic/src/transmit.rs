@@ -220,6 +220,32 @@ pub(crate) fn post_gathered(
     Ok(())
 }
 
+/// Sends the octets a post just gathered ([`post_gathered`]) at once, before the
+/// post's progress pass: a ping-pong's reply leaves without that pass's bookkeeping
+/// (its timer check, the transmit loop's look at the send queue) ahead of its
+/// `sendto`. Only when the gather buffer is all there is to send and the socket is
+/// not known to be full; the pass that follows sends whatever is left, as before.
+pub(crate) fn send_gathered(
+    qp: QpId,
+    core: &mut Core,
+    conn: &mut Conn,
+    stats: &mut QpStats,
+    dev: &Shared,
+) {
+    let tx = &mut conn.tx;
+    if !tx.pending.is_empty() || tx.blocked || tx.sent >= tx.buf.len() || core.transport_closed() {
+        return;
+    }
+    stats.tx_syscalls += 1;
+    match conn.transport.send(&tx.buf[tx.sent..]) {
+        Ok(n) => tx.sent += n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => tx.blocked = true,
+        // The pass that follows tries again.
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+        Err(e) => connection_lost(qp, core, dev, e.kind()),
+    }
+}
+
 /// Sends what the core has to send until the stream would block or the core has no
 /// more. Returns whether anything moved.
 pub(crate) fn transmit(

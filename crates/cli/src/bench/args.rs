@@ -64,6 +64,17 @@ pub enum PlacementArg {
     Inherit,
 }
 
+/// softrnic's kernel TCP connections to this host (`DeviceConfig::same_host_tcp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SameHostArg {
+    /// Not BBR (CUBIC or Reno where the system's default would pace) and a fixed
+    /// receive buffer (the default).
+    Tuned,
+    /// The system's congestion control and Linux's receive buffer tuning, as before
+    /// session 13.
+    System,
+}
+
 /// The flags every benchmark subcommand takes (perftest's, plus softrnic's own).
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -150,6 +161,11 @@ pub struct BenchArgs {
     /// leaves every socket to Linux's tuning) [default: the device default, 64 MiB].
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub socket_send_budget: Option<usize>,
+    /// softrnic's kernel TCP connections to this host: `tuned` (no BBR, a fixed
+    /// receive buffer: the device default) or as the `system` sets them. The TCP
+    /// baselines are always as the system sets them.
+    #[arg(long, value_enum, default_value_t = SameHostArg::Tuned)]
+    pub same_host_tcp: SameHostArg,
     /// Sleep on completion events instead of busy-polling (perftest's -e): each side
     /// arms its CQs and waits on a completion channel; the engine threads do all the
     /// socket work (progress mode engine) and block at once when idle (engine spin 0

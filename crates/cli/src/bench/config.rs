@@ -66,6 +66,7 @@ pub struct BenchConfig {
     pub engine_placement: softrnic_rnic::EnginePlacement,
     /// Kernel socket send buffer shared by a device's connections.
     pub socket_send_budget: Option<usize>,
+    pub same_host_tcp: softrnic_rnic::SameHostTcp,
     /// Server thread busy-polls in the one-sided tests.
     pub server_poll: bool,
     /// All QPs of a round share one buffer per side (an extra measurement).
@@ -227,6 +228,10 @@ impl BenchConfig {
                 PlacementArg::Inherit => softrnic_rnic::EnginePlacement::Inherit,
             },
             socket_send_budget: a.socket_send_budget,
+            same_host_tcp: match a.same_host_tcp {
+                SameHostArg::Tuned => softrnic_rnic::SameHostTcp::Tuned,
+                SameHostArg::System => softrnic_rnic::SameHostTcp::System,
+            },
             server_poll: a.server_poll,
             shared_buffers: a.shared_buffers,
             events: a.events,
@@ -273,6 +278,7 @@ impl BenchConfig {
             progress: self.progress_mode,
             max_fpdu: self.fpdu,
             pcap: self.pcap.clone(),
+            same_host_tcp: self.same_host_tcp,
             ..DeviceConfig::default()
         };
         if let Some(s) = self.engine_spin {

@@ -96,6 +96,10 @@ pub struct Rq {
     bound: usize,
     /// The last receive this queue resolved, for reposts of the same buffers.
     last: Option<Resolved>,
+    /// The first address of the last list that missed `last` (`u64::MAX` for an empty
+    /// list): a list is kept only when it misses twice in a row, so a program that
+    /// posts a ring of different buffers never pays the copy into `last`.
+    missed: u64,
 }
 
 /// A scatter list that passed the TPT check, and what it resolved to. A program that
@@ -103,6 +107,8 @@ pub struct Rq {
 /// the table has not changed since (same [`TptGeneration`]), the check would give the
 /// same answer, so the post copies it instead of looking every SGE up again. Any change
 /// to the table (a deregistration, an invalidation) makes the next post check afresh.
+/// A list is kept from its second post in a row ([`Rq::missed`]): a ring of different
+/// buffers would replace it at every post and never use it.
 #[derive(Debug)]
 struct Resolved {
     generation: TptGeneration,
@@ -120,6 +126,7 @@ impl Rq {
             depth,
             bound: 0,
             last: None,
+            missed: u64::MAX,
         }
     }
 
@@ -137,10 +144,8 @@ impl Rq {
     /// place rather than moved in (the caller checked [`Rq::has_room`]); on a fault
     /// nothing is added.
     pub fn push_resolved(&mut self, wr: &RecvWr, tpt: &Tpt, pd: PdId) -> Result<(), WcStatus> {
-        // Taken before the check: a change during it makes the result one to redo.
-        let generation = tpt.generation();
         if let Some(last) = &self.last
-            && last.generation == generation
+            && last.generation == tpt.generation()
             && last.pd == pd
             && last.sgl == wr.sgl
         {
@@ -157,6 +162,13 @@ impl Rq {
             }
             return Ok(());
         }
+        // Compared before anything is copied: only a list that comes again (its first
+        // address as the previous miss's) is kept for the reposts after it; a ring of
+        // different buffers pays neither the copy nor the table's generation.
+        let first = wr.sgl.first().map_or(u64::MAX, |s| s.addr);
+        // Taken before the check: a change during it makes the result one to redo.
+        let generation = (self.missed == first).then(|| tpt.generation());
+        self.missed = first;
         self.queue.push_back(RecvWqe {
             wr_id: wr.wr_id,
             sges: arrayvec::ArrayVec::new(),
@@ -167,13 +179,9 @@ impl Rq {
         };
         match wqe.resolve_into(wr, tpt, pd) {
             Ok(()) => {
-                self.last = Some(Resolved {
-                    generation,
-                    pd,
-                    sgl: wr.sgl.clone(),
-                    sges: wqe.sges.clone(),
-                    total: wqe.total,
-                });
+                if let Some(generation) = generation {
+                    keep(&mut self.last, generation, pd, wr, wqe);
+                }
                 Ok(())
             }
             Err(status) => {
@@ -238,6 +246,32 @@ impl Rq {
     pub(crate) fn complete_oldest_bound(&mut self) -> Option<u64> {
         self.remove_oldest_bound().map(|w| w.wr_id)
     }
+}
+
+/// Keeps `wr`'s list, resolved as `wqe`, for the reposts of the same buffers (see
+/// [`Resolved`]); out of line, as it runs once per list a program settles on.
+#[cold]
+fn keep(
+    last: &mut Option<Resolved>,
+    generation: TptGeneration,
+    pd: PdId,
+    wr: &RecvWr,
+    wqe: &RecvWqe,
+) {
+    let kept = last.get_or_insert_with(|| Resolved {
+        generation,
+        pd,
+        sgl: Sgl::new(),
+        sges: arrayvec::ArrayVec::new(),
+        total: 0,
+    });
+    kept.generation = generation;
+    kept.pd = pd;
+    kept.total = wqe.total;
+    kept.sgl = wr.sgl.clone();
+    kept.sges.clear();
+    // Both hold at most MAX_SGE: it fits.
+    let _ = kept.sges.try_extend_from_slice(&wqe.sges);
 }
 
 impl RecvSource for Rq {
@@ -317,6 +351,48 @@ mod tests {
         assert_eq!(w.wr_id, 8);
         assert_eq!(w.total, 16);
         assert_eq!(w.sges.as_slice(), &[(RegionId(3), 0x10, 16)]);
+    }
+
+    /// A ring of different buffers keeps no list (each post would replace it unused);
+    /// one list posted twice in a row is kept and serves the reposts after it, and every
+    /// post, kept or not, resolves to its own buffer.
+    #[test]
+    fn only_a_list_posted_twice_in_a_row_is_kept() {
+        let tpt = Tpt::new();
+        let key = tpt
+            .insert(TptEntry {
+                pd: PdId(1),
+                key: 1,
+                base: 0x1000,
+                len: 0x1000,
+                access: Access::LOCAL_WRITE,
+                region: RegionId(3),
+                valid: true,
+            })
+            .unwrap();
+        let slot = |i: u64| Sge {
+            addr: 0x1000 + 64 * i,
+            len: 64,
+            lkey: key,
+        };
+        let mut rq = Rq::new(64);
+        for i in 0..32 {
+            rq.push_resolved(&RecvWr::new(i, slot(i % 16)), &tpt, PdId(1))
+                .unwrap();
+            assert!(rq.last.is_none(), "post {i} of a ring kept its list");
+        }
+        for i in 32..35 {
+            rq.push_resolved(&RecvWr::new(i, slot(5)), &tpt, PdId(1))
+                .unwrap();
+        }
+        let kept = rq.last.as_ref().expect("the list posted twice is kept");
+        assert_eq!(&kept.sgl[..], &[slot(5)]);
+        assert_eq!(kept.sges.as_slice(), &[(RegionId(3), 5 * 64, 64)]);
+        let placed: Vec<(u64, u64)> = rq.drain().map(|w| (w.wr_id, w.sges[0].1)).collect();
+        let expected: Vec<(u64, u64)> = (0..35)
+            .map(|i| (i, 64 * if i < 32 { i % 16 } else { 5 }))
+            .collect();
+        assert_eq!(placed, expected);
     }
 
     /// A receive resolved in place lands whole; one whose second SGE fails the TPT

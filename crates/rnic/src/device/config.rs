@@ -95,6 +95,11 @@ pub struct DeviceConfig {
     /// 4 MiB (Linux's own tuning, kept up to 16 connections by default) down to 64
     /// KiB. 0 leaves every socket to Linux's tuning.
     pub socket_send_budget: u64,
+    /// Kernel TCP connections whose peer is on this host: by default not BBR (its
+    /// pacing held loopback senders below what both ends can move) and a fixed
+    /// receive buffer (Linux's tuning left some loopback windows small); see
+    /// `same_host.rs`.
+    pub same_host_tcp: crate::SameHostTcp,
     /// Run connections over softrnic's own TCP on this link instead of kernel TCP
     /// (`None`, the default): `connect` and `listen` then use the device's address
     /// there. See [`crate::UserTcp`].
@@ -127,6 +132,7 @@ impl Default for DeviceConfig {
             fault: None,
             pcap: None,
             socket_send_budget: 64 << 20,
+            same_host_tcp: crate::SameHostTcp::default(),
             user_tcp: None,
         }
     }

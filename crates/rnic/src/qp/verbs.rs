@@ -6,7 +6,7 @@ use super::{QpInner, QpShared, QpStats};
 use crate::close::drop_conn;
 use crate::device::{AsyncEvent, Shared};
 use crate::error::{Error, Result};
-use crate::transmit::post_gathered;
+use crate::transmit::{post_gathered, send_gathered};
 use softrnic_proto::qp::QpParams;
 use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
 use std::sync::Arc;
@@ -158,6 +158,10 @@ impl Qp {
             }
         }
         if posted.is_ok() {
+            // What the posts gathered leaves first (`transmit::send_gathered`).
+            if let Some(conn) = conn.as_mut() {
+                send_gathered(self.shared.id, core, conn, stats, &dev);
+            }
             // After a post: what was posted goes out and what completed is delivered,
             // without the receive path's `read(2)` (usually an empty one): what
             // arrives is for the engine, which sees the socket readable, or for the

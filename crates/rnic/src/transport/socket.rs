@@ -21,8 +21,9 @@ pub(crate) struct SocketTransport {
 
 impl SocketTransport {
     /// Takes over a connected stream: non-blocking, with Nagle's algorithm off (an FPDU
-    /// is sent whole, and a small one must not wait for an ACK), and a seat in the
-    /// device's send buffer budget.
+    /// is sent whole, and a small one must not wait for an ACK), a seat in the device's
+    /// send buffer budget, and, if its peer is on this host, unpaced with a fixed
+    /// receive buffer (`same_host.rs`).
     pub(crate) fn new(
         sock: std::net::TcpStream,
         buffers: &Arc<SocketBuffers>,
@@ -30,6 +31,12 @@ impl SocketTransport {
         sock.set_nonblocking(true)?;
         sock.set_nodelay(true)?;
         let mut seat = buffers.join();
+        crate::same_host::apply(
+            buffers.same_host,
+            sock.as_raw_fd(),
+            sock.local_addr()?,
+            sock.peer_addr()?,
+        );
         seat.apply(sock.as_raw_fd());
         Ok(SocketTransport {
             sock: mio::net::TcpStream::from_std(sock),
@@ -40,7 +47,9 @@ impl SocketTransport {
 
 impl Transport for SocketTransport {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        (&self.sock).read(buf)
+        // `recv(2)` as std makes it, without glibc's cancellation-point wrapper
+        // (`sys::socket::recv`): this is the busy-polling consumer's every spin.
+        sys::socket::recv(self.sock.as_raw_fd(), buf)
     }
 
     fn read_into(&mut self, dst: &RegionSlice<'_>) -> io::Result<usize> {
@@ -174,7 +183,7 @@ mod tests {
     #[test]
     fn a_socket_takes_its_share_of_the_budget_on_its_next_send() {
         // 1 MiB for all: 16 connections share 64 KiB each, one alone takes 1 MiB.
-        let buffers = SocketBuffers::new(1 << 20);
+        let buffers = SocketBuffers::new(1 << 20, crate::SameHostTcp::System);
         let (mut t, _peer) = transport(&buffers);
         let tuned = send_buffer(&t);
         assert_eq!(tuned, 2 << 20, "alone: all of it, doubled by Linux");
@@ -188,5 +197,24 @@ mod tests {
         assert_eq!(buffers.share(), 1 << 20);
         assert_eq!(t.send(b"y").unwrap(), 1);
         assert_eq!(send_buffer(&t), 2 << 20);
+    }
+
+    #[test]
+    fn a_connection_to_this_host_is_taken_over_unpaced_unless_the_device_keeps_bbr() {
+        for (policy, want_bbr) in [
+            (crate::SameHostTcp::Tuned, false),
+            (crate::SameHostTcp::System, true),
+        ] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let _peer = l.accept().unwrap();
+            if let Err(e) = sys::socket::set_tcp_congestion(a.as_raw_fd(), "bbr") {
+                eprintln!("SKIPPED: this host cannot set bbr on a socket: {e}");
+                return;
+            }
+            let t = SocketTransport::new(a, &SocketBuffers::new(0, policy)).unwrap();
+            let now = sys::socket::tcp_congestion(t.sock.as_raw_fd()).unwrap();
+            assert_eq!(now == "bbr", want_bbr, "{policy:?}: {now}");
+        }
     }
 }
