@@ -4,10 +4,11 @@
 //! sends (it asks for pacing when it starts; without the `fq` qdisc TCP then paces
 //! with a high-resolution timer per socket). Over loopback there is no bottleneck
 //! link to pace for, and the pacing costs the sender twice: `tcp_write_xmit` arms
-//! the pacing timer whenever it gets ahead of the rate (in a KVM guest each arm is a
-//! timer reprogramming that exits to the hypervisor), and the rate is BBR's estimate
-//! of the bandwidth, which an early low sample can hold below what the two ends can
-//! move. On a host whose default is BBR, 1 MiB Writes with CRC over loopback ran in
+//! the pacing timer whenever it gets ahead of the rate (with interrupts off: in this
+//! KVM guest the sender's largest kernel cost in slow runs), and the rate is BBR's
+//! estimate of the bandwidth, which an early low sample can hold below what the two
+//! ends can move (slow runs armed the timer 9,800-38,000 times in 2 s, fast ones
+//! 74-1,700). On a host whose default is BBR, 1 MiB Writes with CRC over loopback ran in
 //! a fast mode (6.5-7.4 GB/s) or, one run in three to six, a slow one (3.5-5.8 GB/s)
 //! whose sender spent up to a third of its CPU in `tcp_write_xmit` with interrupts
 //! off (docs/ARCHITECTURE.md, "CRC on: the slow mode was the kernel's pacing").

@@ -29,6 +29,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// How long after its planned time the stack thread's epoll wait ends by itself, in
+/// case its timer's event never came (the timer, to the microsecond, is what wakes it).
+const BACKSTOP: Duration = Duration::from_millis(1);
+
 const WAKE: Token = Token(0);
 const LINK: Token = Token(1);
 const TIMER: Token = Token(2);
@@ -481,7 +485,7 @@ impl UserStack {
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
-            {
+            let planned = {
                 #[cfg(test)]
                 let _gate = self.gate.lock();
                 self.turns.fetch_add(1, Ordering::Relaxed);
@@ -499,8 +503,12 @@ impl UserStack {
                 let next = g.next_wake();
                 g.planned = None;
                 self.plan(&mut g, next);
-            }
-            if let Err(e) = poll.poll(&mut events, None)
+                next
+            };
+            // The timer wakes it; epoll's own timeout, a millisecond later, only if
+            // the timer's event were lost.
+            let backstop = planned.map(|t| t.saturating_sub(now()) + BACKSTOP);
+            if let Err(e) = poll.poll(&mut events, backstop)
                 && e.kind() != io::ErrorKind::Interrupted
             {
                 break;
