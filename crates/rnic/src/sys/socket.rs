@@ -6,6 +6,48 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+/// A data-path system call made without glibc's wrapper, returning its result as
+/// `read(2)` and `send(2)` report theirs.
+///
+/// glibc's `read`, `readv`, `recv`, `send` and `sendmsg` are cancellation points: in a
+/// process with more than one thread each call switches the thread's cancellation type
+/// on and off around the system call, two locked compare-exchanges (glibc 2.36). softrnic
+/// never cancels a thread and its data sockets are non-blocking, so that buys nothing;
+/// the generic `syscall(2)` entry makes the same system call without it. Measured here:
+/// an empty `recv` on a non-blocking socket 173 ns through the wrapper, 155 ns direct
+/// (alternating runs of 2,000,000 calls, minimum of six).
+fn direct(r: libc::c_long) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// An `int` argument widened for `syscall(2)`, which reads every argument as a `long`.
+fn long(v: libc::c_int) -> libc::c_long {
+    libc::c_long::from(v)
+}
+
+/// Receives from `fd` into `buf` (`recvfrom(2)` without flags or address, as `recv`
+/// makes it): at most `buf.len()` octets.
+pub(crate) fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: the pointer and length describe `buf`, a unique borrow alive for the
+    // call; the kernel writes at most `buf.len()` octets there and reads no address
+    // (both address arguments are null).
+    direct(unsafe {
+        libc::syscall(
+            libc::SYS_recvfrom,
+            long(fd),
+            buf.as_mut_ptr(),
+            buf.len(),
+            long(0),
+            std::ptr::null_mut::<libc::sockaddr>(),
+            std::ptr::null_mut::<libc::socklen_t>(),
+        )
+    })
+}
+
 /// Reads from `fd` straight into region memory (at most `dst.len()` octets).
 ///
 /// The region stays alive for the call (`dst` borrows it); whether the kernel writing
@@ -15,12 +57,7 @@ pub(crate) fn read_into(fd: RawFd, dst: &RegionSlice<'_>) -> io::Result<usize> {
     // SAFETY: `dst` is a bounds-checked view of live region memory (its borrow keeps the
     // region alive); `read(2)` writes at most `dst.len()` octets through the raw pointer,
     // and no Rust reference to that memory is formed here.
-    let n = unsafe { libc::read(fd, dst.as_ptr().cast(), dst.len()) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    direct(unsafe { libc::syscall(libc::SYS_read, long(fd), dst.as_ptr(), dst.len()) })
 }
 
 /// Reads from `fd` into region memory and, once that is full, on into `tail`
@@ -42,24 +79,24 @@ pub(crate) fn read_into_then(
     // `read_into`), the second the unique borrow `tail`; both stay alive and are
     // written only by the kernel, at most their lengths, during the call. No Rust
     // reference to the region memory is formed.
-    let n = unsafe { libc::readv(fd, iov.as_ptr(), 2) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    direct(unsafe { libc::syscall(libc::SYS_readv, long(fd), iov.as_ptr(), long(2)) })
 }
 
 /// Sends `buf` (without SIGPIPE: a closed peer is an `EPIPE` error).
 pub(crate) fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     // SAFETY: the pointer and length describe the initialised octets of `buf`, which the
     // borrow keeps alive and unchanged during the call; the kernel only reads them.
-    let r = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
+    direct(unsafe {
+        libc::syscall(
+            libc::SYS_sendto,
+            long(fd),
+            buf.as_ptr(),
+            buf.len(),
+            long(libc::MSG_NOSIGNAL),
+            std::ptr::null::<libc::sockaddr>(),
+            long(0),
+        )
+    })
 }
 
 /// A gather list for [`sendmsg`]: raw pieces of memory that stay readable for `'a`.
@@ -142,12 +179,14 @@ pub(crate) fn sendmsg(fd: RawFd, iov: IoVecs<'_>) -> io::Result<usize> {
     // SAFETY: `IoVecs::new`'s contract makes every entry readable memory for the call;
     // the kernel only reads through `msg_iov` (it does not write the iovec array either,
     // for a send).
-    let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
+    direct(unsafe {
+        libc::syscall(
+            libc::SYS_sendmsg,
+            long(fd),
+            &msg as *const libc::msghdr,
+            long(libc::MSG_NOSIGNAL),
+        )
+    })
 }
 
 /// Makes closing `fd` send RST instead of FIN (a zero linger time).
@@ -333,6 +372,40 @@ mod tests {
         r.read(0, &mut out).unwrap();
         assert_eq!(&out[..8], &[0; 8]);
         assert_eq!(&out[8..], b"placed by the kernel");
+    }
+
+    #[test]
+    fn recv_reports_an_empty_queue_then_the_octets_then_the_end() {
+        let (mut a, b) = pair();
+        b.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 16];
+        let e = recv(b.as_raw_fd(), &mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        a.write_all(b"eight oc").unwrap();
+        let mut got = Vec::new();
+        while got.len() < 8 {
+            match recv(b.as_raw_fd(), &mut buf) {
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        assert_eq!(got, b"eight oc");
+        drop(a);
+        loop {
+            match recv(b.as_raw_fd(), &mut buf[..3]) {
+                Ok(n) => {
+                    assert_eq!(n, 0, "nothing after the eight octets");
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        assert_eq!(
+            recv(-1, &mut buf).unwrap_err().raw_os_error(),
+            Some(libc::EBADF)
+        );
     }
 
     #[test]

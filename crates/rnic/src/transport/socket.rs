@@ -47,7 +47,9 @@ impl SocketTransport {
 
 impl Transport for SocketTransport {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        (&self.sock).read(buf)
+        // `recv(2)` as std makes it, without glibc's cancellation-point wrapper
+        // (`sys::socket::recv`): this is the busy-polling consumer's every spin.
+        sys::socket::recv(self.sock.as_raw_fd(), buf)
     }
 
     fn read_into(&mut self, dst: &RegionSlice<'_>) -> io::Result<usize> {
