@@ -5,7 +5,7 @@
 //!
 //! - Bandwidth: one stream. The client writes messages of the size (write_bw, send_bw),
 //!   or the server does and the client reads (read_bw).
-//!   - *blocking*: one blocking `write(2)` per message, reads of the message size;
+//!   - *blocking*: one blocking send per message, reads of the message size;
 //!   - *busy-poll*: the same calls on non-blocking sockets that both sides spin on (as
 //!     softrnic's polling consumer drives its sockets);
 //!   - *batching*: blocking calls through a 64 KiB buffered writer ([`BATCH_WRITE`]) and
@@ -18,7 +18,7 @@
 //! - Latency: a ping-pong on `TCP_NODELAY` sockets: the message size both ways
 //!   (write_lat, send_lat: half the round trip is reported), or a 16-octet request
 //!   answered by the message (read_lat: the full round trip); *busy-poll* (non-blocking
-//!   sockets both sides spin on) and *blocking* (each side sleeps in `read(2)`).
+//!   sockets both sides spin on) and *blocking* (each side sleeps in its read).
 //!
 //! - Bandwidth with `-q N` (write_bw, send_bw): N streams, each with its own buffers, in
 //!   one epoll set per side ([`super::tcp_streams`]), beside softrnic's N QPs.
@@ -53,7 +53,7 @@ pub const BATCH_READ: usize = 256 << 10;
 /// How a TCP baseline moves its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TcpKind {
-    /// Blocking sockets, one `write(2)` per message, reads of the message size.
+    /// Blocking sockets, one send per message, reads of the message size.
     Blocking,
     /// Non-blocking sockets that both sides spin on, one call per message.
     BusyPoll,
@@ -106,7 +106,7 @@ impl TcpKind {
         let bw = test.is_bw();
         match self {
             TcpKind::Blocking if bw => {
-                "one blocking write(2) per message, reads of the message size".into()
+                "one blocking send per message, reads of the message size".into()
             }
             TcpKind::Blocking => "ping-pong on blocking sockets (each side sleeps in read)".into(),
             TcpKind::BusyPoll if bw => "non-blocking sockets both sides spin on, one call per \
