@@ -172,7 +172,8 @@ impl<'a> Reporter<'a> {
             }
             writeln!(
                 o,
-                "   TCP sockets    : {}",
+                "   TCP {:<13}: {}",
+                "sockets",
                 super::tcp_sockets::describe(c.same_host_tcp)
             )?;
             writeln!(

@@ -99,8 +99,8 @@ pub fn describe(policy: SameHostTcp) -> String {
     match policy {
         SameHostTcp::Tuned => format!(
             "as softrnic's (--same-host-tcp tuned): to this host no BBR (CUBIC/Reno, chosen \
-             before the SYN), SO_RCVBUF {} KiB; syscall(2) without glibc's wrappers",
-            SAME_HOST_RECEIVE >> 10
+             before the SYN), SO_RCVBUF {} MiB; syscall(2) without glibc's wrappers",
+            SAME_HOST_RECEIVE >> 20
         ),
         SameHostTcp::System => "as softrnic's (--same-host-tcp system): the system's congestion \
                                 control and receive buffer tuning; syscall(2) without glibc's \
