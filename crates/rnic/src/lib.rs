@@ -66,7 +66,7 @@ pub mod qp;
 mod receive;
 pub mod region;
 mod region_table;
-mod same_host;
+pub mod same_host;
 mod socket_buffers;
 pub mod srq;
 pub mod srq_pool;
@@ -104,7 +104,7 @@ pub use softrnic_proto::{
 pub use softrnic_tcp::{Config as TcpConfig, StackStats as TcpStackStats, Stats as TcpStats};
 pub use softrnic_wire::TerminateCause;
 pub use srq::{ChainError, ManagedInit, Srq, SrqAttr, SrqInit, SrqModify, SrqUsage};
-pub use sys::{affinity, nofile, usage};
+pub use sys::{affinity, nofile, socket, usage};
 pub use transport::fault::{FaultEnd, FaultPlan};
 pub use transport::user::{
     Impairments as SimImpairments, NetStats, SimNet, UserLink, UserTcp, UserTcpStats,

@@ -37,6 +37,9 @@
 //! 7,860-8,510 MB/s, Linux's tuning 7,060-7,390, and a share of the send budget
 //! (256 KiB each) 6,360-7,330; 64 KiB each 4,180-4,350. The buffer is a bound, not
 //! an allocation: an idle connection holds nothing in it.
+//!
+//! [`connect`], [`listening`] and [`apply`] are public so that a plain TCP program
+//! (the benchmark's TCP baselines) sets its sockets exactly as softrnic sets its own.
 
 use crate::sys;
 use std::io;
@@ -47,7 +50,7 @@ use std::time::Duration;
 /// The receive buffer of a kernel TCP connection to this host (Linux doubles it for
 /// its bookkeeping): a 1 MiB message in flight; 1, 2 and 4 MiB moved 1 MiB Writes at
 /// the same rate, and the smaller stays nearer the caches.
-pub(crate) const SAME_HOST_RECEIVE: u64 = 1 << 20;
+pub const SAME_HOST_RECEIVE: u64 = 1 << 20;
 
 /// What a device does with its kernel TCP connections to its own host
 /// ([`crate::DeviceConfig::same_host_tcp`]).
@@ -91,7 +94,7 @@ fn unpace(fd: RawFd) -> Option<&'static str> {
 /// it is taken over: the receive buffer [`SAME_HOST_RECEIVE`] and, if it still paces,
 /// the congestion control switched (see the module's notes on what a switch after the
 /// fact leaves). Returns whether the connection is to this host and was tuned.
-pub(crate) fn apply(policy: SameHostTcp, fd: RawFd, local: SocketAddr, peer: SocketAddr) -> bool {
+pub fn apply(policy: SameHostTcp, fd: RawFd, local: SocketAddr, peer: SocketAddr) -> bool {
     if policy == SameHostTcp::System || !is_same_host(local, peer) {
         return false;
     }
@@ -102,11 +105,7 @@ pub(crate) fn apply(policy: SameHostTcp, fd: RawFd, local: SocketAddr, peer: Soc
 
 /// Connects a kernel TCP socket to `addr` within `timeout`, unpaced from its first
 /// segment when `addr` is a loopback address and `policy` says so.
-pub(crate) fn connect(
-    addr: SocketAddr,
-    timeout: Duration,
-    policy: SameHostTcp,
-) -> io::Result<TcpStream> {
+pub fn connect(addr: SocketAddr, timeout: Duration, policy: SameHostTcp) -> io::Result<TcpStream> {
     if policy == SameHostTcp::System || !addr.ip().is_loopback() {
         return TcpStream::connect_timeout(&addr, timeout);
     }
@@ -122,7 +121,7 @@ pub(crate) fn connect(
 
 /// Applies `policy` to a kernel listener: one bound to a loopback address hands out
 /// only connections to this host, so its connections start unpaced.
-pub(crate) fn listening(policy: SameHostTcp, l: &TcpListener) -> Option<&'static str> {
+pub fn listening(policy: SameHostTcp, l: &TcpListener) -> Option<&'static str> {
     let bound = l.local_addr().ok()?;
     if policy == SameHostTcp::System || !bound.ip().is_loopback() {
         return None;

@@ -27,6 +27,7 @@ mod result_row;
 pub mod server;
 pub mod stats;
 pub mod tcp;
+pub mod tcp_sockets;
 pub mod tcp_streams;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -294,8 +295,10 @@ fn run_server(cfg: &BenchConfig, bind: &str) -> Result<Vec<ResultRow>, String> {
     if cfg.baseline.is_some() {
         let taddr = SocketAddr::new(addr.ip(), addr.port().wrapping_add(1));
         let tl = TcpListener::bind(taddr).map_err(|e| format!("listen on {taddr}: {e}"))?;
+        tcp_sockets::listening(&tl, cfg.same_host_tcp);
+        let policy = cfg.same_host_tcp;
         // Serves baseline connections for as long as the process lives.
-        std::thread::spawn(move || tcp::serve(&tl, None));
+        std::thread::spawn(move || tcp::serve(&tl, None, policy));
     }
     eprintln!(
         "softrnic {}: server waiting on {addr}{}",
@@ -361,13 +364,15 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     if cfg.baseline.is_some() {
         let tl = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("listen: {e}"))?;
         tcp_addr = Some(tl.local_addr().map_err(|e| e.to_string())?);
+        tcp_sockets::listening(&tl, cfg.same_host_tcp);
+        let policy = cfg.same_host_tcp;
         let rounds = cfg.sizes.len() * cfg.tcp_kinds().len() * cfg.qp_counts.len();
         tcp_server = Some(
             std::thread::Builder::new()
                 .name("bench-tcp-server".into())
                 .spawn(move || {
                     let _pin = cpus.and_then(|(_, s)| affinity::pin_current(s).ok());
-                    tcp::serve(&tl, Some(rounds))
+                    tcp::serve(&tl, Some(rounds), policy)
                 })
                 .map_err(|e| e.to_string())?,
         );
@@ -478,10 +483,12 @@ fn client_rounds(
     for (i, &size) in cfg.sizes.iter().enumerate() {
         let last = last_count && i + 1 == cfg.sizes.len();
         let mut baselines = Vec::new();
+        let mut sockets = None;
         if let Some(t) = tcp_addr {
             for &kind in &kinds {
-                let m = tcp::client_round(cfg, t, size, kind)
+                let (m, set) = tcp::client_round(cfg, t, size, kind)
                     .map_err(|e| format!("TCP baseline ({}): {e}", kind.label()))?;
+                sockets.get_or_insert(set);
                 baselines.push((kind, m));
             }
         }
@@ -499,7 +506,8 @@ fn client_rounds(
             }
             rep.annotate(v, c.text());
         }
-        let row = ResultRow::new(cfg.test, size, softrnic, baselines);
+        let mut row = ResultRow::new(cfg.test, size, softrnic, baselines);
+        row.baseline_sockets = sockets;
         rep.row(&row).map_err(|e| e.to_string())?;
         rows.push(row);
     }

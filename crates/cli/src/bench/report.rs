@@ -172,6 +172,12 @@ impl<'a> Reporter<'a> {
             }
             writeln!(
                 o,
+                "   TCP {:<13}: {}",
+                "sockets",
+                super::tcp_sockets::describe(c.same_host_tcp)
+            )?;
+            writeln!(
+                o,
                 " softrnic/TCP    : against the strongest TCP baseline of each size ({}), named",
                 if c.test.is_bw() {
                     "highest BW average"
@@ -237,6 +243,9 @@ impl<'a> Reporter<'a> {
                         .map(|(k, m)| (k.name().to_string(), self.figures(m)))
                         .collect();
                     a.insert("baselines".into(), Value::Object(all));
+                    if let Some(set) = &r.baseline_sockets {
+                        a.insert("baseline_sockets".into(), set.json());
+                    }
                 }
                 writeln!(self.out, "{v}")?;
             }
@@ -253,6 +262,9 @@ impl<'a> Reporter<'a> {
                         .filter_map(|(k, _)| Some((k.name().to_string(), json!(r.ratio_to(*k)?))))
                         .collect();
                     a.insert("ratios_vs_tcp".into(), Value::Object(ratios));
+                    if let Some(set) = &r.baseline_sockets {
+                        a.insert("baseline_sockets".into(), set.json());
+                    }
                 }
                 if let Measured::Lat(s) = &r.softrnic {
                     let tails: serde_json::Map<String, Value> = r

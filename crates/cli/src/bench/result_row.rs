@@ -2,6 +2,7 @@
 //! ratio to the strongest baseline.
 
 use super::*;
+use tcp_sockets::Settings;
 
 /// One measurement.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,6 +63,8 @@ pub struct ResultRow {
     pub tcp_kind: Option<TcpKind>,
     /// Every TCP baseline run for this size, in the order run.
     pub baselines: Vec<(TcpKind, Measured)>,
+    /// How the baselines' first socket was set, read back from it.
+    pub baseline_sockets: Option<Settings>,
 }
 
 /// Whether `a` is a stronger result than `b`: more bandwidth, or less typical latency.
@@ -96,6 +99,7 @@ impl ResultRow {
             tcp: best.map(|b| b.1),
             tcp_kind: best.map(|b| b.0),
             baselines,
+            baseline_sockets: None,
         }
     }
 

@@ -5,7 +5,7 @@
 //!
 //! - Bandwidth: one stream. The client writes messages of the size (write_bw, send_bw),
 //!   or the server does and the client reads (read_bw).
-//!   - *blocking*: one blocking `write(2)` per message, reads of the message size;
+//!   - *blocking*: one blocking send per message, reads of the message size;
 //!   - *busy-poll*: the same calls on non-blocking sockets that both sides spin on (as
 //!     softrnic's polling consumer drives its sockets);
 //!   - *batching*: blocking calls through a 64 KiB buffered writer ([`BATCH_WRITE`]) and
@@ -18,7 +18,7 @@
 //! - Latency: a ping-pong on `TCP_NODELAY` sockets: the message size both ways
 //!   (write_lat, send_lat: half the round trip is reported), or a 16-octet request
 //!   answered by the message (read_lat: the full round trip); *busy-poll* (non-blocking
-//!   sockets both sides spin on) and *blocking* (each side sleeps in `read(2)`).
+//!   sockets both sides spin on) and *blocking* (each side sleeps in its read).
 //!
 //! - Bandwidth with `-q N` (write_bw, send_bw): N streams, each with its own buffers, in
 //!   one epoll set per side ([`super::tcp_streams`]), beside softrnic's N QPs.
@@ -29,9 +29,15 @@
 //! 0: duration mode), duration in ms (u32), streams (u32; 0 from older clients: one);
 //! network byte order. The other streams of a run connect right after the first and
 //! send nothing before their data.
+//!
+//! Every baseline's sockets are set as softrnic's own in the same run (congestion
+//! control, receive buffer, `--same-host-tcp`), and all of them read and write through
+//! softrnic's direct system calls, not glibc's wrappers ([`super::tcp_sockets`]).
 
 use super::stats::{BwMeter, CpuClock, LatStats, Progress};
+use super::tcp_sockets::{self, Direct, Settings};
 use super::{BenchConfig, LatResult, Measured, Mode, Test, tcp_streams};
+use softrnic_rnic::SameHostTcp;
 use std::io::{self, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -47,7 +53,7 @@ pub const BATCH_READ: usize = 256 << 10;
 /// How a TCP baseline moves its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TcpKind {
-    /// Blocking sockets, one `write(2)` per message, reads of the message size.
+    /// Blocking sockets, one send per message, reads of the message size.
     Blocking,
     /// Non-blocking sockets that both sides spin on, one call per message.
     BusyPoll,
@@ -100,7 +106,7 @@ impl TcpKind {
         let bw = test.is_bw();
         match self {
             TcpKind::Blocking if bw => {
-                "one blocking write(2) per message, reads of the message size".into()
+                "one blocking send per message, reads of the message size".into()
             }
             TcpKind::Blocking => "ping-pong on blocking sockets (each side sleeps in read)".into(),
             TcpKind::BusyPoll if bw => "non-blocking sockets both sides spin on, one call per \
@@ -196,18 +202,21 @@ impl Header {
     }
 }
 
-/// Serves baseline connections one after the other: `max` of them, or forever.
-pub fn serve(listener: &TcpListener, max: Option<usize>) -> io::Result<()> {
+/// Serves baseline connections one after the other: `max` of them, or forever; each
+/// accepted socket set by `policy`, as softrnic's server sets its own (the listener
+/// too: [`tcp_sockets::listening`], before the first client connects).
+pub fn serve(listener: &TcpListener, max: Option<usize>, policy: SameHostTcp) -> io::Result<()> {
     let mut served = 0;
     while max.is_none_or(|m| served < m) {
         let (s, _) = listener.accept()?;
         served += 1;
-        serve_one(s, listener)?;
+        serve_one(s, listener, policy)?;
     }
     Ok(())
 }
 
-fn serve_one(mut s: TcpStream, listener: &TcpListener) -> io::Result<()> {
+fn serve_one(mut s: TcpStream, listener: &TcpListener, policy: SameHostTcp) -> io::Result<()> {
+    tcp_sockets::take_over(&s, policy)?;
     let mut hb = [0u8; HEADER_LEN];
     s.read_exact(&mut hb)?;
     let h = Header::decode(&hb)?;
@@ -217,7 +226,7 @@ fn serve_one(mut s: TcpStream, listener: &TcpListener) -> io::Result<()> {
     match h.test {
         Test::WriteBw | Test::SendBw if h.streams > 1 => {
             let len = read_len(h.kind, size);
-            let (mut s, total) = tcp_streams::receive(s, listener, h.streams, h.kind, len)?;
+            let (mut s, total) = tcp_streams::receive(s, listener, h.streams, h.kind, len, policy)?;
             s.write_all(&total.to_be_bytes())?;
         }
         Test::WriteBw | Test::SendBw => {
@@ -278,14 +287,14 @@ fn read_len(kind: TcpKind, size: usize) -> usize {
 /// or through a buffered writer.
 enum Writer<'a> {
     Direct(&'a TcpStream),
-    Buffered(BufWriter<&'a TcpStream>),
+    Buffered(BufWriter<Direct<'a>>),
 }
 
 impl<'a> Writer<'a> {
     fn new(s: &'a TcpStream, kind: TcpKind) -> io::Result<Writer<'a>> {
         s.set_nonblocking(kind == TcpKind::BusyPoll)?;
         Ok(match kind {
-            TcpKind::Batching => Writer::Buffered(BufWriter::with_capacity(BATCH_WRITE, s)),
+            TcpKind::Batching => Writer::Buffered(BufWriter::with_capacity(BATCH_WRITE, Direct(s))),
             _ => Writer::Direct(s),
         })
     }
@@ -301,7 +310,7 @@ impl<'a> Writer<'a> {
     fn finish(self) -> io::Result<()> {
         let s = match self {
             Writer::Direct(s) => s,
-            Writer::Buffered(w) => w.into_inner().map_err(|e| e.into_error())?,
+            Writer::Buffered(w) => w.into_inner().map_err(|e| e.into_error())?.0,
         };
         s.set_nonblocking(false)
     }
@@ -310,13 +319,13 @@ impl<'a> Writer<'a> {
 /// Reads until the end of the stream (spinning if the socket is non-blocking), calling
 /// `tick` with the total so far after each read; returns the total.
 fn read_to_end_counting(
-    mut s: &TcpStream,
+    s: &TcpStream,
     buf: &mut [u8],
     mut tick: impl FnMut(u64),
 ) -> io::Result<u64> {
     let mut total: u64 = 0;
     loop {
-        match s.read(buf) {
+        match Direct(s).read(buf) {
             Ok(0) => return Ok(total),
             Ok(n) => {
                 total += n as u64;
@@ -330,9 +339,9 @@ fn read_to_end_counting(
 }
 
 /// Writes everything, spinning while a non-blocking socket would block.
-fn write_all_spin(mut s: &TcpStream, mut b: &[u8]) -> io::Result<()> {
+fn write_all_spin(s: &TcpStream, mut b: &[u8]) -> io::Result<()> {
     while !b.is_empty() {
-        match s.write(b) {
+        match Direct(s).write(b) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => b = &b[n..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
@@ -345,10 +354,10 @@ fn write_all_spin(mut s: &TcpStream, mut b: &[u8]) -> io::Result<()> {
 
 /// Fills `buf`, spinning while a non-blocking socket would block; false on a clean end
 /// of stream before the first octet.
-fn read_exact_spin(mut s: &TcpStream, buf: &mut [u8]) -> io::Result<bool> {
+fn read_exact_spin(s: &TcpStream, buf: &mut [u8]) -> io::Result<bool> {
     let mut got = 0;
     while got < buf.len() {
-        match s.read(&mut buf[got..]) {
+        match Direct(s).read(&mut buf[got..]) {
             Ok(0) if got == 0 => return Ok(false),
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => got += n,
@@ -369,14 +378,16 @@ pub fn streams(cfg: &BenchConfig) -> u16 {
     }
 }
 
-/// Runs one size of the baseline `kind` as the client.
+/// Runs one size of the baseline `kind` as the client; also returns how its first
+/// socket was set.
 pub fn client_round(
     cfg: &BenchConfig,
     addr: SocketAddr,
     size: usize,
     kind: TcpKind,
-) -> io::Result<Measured> {
-    let s = TcpStream::connect(addr)?;
+) -> io::Result<(Measured, Settings)> {
+    let (s, tuned) = tcp_sockets::connect(addr, cfg.same_host_tcp)?;
+    let settings = Settings::of(&s, tuned);
     let test = cfg.test;
     // Latency: every message goes out at once. Bandwidth: a plain socket (Nagle on)
     // unless asked, as an application streaming over TCP would have it.
@@ -402,7 +413,7 @@ pub fn client_round(
     (&s).write_all(&h.encode())?;
     let mut others = Vec::with_capacity(usize::from(n) - 1);
     for _ in 1..n {
-        let o = TcpStream::connect(addr)?;
+        let (o, _) = tcp_sockets::connect(addr, cfg.same_host_tcp)?;
         o.set_nodelay(nodelay)?;
         others.push(o);
     }
@@ -516,7 +527,8 @@ pub fn client_round(
         }
     };
     progress.finish();
-    Ok(r.with_cpu(&cpu, if test.is_bw() { 0 } else { cfg.warmup }))
+    let r = r.with_cpu(&cpu, if test.is_bw() { 0 } else { cfg.warmup });
+    Ok((r, settings))
 }
 
 /// The reader's count of octets must be what was sent.

@@ -6,14 +6,21 @@
 //! *busy-poll* spins on it with a zero timeout. A stream sends whole messages; at the
 //! deadline each finishes the message it is in.
 //!
+//! Each stream's sockets are set as softrnic's and read and written through its direct
+//! system calls ([`super::tcp_sockets`]).
+//!
 //! So the 256-QP figure is compared with what the machine gives 256 TCP streams with
 //! the same memory layout, not only with one stream whose buffers stay in cache.
 
 use super::tcp::TcpKind;
+use super::tcp_sockets;
 use mio::net::TcpStream as MioStream;
 use mio::{Events, Interest, Poll, Token};
-use std::io::{self, Read, Write};
+use softrnic_rnic::SameHostTcp;
+use softrnic_rnic::socket;
+use std::io;
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// The epoll wait of `kind`: spin (zero timeout) or sleep.
@@ -35,20 +42,23 @@ fn register(streams: Vec<TcpStream>, interest: Interest) -> io::Result<(Poll, Ve
 }
 
 /// The server side: reads every stream to its end, each into its own buffer of
-/// `read_len` octets; returns the octets read.
+/// `read_len` octets; returns the octets read. The streams after `first` are set by
+/// `policy` as they are accepted.
 pub fn receive(
     first: TcpStream,
     listener: &TcpListener,
     n: u32,
     kind: TcpKind,
     read_len: usize,
+    policy: SameHostTcp,
 ) -> io::Result<(TcpStream, u64)> {
     let mut streams = vec![first.try_clone()?];
     for _ in 1..n {
         let (s, _) = listener.accept()?;
+        tcp_sockets::take_over(&s, policy)?;
         streams.push(s);
     }
-    let (mut poll, mut socks) = register(streams, Interest::READABLE)?;
+    let (mut poll, socks) = register(streams, Interest::READABLE)?;
     let mut bufs: Vec<Vec<u8>> = (0..socks.len()).map(|_| vec![0u8; read_len]).collect();
     let mut open = socks.len();
     let mut ended = vec![false; socks.len()];
@@ -62,7 +72,7 @@ pub fn receive(
                 continue;
             }
             loop {
-                match socks[i].read(&mut bufs[i]) {
+                match socket::recv(socks[i].as_raw_fd(), &mut bufs[i]) {
                     Ok(0) => {
                         ended[i] = true;
                         open -= 1;
@@ -107,7 +117,7 @@ pub fn send(
         .iter()
         .map(TcpStream::try_clone)
         .collect::<io::Result<_>>()?;
-    let (mut poll, mut socks) = register(streams, Interest::WRITABLE)?;
+    let (mut poll, socks) = register(streams, Interest::WRITABLE)?;
     let n = socks.len();
     let bufs: Vec<Vec<u8>> = (0..n).map(|i| vec![0x5a ^ i as u8; size]).collect();
     // Per stream: octets of the current message out, messages sent, finished.
@@ -128,7 +138,7 @@ pub fn send(
                     left -= 1;
                     break;
                 }
-                match socks[i].write(&bufs[i][off[i]..]) {
+                match socket::send(socks[i].as_raw_fd(), &bufs[i][off[i]..]) {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                     Ok(k) => {
                         off[i] += k;
@@ -177,7 +187,9 @@ mod tests {
             let addr = l.local_addr().unwrap();
             let reader = std::thread::spawn(move || {
                 let (first, _) = l.accept().unwrap();
-                receive(first, &l, N as u32, kind, SIZE).unwrap().1
+                receive(first, &l, N as u32, kind, SIZE, SameHostTcp::Tuned)
+                    .unwrap()
+                    .1
             });
             let streams: Vec<TcpStream> =
                 (0..N).map(|_| TcpStream::connect(addr).unwrap()).collect();
@@ -202,9 +214,16 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let reader = std::thread::spawn(move || {
             let (first, _) = l.accept().unwrap();
-            receive(first, &l, N as u32, TcpKind::Blocking, SIZE)
-                .unwrap()
-                .1
+            receive(
+                first,
+                &l,
+                N as u32,
+                TcpKind::Blocking,
+                SIZE,
+                SameHostTcp::Tuned,
+            )
+            .unwrap()
+            .1
         });
         let streams: Vec<TcpStream> = (0..N).map(|_| TcpStream::connect(addr).unwrap()).collect();
         let deadline = Some(Instant::now());

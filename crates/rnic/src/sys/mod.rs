@@ -6,6 +6,6 @@ pub mod affinity;
 pub(crate) mod eventfd;
 pub mod nofile;
 pub(crate) mod random;
-pub(crate) mod socket;
+pub mod socket;
 pub(crate) mod timerfd;
 pub mod usage;

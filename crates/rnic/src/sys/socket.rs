@@ -1,5 +1,7 @@
 //! Socket system calls: reads into region memory, sends of a buffer or of a gather list,
-//! and the socket options the connection manager and the close path set.
+//! and the socket options the connection manager and the close path set. [`recv`],
+//! [`send`] and [`tcp_congestion`] are public so the benchmark's TCP baselines make the
+//! same system calls as softrnic's data path.
 
 use crate::region::RegionSlice;
 use std::io;
@@ -31,7 +33,7 @@ fn long(v: libc::c_int) -> libc::c_long {
 
 /// Receives from `fd` into `buf` (`recvfrom(2)` without flags or address, as `recv`
 /// makes it): at most `buf.len()` octets.
-pub(crate) fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: the pointer and length describe `buf`, a unique borrow alive for the
     // call; the kernel writes at most `buf.len()` octets there and reads no address
     // (both address arguments are null).
@@ -83,7 +85,7 @@ pub(crate) fn read_into_then(
 }
 
 /// Sends `buf` (without SIGPIPE: a closed peer is an `EPIPE` error).
-pub(crate) fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+pub fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     // SAFETY: the pointer and length describe the initialised octets of `buf`, which the
     // borrow keeps alive and unchanged during the call; the kernel only reads them.
     direct(unsafe {
@@ -242,7 +244,7 @@ pub(crate) fn set_receive_buffer(fd: RawFd, octets: u64) {
 
 /// The socket's TCP congestion control algorithm (`TCP_CONGESTION`), if the kernel
 /// reports one.
-pub(crate) fn tcp_congestion(fd: RawFd) -> Option<String> {
+pub fn tcp_congestion(fd: RawFd) -> Option<String> {
     let mut name = [0u8; 16];
     let mut len = name.len() as libc::socklen_t;
     // SAFETY: a valid socket fd, and `name`/`len` describe a writable buffer of `len`
