@@ -163,7 +163,7 @@ pub struct BenchArgs {
     pub socket_send_budget: Option<usize>,
     /// softrnic's kernel TCP connections to this host: `tuned` (no BBR, a fixed
     /// receive buffer: the device default) or as the `system` sets them. The TCP
-    /// baselines are always as the system sets them.
+    /// baselines' sockets are set the same way in the same run.
     #[arg(long, value_enum, default_value_t = SameHostArg::Tuned)]
     pub same_host_tcp: SameHostArg,
     /// Sleep on completion events instead of busy-polling (perftest's -e): each side
