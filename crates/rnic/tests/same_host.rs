@@ -26,26 +26,6 @@ fn int_opt(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> Option<libc::c_in
     (r == 0).then_some(v)
 }
 
-/// The congestion control of TCP socket `fd`.
-fn congestion(fd: RawFd) -> Option<String> {
-    let mut name = [0u8; 16];
-    let mut len = name.len() as libc::socklen_t;
-    // SAFETY: as in `int_opt`, with a 16-octet buffer the kernel fills at most.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then(|| {
-        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-        String::from_utf8_lossy(&name[..end]).into_owned()
-    })
-}
-
 /// (socket, congestion control, receive buffer) of every connected TCP socket this
 /// process holds; a socket is named by its `/proc/self/fd` link (`socket:[inode]`).
 fn connected_tcp_sockets() -> Vec<(String, String, libc::c_int)> {
@@ -74,7 +54,7 @@ fn connected_tcp_sockets() -> Vec<(String, String, libc::c_int)> {
         } == 0;
         if let (true, Some(cc), Some(rcv)) = (
             connected,
-            congestion(fd),
+            socket::tcp_congestion(fd),
             int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF),
         ) {
             found.push((link.to_string_lossy().into_owned(), cc, rcv));
