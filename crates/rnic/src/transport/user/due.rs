@@ -79,7 +79,10 @@ impl UserStack {
     /// thread once to plan and once more when the time came.
     pub(crate) fn plan(&self, g: &mut Inner, next: Option<Duration>) {
         let Some(at) = next else {
+            // Armed once per stack-thread turn: a stack with no timer running (a
+            // receiver's, most of a clean run) plans nothing on each packet it takes.
             if g.planned.is_none() {
+                g.planned = Some(now() + IDLE);
                 let _ = self.timer.arm(IDLE);
             }
             return;

@@ -193,7 +193,14 @@ fn a_held_back_packet_and_the_timer_it_starts_arm_the_stack_threads_timers_witho
         !a.stack.wake.wait_readable(Some(Duration::ZERO)).unwrap(),
         "a's stack thread was woken to plan the timer the send started"
     );
-    assert!(b.stack.lock().unwrap().planned.is_some());
+    assert!(
+        b.stack
+            .lock()
+            .unwrap()
+            .planned
+            .is_some_and(|p| p < now() + Duration::from_secs(1)),
+        "b's timer was not planned for the held-back packet"
+    );
     // Nobody polls here: b's stack thread, on the timer armed from this thread,
     // delivers the data when it falls due.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -234,6 +241,26 @@ fn a_deadline_nearer_than_the_slack_arms_the_stack_threads_timer_at_the_slack() 
     let far = now() + 10 * TIMER_SLACK;
     a.stack.plan(&mut g, Some(far));
     assert_eq!(g.planned, Some(far));
+    drop(g);
+    drop(hold);
+}
+
+#[test]
+fn a_stack_with_nothing_planned_arms_its_idle_timer_once_not_on_every_plan() {
+    let net = SimNet::new(Impairments::default());
+    let a = stack(&net, A, 1);
+    let hold = hold_thread(&a.stack);
+    let mut g = a.stack.lock().unwrap();
+    g.planned = None;
+    a.stack.plan(&mut g, None);
+    let idle = g.planned.expect("the idle wake was not recorded");
+    // Planning nothing again leaves the timer as armed (no timerfd_settime).
+    a.stack.plan(&mut g, None);
+    assert_eq!(g.planned, Some(idle));
+    // A real deadline still comes first.
+    let soon = now() + 10 * TIMER_SLACK;
+    a.stack.plan(&mut g, Some(soon));
+    assert_eq!(g.planned, Some(soon));
     drop(g);
     drop(hold);
 }
