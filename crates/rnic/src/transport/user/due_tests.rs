@@ -3,6 +3,7 @@
 //! left to a stack thread that must first be woken and find a CPU. Both stack threads
 //! are kept from taking a turn here, so only the poller can have done it.
 
+use super::due::TIMER_SLACK;
 use super::stack::{UserStack, UserStackHandle};
 use super::{Impairments, SimNet, UserTcp};
 use crate::engine::now;
@@ -192,7 +193,14 @@ fn a_held_back_packet_and_the_timer_it_starts_arm_the_stack_threads_timers_witho
         !a.stack.wake.wait_readable(Some(Duration::ZERO)).unwrap(),
         "a's stack thread was woken to plan the timer the send started"
     );
-    assert!(b.stack.lock().unwrap().planned.is_some());
+    assert!(
+        b.stack
+            .lock()
+            .unwrap()
+            .planned
+            .is_some_and(|p| p < now() + Duration::from_secs(1)),
+        "b's timer was not planned for the held-back packet"
+    );
     // Nobody polls here: b's stack thread, on the timer armed from this thread,
     // delivers the data when it falls due.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -207,4 +215,52 @@ fn a_held_back_packet_and_the_timer_it_starts_arm_the_stack_threads_timers_witho
     let mut got = vec![0u8; data.len()];
     assert_eq!(g.stack.read(id_b, &mut got).unwrap(), data.len());
     assert_eq!(got, data);
+}
+
+#[test]
+fn a_deadline_nearer_than_the_slack_arms_the_stack_threads_timer_at_the_slack() {
+    let net = SimNet::new(Impairments::default());
+    let a = stack(&net, A, 1);
+    let hold = hold_thread(&a.stack);
+    let mut g = a.stack.lock().unwrap();
+    g.planned = None;
+    let t0 = now();
+    a.stack.plan(&mut g, Some(t0 + Duration::from_micros(1)));
+    let first = g.planned.expect("nothing was planned");
+    assert!(
+        first >= t0 + TIMER_SLACK,
+        "armed {:?} after planning, not the slack",
+        first - t0
+    );
+    // A deadline planned meanwhile that is nearer still leaves the timer as armed:
+    // the polling threads do that work on time.
+    a.stack.plan(&mut g, Some(t0));
+    assert_eq!(g.planned, Some(first));
+    // A deadline beyond the slack is armed for its own time.
+    g.planned = None;
+    let far = now() + 10 * TIMER_SLACK;
+    a.stack.plan(&mut g, Some(far));
+    assert_eq!(g.planned, Some(far));
+    drop(g);
+    drop(hold);
+}
+
+#[test]
+fn a_stack_with_nothing_planned_arms_its_idle_timer_once_not_on_every_plan() {
+    let net = SimNet::new(Impairments::default());
+    let a = stack(&net, A, 1);
+    let hold = hold_thread(&a.stack);
+    let mut g = a.stack.lock().unwrap();
+    g.planned = None;
+    a.stack.plan(&mut g, None);
+    let idle = g.planned.expect("the idle wake was not recorded");
+    // Planning nothing again leaves the timer as armed (no timerfd_settime).
+    a.stack.plan(&mut g, None);
+    assert_eq!(g.planned, Some(idle));
+    // A real deadline still comes first.
+    let soon = now() + 10 * TIMER_SLACK;
+    a.stack.plan(&mut g, Some(soon));
+    assert_eq!(g.planned, Some(soon));
+    drop(g);
+    drop(hold);
 }
