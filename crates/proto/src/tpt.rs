@@ -235,18 +235,7 @@ impl Tpt {
     /// look-up again; reading the table is out of line.
     #[inline]
     pub fn get(&self, stag: STag) -> Option<TptEntry> {
-        let epoch = self.epoch.load(Ordering::Acquire);
-        let hit = LAST.try_with(|l| {
-            let last = l.try_borrow().ok()?;
-            last.iter()
-                .flatten()
-                .find(|&&(id, seen, s, _)| id == self.id && seen == epoch && s == stag)
-                .map(|r| r.3)
-        });
-        match hit {
-            Ok(Some(e)) => e,
-            _ => self.get_from_table(stag, epoch),
-        }
+        self.get_with(stag, |e| Some(*e))
     }
 
     /// [`Tpt::get`] answered through `f`, which reads the entry where it lies: a hit
