@@ -812,6 +812,7 @@ fn terminate_carries_the_offending_headers() {
 }
 
 mod closing;
+mod header_guess;
 mod hostile;
 mod markers;
 mod runs;
