@@ -2,7 +2,8 @@
 //! gather small ones into the connection's transmit buffer (many per `send`), and send
 //! large ones with `sendmsg(2)`, which gathers headers, registered memory and trailers
 //! without a copy: all the FPDUs of a large message up to its last one (at most
-//! [`TX_BATCH`]) in one call.
+//! [`TX_BATCH`]) in one call, and the Read Responses queued behind each other (they
+//! complete nothing) together.
 
 use crate::buf_pool;
 use crate::close::connection_lost;
@@ -38,7 +39,7 @@ pub(crate) const TX_BUF_LEN: usize = 64 * 1024;
 
 /// Large FPDUs sent together in one `sendmsg` at most: the FPDUs of one message up
 /// to the one that completes it (16 x 65000 octets: a 1 MiB Write in two calls where
-/// the socket takes it).
+/// the socket takes it), or of the Read Responses queued (8 of 64 KiB).
 pub(crate) const TX_BATCH: usize = 16;
 
 /// Header octets of a data FPDU: the MPA length field and a tagged (Write, Read
@@ -328,11 +329,20 @@ fn transmit_stream(
                     moved = true;
                     continue;
                 }
-                let Some(p) = prepare(std::mem::take(&mut tx.scratch), &mut tx.payload, dev) else {
+                let Some(mut p) = prepare(std::mem::take(&mut tx.scratch), &mut tx.payload, dev)
+                else {
                     // As for a failed gather: the octets queued before still go out.
                     core.to_error();
                     continue;
                 };
+                if p.fpdu.completes && core.read_response_in_flight() {
+                    // A Read Response finishes nothing the program sees, and its
+                    // source regions stay alive in `p` until it is out: done now, so
+                    // the responses queued behind it go in the same `sendmsg` (up to
+                    // TX_BATCH FPDUs) instead of one call each.
+                    core.transmit_done();
+                    p.fpdu.completes = false;
+                }
                 tx.pending.push_back(p);
                 continue;
             }

@@ -396,6 +396,15 @@ impl Qp {
         self.tx.may_send()
     }
 
+    /// Whether the FPDU from the last [`Qp::poll_transmit`] is the last of a Read
+    /// Response. Its [`Qp::transmit_done`] completes nothing the program sees (it frees
+    /// the inbound Read's IRD slot), so an I/O layer that keeps the source memory alive
+    /// until the octets are out may call it once the FPDU is queued, and send the
+    /// responses behind it in the same call.
+    pub fn read_response_in_flight(&self) -> bool {
+        self.tx.read_response_in_flight()
+    }
+
     /// The FPDU from the last [`Qp::poll_transmit`] has been written completely (with
     /// FPDUs polled ahead: the one that [`completes`](TxFpdu::completes) something;
     /// for the others the call is not needed, and does nothing while none is in

@@ -528,6 +528,12 @@ impl TxState {
         }
     }
 
+    /// Whether the FPDU in flight is the last of a Read Response: its
+    /// [`TxState::transmit_done`] frees an IRD slot and completes nothing.
+    pub(crate) fn read_response_in_flight(&self) -> bool {
+        self.in_flight == InFlight::ReadResponseDone
+    }
+
     /// The FPDU from the last [`TxState::poll`] has been written completely; returns
     /// the send-queue request it finished, if any: (seq, wr_id, opcode, octets, signaled).
     pub(crate) fn transmit_done(&mut self) -> Option<(u64, u64, WcOpcode, u32, bool)> {
