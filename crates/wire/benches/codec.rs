@@ -145,12 +145,57 @@ fn fpdu_stream(c: &mut Criterion) {
     g.finish();
 }
 
-/// CRC32c alone: 64 B (a small Send), 1448 B (an MSS-sized FPDU), 64 KiB, 1 MiB.
+/// The loopback FPDU's payload (`rnic`'s 65000-octet loopback FPDU less its tagged
+/// header and CRC): the piece the receive path checksums right after each read.
+const LOOPBACK_PAYLOAD: usize = 64_980;
+
+/// CRC32c alone: 64 B (a small Send), 556 B (the short FPDU of a 64 KiB message over
+/// loopback), 1448 B (an MSS-sized FPDU), the loopback FPDU's payload, 64 KiB, 1 MiB;
+/// beside it a `memcpy` of the same octets and ways to copy and checksum them (the
+/// receive staging and transmit gather paths): the CRC over the copy after the whole
+/// copy, over the source instead, or after each 4 KiB of the copy while it is in L1.
 fn crc(c: &mut Criterion) {
     let mut g = c.benchmark_group("crc32c");
-    for size in [64usize, 256, 512, 1448, 64 * 1024, 1024 * 1024] {
+    for size in [
+        64usize,
+        256,
+        512,
+        556,
+        1448,
+        LOOPBACK_PAYLOAD,
+        64 * 1024,
+        1024 * 1024,
+    ] {
         let data = payload(size);
+        let mut dst = vec![0u8; size];
         g.throughput(Throughput::Bytes(size as u64));
+        g.bench_function(BenchmarkId::new("memcpy", size), |b| {
+            b.iter(|| dst.copy_from_slice(black_box(&data)))
+        });
+        g.bench_function(BenchmarkId::new("copy-then-crc", size), |b| {
+            b.iter(|| {
+                dst.copy_from_slice(black_box(&data));
+                crc32c_append(0x1234_5678, black_box(&dst))
+            })
+        });
+        // The CRC over the source instead: no load of octets the copy just stored.
+        g.bench_function(BenchmarkId::new("copy-crc-of-source", size), |b| {
+            b.iter(|| {
+                let data = black_box(&data);
+                dst.copy_from_slice(data);
+                crc32c_append(0x1234_5678, data)
+            })
+        });
+        g.bench_function(BenchmarkId::new("copy-crc-per-4k", size), |b| {
+            b.iter(|| {
+                let mut crc = 0x1234_5678;
+                for (d, s) in dst.chunks_mut(4096).zip(black_box(&data).chunks(4096)) {
+                    d.copy_from_slice(s);
+                    crc = crc32c_append(crc, d);
+                }
+                crc
+            })
+        });
         g.bench_function(BenchmarkId::from_parameter(size), |b| {
             b.iter(|| crc32c(black_box(&data)))
         });
