@@ -74,7 +74,6 @@ mod sys;
 mod trace;
 mod transmit;
 mod transport;
-mod tx_turns;
 
 #[cfg(feature = "tokio")]
 pub use async_channel::AsyncCompChannel;

@@ -100,14 +100,6 @@ pub struct DeviceConfig {
     /// receive buffer (Linux's tuning left some loopback windows small); see
     /// `same_host.rs`.
     pub same_host_tcp: crate::SameHostTcp,
-    /// QPs that send large messages (FPDUs sent from registered memory) at once; the
-    /// others wait their turn, first come first served (see `tx_turns.rs`). Fewer QPs at
-    /// a time keep the data in flight, and each one's buffers, in the caches. 0: every
-    /// QP sends whenever it has something.
-    pub tx_turns: usize,
-    /// Octets a QP sends in its turn before it gives the turn to a waiting QP, at the
-    /// end of a message.
-    pub tx_turn_quantum: u64,
     /// Run connections over softrnic's own TCP on this link instead of kernel TCP
     /// (`None`, the default): `connect` and `listen` then use the device's address
     /// there. See [`crate::UserTcp`].
@@ -141,8 +133,6 @@ impl Default for DeviceConfig {
             pcap: None,
             socket_send_budget: 64 << 20,
             same_host_tcp: crate::SameHostTcp::default(),
-            tx_turns: 0,
-            tx_turn_quantum: 4 << 20,
             user_tcp: None,
         }
     }
