@@ -10,11 +10,19 @@
 //! of connections doubles or halves, and each socket picks up a new share on its next
 //! send (one atomic load), so connecting N QPs costs O(N) setsockopt calls in all.
 
-use crate::same_host::SameHostTcp;
+use crate::same_host::{SAME_HOST_RECEIVE, SameHostTcp};
 use crate::sys;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The default budget ([`crate::DeviceConfig::socket_send_budget`]): a same-host
+/// receive window ([`SAME_HOST_RECEIVE`]) for each of 256 connections. With 64 MiB
+/// (256 KiB each at 256 QPs) 1 MiB Writes left each `sendmsg` at a quarter of a
+/// message, and the receiving engine, woken for smaller pieces, made 3.5x the readiness
+/// events and 1.4x the reads per MiB, and spent 1.15x one QP's CPU per GB; with 1 MiB
+/// each, within 10% of one QP's (docs/ARCHITECTURE.md, "Many QPs", session 14).
+pub(crate) const DEFAULT_SEND_BUDGET: u64 = 256 * SAME_HOST_RECEIVE;
 
 /// Up to this share, Linux's own send-buffer tuning is left alone (its default
 /// maximum, `tcp_wmem[2]`).
@@ -131,6 +139,14 @@ mod tests {
         assert_eq!(share_of(total, 1000), 64 << 10);
         assert_eq!(share_of(total, 10_000), MIN_SHARE);
         assert_eq!(share_of(0, 10_000), 0, "no budget: Linux tunes");
+    }
+
+    #[test]
+    fn by_default_256_connections_each_get_a_same_host_receive_window_to_send_into() {
+        let total = crate::DeviceConfig::default().socket_send_budget;
+        assert_eq!(share_of(total, 256), SAME_HOST_RECEIVE);
+        assert_eq!(share_of(total, 64), 0, "Linux tunes up to 64 connections");
+        assert_eq!(share_of(total, 1000), 256 << 10);
     }
 
     #[test]

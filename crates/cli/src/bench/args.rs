@@ -158,7 +158,7 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = PlacementArg::Follow)]
     pub engine_placement: PlacementArg,
     /// Kernel socket send buffer shared by each device's connections (e.g. 64M; 0
-    /// leaves every socket to Linux's tuning) [default: the device default, 64 MiB].
+    /// leaves every socket to Linux's tuning) [default: the device default, 256 MiB].
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub socket_send_budget: Option<usize>,
     /// softrnic's kernel TCP connections to this host: `tuned` (no BBR, a fixed

@@ -92,8 +92,9 @@ pub struct DeviceConfig {
     pub pcap: Option<std::path::PathBuf>,
     /// Kernel socket send buffer, in octets, for all the device's kernel TCP
     /// connections together (see `socket_buffers.rs`): each gets an equal share, from
-    /// 4 MiB (Linux's own tuning, kept up to 16 connections by default) down to 64
-    /// KiB. 0 leaves every socket to Linux's tuning.
+    /// 4 MiB (Linux's own tuning, kept up to 64 connections by default) down to 64
+    /// KiB. 0 leaves every socket to Linux's tuning. By default 256 MiB: 1 MiB each
+    /// at 256 connections, a same-host receive window.
     pub socket_send_budget: u64,
     /// Kernel TCP connections whose peer is on this host: by default not BBR (its
     /// pacing held loopback senders below what both ends can move) and a fixed
@@ -131,7 +132,7 @@ impl Default for DeviceConfig {
             max_registered: 1 << 40,
             fault: None,
             pcap: None,
-            socket_send_budget: 64 << 20,
+            socket_send_budget: crate::socket_buffers::DEFAULT_SEND_BUDGET,
             same_host_tcp: crate::SameHostTcp::default(),
             user_tcp: None,
         }
