@@ -5,13 +5,9 @@
 //! of a reduction that proves spurious: when the peer reports every retransmission
 //! since as a duplicate (D-SACK, RFC 2883), nothing was lost, and the window goes back
 //! to what it was (in the manner of RFC 3708's detection and RFC 4015's response).
-//! Through a fast recovery the window follows proportional rate reduction (RFC 6937):
-//! sending goes on at about half the rate of delivery from the first acknowledgment,
-//! rather than stopping until half the flight has left the network, so a second loss
-//! found in the same window is sent again at once and its hole closes sooner.
 
 use super::rack::DUP_THRESH;
-use super::tx::{Prr, Tx, Undo};
+use super::tx::{Tx, Undo};
 use std::time::Duration;
 
 /// Bound on the congestion window (far above any window a peer can offer).
@@ -69,14 +65,8 @@ impl Tx {
         if self.in_recovery || self.una < self.recover {
             return false;
         }
-        let flight = self.flight();
         self.reduce();
         self.cwnd = self.ssthresh;
-        self.prr = Prr {
-            delivered: 0,
-            out: 0,
-            recover_fs: flight.max(1),
-        };
         self.recover = self.nxt;
         self.in_recovery = true;
         self.rtx_now = true;
@@ -121,33 +111,6 @@ impl Tx {
             }
         }
         self.cwnd = self.cwnd.min(MAX_CWND);
-    }
-
-    /// An acknowledgment during a fast recovery reported `delivered` octets as newly
-    /// delivered (cumulatively or by SACK): the window becomes what proportional rate
-    /// reduction lets out now (RFC 6937 section 3, with its slow-start reduction bound).
-    /// While the pipe is above the threshold, sending follows delivery in the ratio
-    /// threshold / flight at the start; below it, the pipe grows back towards the
-    /// threshold by at most what was delivered plus a segment. Without SACK a duplicate
-    /// ACK reports no octets, so NewReno's recovery keeps the window at the threshold.
-    pub fn prr_on_ack(&mut self, delivered: u64) {
-        if !self.in_recovery || !self.sack_ok {
-            return;
-        }
-        self.prr.delivered += delivered;
-        let prr = self.prr;
-        let pipe = self.pipe();
-        let sndcnt = if pipe > self.ssthresh {
-            let allowed = (u128::from(prr.delivered) * u128::from(self.ssthresh))
-                .div_ceil(u128::from(prr.recover_fs));
-            u64::try_from(allowed)
-                .unwrap_or(u64::MAX)
-                .saturating_sub(prr.out)
-        } else {
-            let limit = prr.delivered.saturating_sub(prr.out).max(delivered) + self.mss;
-            (self.ssthresh - pipe).min(limit)
-        };
-        self.cwnd = (pipe + sndcnt).min(MAX_CWND);
     }
 
     /// A duplicate acknowledgment from a peer without SACK. Returns true when it starts

@@ -269,9 +269,6 @@ impl Connection {
     fn on_ack(&mut self, now: Duration, seg: &Segment<'_>, ack: u64, start: i64) {
         let window = u64::from(seg.window) << self.tx.wscale;
         let advanced = ack > self.tx.una;
-        // What the peer holds, in order or not, before this acknowledgment: what it adds
-        // is the data it reports delivered (RFC 6937's DeliveredData).
-        let held_before = self.tx.una + self.tx.scoreboard.bytes();
         // The cumulative acknowledgment first, then the SACK blocks: segments it
         // covers were delivered in order, not reordered below what the blocks report.
         let acked = if advanced {
@@ -313,8 +310,6 @@ impl Connection {
         if self.tx.sack_ok && (advanced || sack.new) {
             self.detect_loss(now);
         }
-        let delivered = (self.tx.una + self.tx.scoreboard.bytes()).saturating_sub(held_before);
-        self.tx.prr_on_ack(delivered);
         let (wl1, wl2) = (self.tx.wl1 as i64, self.tx.wl2);
         if start > wl1 || (start == wl1 && ack >= wl2) {
             self.tx.wnd = window;

@@ -62,8 +62,6 @@ pub(crate) struct Tx {
     pub recover: u64,
     /// Send the first lost segment now, whatever the pipe says.
     pub rtx_now: bool,
-    /// Proportional rate reduction's counts for the fast recovery under way.
-    pub prr: Prr,
     /// Every segment in flight: send times, SACKed, lost.
     pub sent: Sent,
     pub rack: Rack,
@@ -82,16 +80,6 @@ pub(crate) struct Tx {
     /// network made.
     recent_rtx: [(u64, u64); RECENT_RTX],
     recent_rtx_next: usize,
-}
-
-/// What proportional rate reduction (RFC 6937) counts through a fast recovery: octets
-/// the peer reported delivered since it began, octets sent since, and the flight when it
-/// began (RecoverFS).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Prr {
-    pub delivered: u64,
-    pub out: u64,
-    pub recover_fs: u64,
 }
 
 /// Retransmitted ranges remembered for D-SACKs: more than a recovery sends again
@@ -198,7 +186,6 @@ impl Tx {
             rto_recovery: false,
             recover: 0,
             rtx_now: false,
-            prr: Prr::default(),
             sent: Sent::new(max_records, half_segments),
             rack: Rack::default(),
             undo: None,
@@ -364,9 +351,6 @@ impl Tx {
 
     /// `pick` went out at `now`.
     pub fn sent(&mut self, pick: Pick, now: Duration) {
-        if self.in_recovery {
-            self.prr.out += pick.end - pick.start;
-        }
         if pick.rtx {
             let i = self.sent.index_of(pick.start);
             if i < self.sent.len() {
