@@ -168,6 +168,16 @@ impl RangeSet {
         v.truncate(n);
         v
     }
+
+    /// The count of insertions so far: a range grown after this is newer than it.
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// How many ranges grew after the insertion counted `clock`.
+    pub fn grown_since(&self, clock: u64) -> usize {
+        self.spans.iter().filter(|s| s.stamp > clock).count()
+    }
 }
 
 #[cfg(test)]

