@@ -6,7 +6,7 @@
 //!   server's program does nothing (its engine threads serve the peer), unless
 //!   `--server-poll` has its thread busy-poll the CQ.
 //! - send_bw: the server keeps its receive queue full (a repost per completion) and
-//!   returns credits: every eighth of its receive depth it RDMA-Writes the count of
+//!   returns credits: every third of its receive depth it RDMA-Writes the count of
 //!   receives reposted into a small buffer the client exposes, and the client never has
 //!   more Sends beyond that count than the receive depth. On iWARP a Send that finds no
 //!   receive is fatal, and TCP lets a sender run arbitrarily far ahead of the receiving
@@ -56,6 +56,17 @@ pub(super) const CREDIT_LEN: usize = 16;
 pub(super) const CREDIT_CHECK: u64 = 0xa5a5_5a5a_c3c3_3c3c;
 /// Credit Writes the server may have outstanding per QP (one source slot each).
 pub(super) const CREDIT_SLOTS: usize = 32;
+
+/// Receives the send_bw server reposts between two credit Writes: a third of its
+/// receive depth, as perftest's server does ([`super::perftest::credit_period`]). Each
+/// credit is a Write of its own and a `sendto`, which on loopback also runs the
+/// client's receive of it: at an eighth of the depth those were a third of the
+/// server's thread, and the server bounds the rate. When a credit is written, up to
+/// two thirds of the depth may still be on the way to the server: it has work for
+/// far longer than the credit takes to reach the client.
+pub(super) fn credit_every(rx_depth: usize) -> u64 {
+    (rx_depth as u64 / 3).max(1)
+}
 /// wr_id of the closing Read.
 pub(super) const BARRIER_ID: u64 = u64::MAX;
 /// wr_id of the delivery probes.
@@ -371,4 +382,17 @@ pub fn client_round(
 
 pub(super) fn next_tag(t: u8) -> u8 {
     if t == 255 { 1 } else { t + 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::credit_every;
+
+    /// perftest's period: a third of the receive depth, at least every receive.
+    #[test]
+    fn the_send_bw_server_credits_every_third_of_its_receive_depth() {
+        assert_eq!(credit_every(512), 170);
+        assert_eq!(credit_every(16), 5);
+        assert_eq!(credit_every(2), 1);
+    }
 }

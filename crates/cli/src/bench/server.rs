@@ -21,8 +21,8 @@
 use super::cqs::CqSet;
 use super::meta::{FLAG_SHARED_BUFFERS, Meta};
 use super::rdma::{
-    CREDIT_CHECK, CREDIT_LEN, CREDIT_SLOTS, WAIT, Watch, e2s, engines_line, next_tag, recv_wr,
-    stats_line,
+    CREDIT_CHECK, CREDIT_LEN, CREDIT_SLOTS, WAIT, Watch, credit_every, e2s, engines_line, next_tag,
+    recv_wr, stats_line,
 };
 use super::{MAX_SIZE, Test};
 use softrnic_rnic::{
@@ -460,7 +460,7 @@ fn send_bw_server(
     rx_depth: usize,
     size: usize,
 ) -> Result<(), String> {
-    let every = (rx_depth as u64 / 8).max(1);
+    let every = credit_every(rx_depth);
     let mut wcs = vec![Completion::default(); 64];
     // A completion per message: each finds its QP in one look-up.
     let index: HashMap<QpId, usize> = eps.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
