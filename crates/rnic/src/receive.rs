@@ -98,9 +98,8 @@ impl Staging {
     }
 
     /// How many octets to read into the staging buffer for the core's next need;
-    /// `next_header` is what the core wants read after a trailer in exact mode
-    /// (`Qp::rx_read_after_trailer`: the guessed next header, perhaps a short FPDU
-    /// before it).
+    /// `next_header` is the core's guess of the next FPDU header's length
+    /// (`Qp::rx_next_header_len`), read with a trailer in exact mode.
     fn read_len(&self, need: RxNeed, next_header: usize) -> usize {
         match need {
             RxNeed::Internal(n) if self.exact => {
@@ -251,7 +250,7 @@ fn receive_stream(
                         // into staging.
                         let tail = core
                             .rx_trailer_after_place()
-                            .map(|t| (t + core.rx_read_after_trailer()).min(RX_STAGING_LEN));
+                            .map(|t| (t + core.rx_next_header_len()).min(RX_STAGING_LEN));
                         let r = match tail {
                             Some(t) => {
                                 if staging.buf.is_empty() {
@@ -294,7 +293,7 @@ fn receive_stream(
                 let want = if marked {
                     RX_STAGING_LEN
                 } else {
-                    staging.read_len(need, core.rx_read_after_trailer())
+                    staging.read_len(need, core.rx_next_header_len())
                 };
                 if staging.buf.is_empty() {
                     staging.buf = buf_pool::take_staging();

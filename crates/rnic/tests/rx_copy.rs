@@ -3,12 +3,9 @@
 //! read straight into registered memory; and a payload that cannot be placed (its region
 //! deregistered after the TPT check) is an error, never a silent drop.
 //!
-//! The split is deterministic whatever the timing, with two bounded exceptions: in exact
-//! mode no read goes beyond the current FPDU's payload or the next FPDU's header, except
-//! that the short last FPDU of same-sized messages a little longer than an FPDU (64 KiB:
-//! 65,000 + 536 octets) is read with the trailer before it, whole or as far as it has
-//! arrived, and copied (`SHORT_LAST_MAX` per message at most); and read-ahead only ever
-//! meets small FPDUs after the first large one. The first large message on a connection
+//! The split is deterministic whatever the timing: in exact mode no read goes beyond the
+//! current FPDU's payload or the next FPDU's header, and read-ahead only ever meets
+//! small FPDUs after the first large one; only the first large message on a connection
 //! has a timing-dependent split, bounded by one staging buffer.
 
 mod common;
@@ -58,41 +55,16 @@ fn wait_placed(qp: &Qp, total: u64) {
     }
 }
 
-/// The payload of a short last FPDU that comes with the trailer before it is at most
-/// this long (its FPDU at most 1024 octets on the wire).
-const SHORT_LAST_MAX: u64 = 1024;
-
-/// Checks the split the policy promises for messages 2..N of `size` octets: small
-/// FPDUs are copied (read ahead), large ones go straight into memory, and so does a
-/// large message's short last FPDU, except one that is read with the trailer before it
-/// (see the module's note): at most [`SHORT_LAST_MAX`] copied per message, and only for
-/// the sizes whose last FPDU is that short (64 KiB and 64 KiB + 1 here). (With the
-/// default loopback FPDU of 65000 octets, every FPDU of a message of `RX_DIRECT_MIN` or
-/// more is large except its last.)
-fn check_steady(what: &str, size: usize, (c, d): (u64, u64)) {
+/// The split the policy promises for messages 2..N of `size` octets: small FPDUs are
+/// copied (read ahead), large ones and a large message's short last FPDU go straight
+/// into memory. (With the default loopback FPDU of 65000 octets, every FPDU of a message
+/// of `RX_DIRECT_MIN` or more is large except its last.)
+fn steady(size: usize) -> (u64, u64) {
     let octets = ((N - 1) * size) as u64;
-    assert_eq!(
-        c + d,
-        octets,
-        "{what} {size}: octets placed in messages 2..{N}"
-    );
-    if size < RX_DIRECT_MIN {
-        assert_eq!(
-            (c, d),
-            (octets, 0),
-            "{what} {size}: (copied, direct) of messages 2..{N}"
-        );
-    } else if size == 64 << 10 || size == (64 << 10) + 1 {
-        assert!(
-            c <= (N - 1) as u64 * SHORT_LAST_MAX,
-            "{what} {size}: {c} octets copied in messages 2..{N}"
-        );
+    if size >= RX_DIRECT_MIN {
+        (0, octets)
     } else {
-        assert_eq!(
-            (c, d),
-            (0, octets),
-            "{what} {size}: (copied, direct) of messages 2..{N}"
-        );
+        (octets, 0)
     }
 }
 
@@ -139,7 +111,11 @@ fn write_copy_split_per_size() {
         }
         wait_placed(&b.qp, (N * size) as u64);
         let (c, d) = split(&b.qp);
-        check_steady("write", size, (c - first.0, d - first.1));
+        assert_eq!(
+            (c - first.0, d - first.1),
+            steady(size),
+            "write {size}: (copied, direct) of messages 2..{N}"
+        );
         let done = take(&a.cq, N);
         assert!(
             done.iter().all(|c| c.status == WcStatus::Success),
@@ -188,7 +164,11 @@ fn send_copy_split_per_size() {
             "{sent:?}"
         );
         let (c, d) = split(&b.qp);
-        check_steady("send", size, (c - first.0, d - first.1));
+        assert_eq!(
+            (c - first.0, d - first.1),
+            steady(size),
+            "send {size}: (copied, direct) of messages 2..{N}"
+        );
         assert!(dst.to_vec() == data, "send {size}: data");
     }
 }
@@ -296,9 +276,7 @@ fn region_gone_mid_large_payload_is_an_error() {
 
 /// Large Writes, each followed by a small Send (a rendezvous handshake): the Write's
 /// short last FPDU and the Send are two small FPDUs in a row, which do not end exact
-/// mode, so after the first Write nothing is copied, the small Sends included, but the
-/// Writes' short last FPDUs read with the trailer before them (at most
-/// [`SHORT_LAST_MAX`] each).
+/// mode, so after the first Write nothing is copied, the small Sends included.
 #[test]
 fn large_writes_with_small_sends_between_stay_direct() {
     const W: usize = 64 << 10;
@@ -336,12 +314,10 @@ fn large_writes_with_small_sends_between_stay_direct() {
     let got = take(&b.cq, N - 1);
     assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
     let (c, d) = split(&b.qp);
-    let (c, d) = (c - first.0, d - first.1);
-    // Nothing copied but the Writes' short last FPDUs read with the trailer before them.
-    assert_eq!(c + d, ((N - 1) * (W + S)) as u64, "octets of rounds 2..{N}");
-    assert!(
-        c <= (N - 1) as u64 * SHORT_LAST_MAX,
-        "{c} octets copied in rounds 2..{N}"
+    assert_eq!(
+        (c - first.0, d - first.1),
+        (0, ((N - 1) * (W + S)) as u64),
+        "(copied, direct) of rounds 2..{N}"
     );
     let sent = take(&a.cq, 2 * N);
     assert!(

@@ -726,15 +726,6 @@ impl Qp {
         self.rx.next_header_len()
     }
 
-    /// How many octets an I/O layer that reads exactly should read after the trailer
-    /// of the FPDU in progress: the guessed next header ([`Qp::rx_next_header_len`]),
-    /// and before it, after a long FPDU that does not end its message, the short FPDU
-    /// that followed the last such one (the short last FPDU of same-sized messages a
-    /// little longer than an FPDU), whole.
-    pub fn rx_read_after_trailer(&self) -> usize {
-        self.rx.read_after_trailer()
-    }
-
     /// Whether the stream is inside an FPDU: some of its octets have arrived, not all.
     /// A stream that ends here was truncated (lost), not closed between messages.
     pub fn rx_mid_fpdu(&self) -> bool {

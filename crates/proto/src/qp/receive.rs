@@ -118,10 +118,6 @@ impl Receiver {
         self.stream.next_header_len()
     }
 
-    pub(crate) fn read_after_trailer(&self) -> usize {
-        self.stream.read_after_trailer()
-    }
-
     pub(crate) fn mid_fpdu(&self) -> bool {
         self.stream.mid_fpdu()
     }

@@ -54,14 +54,6 @@ enum Phase {
 /// The longest control body accepted: a Terminate with both copied headers.
 pub(crate) const MAX_BODY: usize = softrnic_wire::terminate::MAX_LEN;
 const BUF_LEN: usize = mpa::ULPDU_LEN_LEN + UNTAGGED_HEADER_LEN + MAX_BODY;
-/// An FPDU this long or shorter on the wire (all framing included) that came right
-/// after a longer one that was not its message's last is guessed to follow the next such
-/// FPDU too (the short last FPDU of same-sized messages, 536 payload octets of a
-/// 64 KiB one): see
-/// [`RxStream::read_after_trailer`]. Longer ones are left to their own read, so a wrong
-/// guess costs a copy of at most this much.
-const SHORT_AFTER_LARGE: usize = 1024;
-
 /// Length field and the two DDP/RDMAP control octets that say which header follows.
 const PREFIX_LEN: usize = mpa::ULPDU_LEN_LEN + ddp::CONTROL_LEN;
 
@@ -103,11 +95,6 @@ pub(crate) struct RxStream {
     /// Untagged FPDUs in a row up to this one, counted at each header (at most 2): a
     /// stream of Sends then reads each next header whole ([`RxStream::next_header_len`]).
     untagged_run: u8,
-    /// The last FPDU taken was longer than [`SHORT_AFTER_LARGE`] on the wire and not
-    /// its message's last (as far as the stream saw its header).
-    large_not_last: bool,
-    /// Wire length of the short FPDU that followed the last such one, if one did.
-    short_after_large: Option<usize>,
 }
 
 impl Default for RxStream {
@@ -128,8 +115,6 @@ impl Default for RxStream {
             position: 0,
             marks: None,
             untagged_run: 0,
-            large_not_last: false,
-            short_after_large: None,
         }
     }
 }
@@ -316,37 +301,6 @@ impl RxStream {
             }
     }
 
-    /// How many octets an I/O layer reading exactly should read after the trailer of
-    /// the FPDU in progress: the next header ([`RxStream::next_header_len`]), and when
-    /// this FPDU is long, not its message's last, and a short FPDU followed the last
-    /// such one, that short FPDU whole before it. Same-sized messages of a little more
-    /// than an FPDU (64 KiB: 65,000 + 536 octets) then take one read each instead of
-    /// two; the short FPDU's payload is copied from the read, as a read-ahead's is.
-    pub(crate) fn read_after_trailer(&self) -> usize {
-        let long = self.wire_len() > SHORT_AFTER_LARGE;
-        let not_last = self.header.is_some_and(|h| !h.last);
-        self.next_header_len()
-            + match self.short_after_large {
-                Some(short) if long && not_last => short,
-                _ => 0,
-            }
-    }
-
-    /// Wire length of the FPDU in progress (once its length field is in).
-    fn wire_len(&self) -> usize {
-        mpa::ULPDU_LEN_LEN + self.check.ulpdu_len() + self.check.trailer_len()
-    }
-
-    /// An FPDU of `wire_len` octets was taken (`not_last`: it was seen not to end its
-    /// message): what [`RxStream::read_after_trailer`] guesses from.
-    #[inline]
-    fn note_taken(&mut self, wire_len: usize, not_last: bool) {
-        if self.large_not_last {
-            self.short_after_large = (wire_len <= SHORT_AFTER_LARGE).then_some(wire_len);
-        }
-        self.large_not_last = wire_len > SHORT_AFTER_LARGE && not_last;
-    }
-
     /// Counts the header just begun into [`RxStream::untagged_run`].
     #[inline]
     fn note_header(&mut self) {
@@ -392,8 +346,6 @@ impl RxStream {
     /// steps would check it: the stream moves past it and stays at a boundary.
     pub(crate) fn took_whole(&mut self, wire_len: usize, payload: usize) {
         debug_assert!(self.at_plain_boundary());
-        // Whether it ended its message is not known here.
-        self.note_taken(wire_len, false);
         self.position += wire_len as u64;
         self.placed_bytes += payload as u64;
     }
@@ -536,7 +488,6 @@ impl RxStream {
     }
 
     fn reset(&mut self) {
-        self.note_taken(self.wire_len(), self.header.is_some_and(|h| !h.last));
         self.phase = Phase::Prefix;
         self.have = 0;
         self.want = PREFIX_LEN;
