@@ -22,13 +22,10 @@
 //! socket's pacing on when it starts and nothing turns it off, so a socket switched
 //! afterwards still paces, at CUBIC's rate (twice the window per round trip, high
 //! over loopback, yet one slow round in 15 remained that way). So `connect` to a
-//! loopback address or to one of the host's own addresses ([`is_own_address`]: the
-//! kernel routes it from that same address) chooses on the socket before the SYN, and
-//! a listener bound to a loopback address chooses on the listening socket, whose
-//! connections inherit it. An accepted connection from this host to a listener that
-//! other hosts reach too (one on all addresses, or on the host's own non-loopback
-//! address) is switched when it is taken over, the best left then: the listener
-//! cannot tell before the SYN who will connect.
+//! loopback address chooses on the socket before the SYN, and a listener bound to a
+//! loopback address chooses on the listening socket, whose connections inherit it.
+//! A connection to this host found otherwise (a listener on all addresses, the host's
+//! own non-loopback address) is switched when it is taken over, the best left then.
 //!
 //! Without pacing a second mode showed: the receiver's automatic buffer tuning, which
 //! grows the window with what the program reads per round trip, stayed at 430-760 KB
@@ -46,7 +43,7 @@
 
 use crate::sys;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
@@ -72,22 +69,6 @@ pub enum SameHostTcp {
 /// connection's own local address.
 pub(crate) fn is_same_host(local: SocketAddr, peer: SocketAddr) -> bool {
     peer.ip().is_loopback() || peer.ip() == local.ip()
-}
-
-/// Whether `ip` is one of this host's own addresses (loopback, unspecified, or an
-/// interface's): the kernel then routes traffic to it from that same address, which a
-/// datagram socket "connected" to it shows without sending anything. A connection to
-/// it is a connection to this host, known before the SYN.
-pub(crate) fn is_own_address(ip: IpAddr) -> bool {
-    if ip.is_loopback() || ip.is_unspecified() {
-        return true;
-    }
-    let any = match ip {
-        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-    };
-    UdpSocket::bind((any, 0))
-        .is_ok_and(|u| u.connect((ip, 9)).is_ok() && u.local_addr().is_ok_and(|l| l.ip() == ip))
 }
 
 /// The algorithms to try instead of `current`, in order, on a connection to this
@@ -123,9 +104,9 @@ pub fn apply(policy: SameHostTcp, fd: RawFd, local: SocketAddr, peer: SocketAddr
 }
 
 /// Connects a kernel TCP socket to `addr` within `timeout`, unpaced from its first
-/// segment when `addr` is one of this host's addresses and `policy` says so.
+/// segment when `addr` is a loopback address and `policy` says so.
 pub fn connect(addr: SocketAddr, timeout: Duration, policy: SameHostTcp) -> io::Result<TcpStream> {
-    if policy == SameHostTcp::System || !is_own_address(addr.ip()) {
+    if policy == SameHostTcp::System || !addr.ip().is_loopback() {
         return TcpStream::connect_timeout(&addr, timeout);
     }
     let s = socket2::Socket::new(
@@ -270,59 +251,6 @@ mod tests {
             let mut got = [0u8; 2];
             b.read_exact(&mut got).unwrap();
             assert_eq!(&got, b"ok");
-        }
-    }
-
-    /// This host's address on its default route (no packet is sent), or None (said).
-    fn own_non_loopback_address() -> Option<IpAddr> {
-        let u = UdpSocket::bind("0.0.0.0:0").unwrap();
-        let ip = u
-            .connect("192.0.2.1:9")
-            .and_then(|()| u.local_addr())
-            .map(|l| l.ip())
-            .ok()
-            .filter(|ip| !ip.is_loopback());
-        if ip.is_none() {
-            eprintln!("SKIPPED: this host has no non-loopback IPv4 route");
-        }
-        ip
-    }
-
-    #[test]
-    fn own_addresses_are_told_from_other_hosts_without_a_packet() {
-        assert!(is_own_address("127.0.0.1".parse().unwrap()));
-        assert!(is_own_address("::1".parse().unwrap()));
-        assert!(is_own_address("0.0.0.0".parse().unwrap()));
-        // TEST-NET-3: never an address of a host under test, nor routed from itself.
-        assert!(!is_own_address("203.0.113.77".parse().unwrap()));
-        if let Some(ip) = own_non_loopback_address() {
-            assert!(is_own_address(ip), "{ip}");
-        }
-    }
-
-    /// A connection to the host's own non-loopback address starts unpaced on the
-    /// connecting end, as one over loopback does (before: BBR until it was taken over,
-    /// and its pacing stayed on after the switch).
-    #[test]
-    fn a_connection_to_the_host_s_own_address_starts_unpaced() {
-        if !system_paces() {
-            return;
-        }
-        let Some(ip) = own_non_loopback_address() else {
-            return;
-        };
-        let l = TcpListener::bind("0.0.0.0:0").unwrap();
-        let to = SocketAddr::new(ip, l.local_addr().unwrap().port());
-        let t = Duration::from_secs(5);
-        let tuned = connect(to, t, SameHostTcp::Tuned).unwrap();
-        assert!(unpaced_instead_of(&cc(&tuned)).is_empty(), "{}", cc(&tuned));
-        let kept = connect(to, t, SameHostTcp::System).unwrap();
-        assert_eq!(
-            cc(&kept),
-            sys::socket::tcp_congestion(l.as_raw_fd()).unwrap()
-        );
-        for _ in 0..2 {
-            l.accept().unwrap();
         }
     }
 

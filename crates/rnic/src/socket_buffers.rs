@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The default budget ([`crate::DeviceConfig::socket_send_budget`]): a same-host
 /// receive window ([`SAME_HOST_RECEIVE`]) for each of 256 connections. With 64 MiB
-/// (256 KiB each at 256 QPs) 1 MiB Writes left each `sendmsg` at a quarter of a
-/// message, and the receiving engine, woken for smaller pieces, made 3.5x the readiness
+/// (256 KiB each at 256 QPs) a 1 MiB Write took three `sendmsg` calls instead of two
+/// and the receiving engine, woken for smaller pieces, made 3.5x the readiness
 /// events and 1.4x the reads per MiB, and spent 1.15x one QP's CPU per GB; with 1 MiB
 /// each, within 10% of one QP's (docs/ARCHITECTURE.md, "Many QPs", session 14).
 pub(crate) const DEFAULT_SEND_BUDGET: u64 = 256 * SAME_HOST_RECEIVE;
