@@ -262,6 +262,7 @@ impl Net {
                 t.timeouts += s.tcp.timeouts;
                 t.spurious_timeouts += s.tcp.spurious_timeouts;
                 t.spurious_retransmits += s.tcp.spurious_retransmits;
+                t.sack_followup_acks += s.tcp.sack_followup_acks;
                 t.loss_probes += s.tcp.loss_probes;
                 t.dup_acks_in += s.tcp.dup_acks_in;
                 t.out_of_order_in += s.tcp.out_of_order_in;
@@ -297,6 +298,7 @@ impl Counters {
                 timeouts: a.timeouts - b.timeouts,
                 spurious_timeouts: a.spurious_timeouts - b.spurious_timeouts,
                 spurious_retransmits: a.spurious_retransmits - b.spurious_retransmits,
+                sack_followup_acks: a.sack_followup_acks - b.sack_followup_acks,
                 loss_probes: a.loss_probes - b.loss_probes,
                 dup_acks_in: a.dup_acks_in - b.dup_acks_in,
                 out_of_order_in: a.out_of_order_in - b.out_of_order_in,
@@ -339,6 +341,7 @@ impl Counters {
                     "timeouts": t.timeouts,
                     "spurious_timeouts": t.spurious_timeouts,
                     "spurious_retransmits": t.spurious_retransmits,
+                    "sack_followup_acks": t.sack_followup_acks,
                     "loss_probes": t.loss_probes,
                     "dup_acks_in": t.dup_acks_in,
                     "out_of_order_in": t.out_of_order_in,

@@ -143,6 +143,7 @@ fn a_batch_that_grew_more_ranges_than_one_ack_holds_is_answered_with_every_range
         "no more ACKs than the ranges need: {}",
         acks.len()
     );
+    assert_eq!(e.b.stats().sack_followup_acks, acks.len() as u64 - 1);
     let reported: Vec<(u32, u32)> = acks.iter().flat_map(|p| sack_of(p)).collect();
     // Every out-of-order segment b holds lies in a reported block.
     for seq in &ranges {
@@ -192,4 +193,5 @@ fn one_segment_at_a_time_gets_one_ack_each() {
         e.b.handle_packet(e.now, p, &mut e.rb).expect("valid");
         assert_eq!(e.from(false).len(), 1, "one ACK per segment");
     }
+    assert_eq!(e.b.stats().sack_followup_acks, 0);
 }

@@ -116,6 +116,9 @@ pub struct Stats {
     pub spurious_timeouts: u64,
     /// Duplicates we reported (D-SACK blocks sent).
     pub dsacks_out: u64,
+    /// Bare ACKs sent after the first to answer one batch of segments, for the
+    /// out-of-order ranges it grew that the first could not report.
+    pub sack_followup_acks: u64,
     pub dup_acks_in: u64,
     /// Segments whose payload arrived out of order.
     pub out_of_order_in: u64,

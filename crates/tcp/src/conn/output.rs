@@ -247,10 +247,14 @@ impl Connection {
         if !self.rx.ack_now {
             return None;
         }
+        let followup = self.rx.sack_followup();
         let seg = self.header(remote, self.tx.seq(self.tx.nxt), Flags::ACK, 0, out.len());
         let n = self.emit(&seg, out)?;
         self.rx.acked();
         self.stats.segments_out += 1;
+        if followup {
+            self.stats.sack_followup_acks += 1;
+        }
         Some(n)
     }
 

@@ -292,6 +292,11 @@ impl Rx {
     /// Our SACK blocks, at most `n`: a D-SACK block first when a duplicate arrived,
     /// then the out-of-order range holding it if one does (RFC 2883), then the others,
     /// the most recently changed first (RFC 2018 section 4).
+    /// The next ACK continues a series: it reports ranges the ones before it could not.
+    pub fn sack_followup(&self) -> bool {
+        self.sack_skip > 0
+    }
+
     /// Ranges already reported in this series of ACKs ([`Rx::acked`]) are passed over.
     pub fn sack_blocks(&mut self, n: usize) -> ArrayVec<SackBlock, MAX_SACK_BLOCKS> {
         let n = n.min(MAX_SACK_BLOCKS);

@@ -115,6 +115,7 @@ pub(super) fn add_stats(t: &mut Stats, s: &Stats) {
         undone_reductions,
         spurious_timeouts,
         dsacks_out,
+        sack_followup_acks,
         dup_acks_in,
         out_of_order_in,
         bytes_refused,
@@ -144,6 +145,7 @@ pub(super) fn add_stats(t: &mut Stats, s: &Stats) {
     t.undone_reductions += undone_reductions;
     t.spurious_timeouts += spurious_timeouts;
     t.dsacks_out += dsacks_out;
+    t.sack_followup_acks += sack_followup_acks;
     t.dup_acks_in += dup_acks_in;
     t.out_of_order_in += out_of_order_in;
     t.bytes_refused += bytes_refused;
