@@ -41,8 +41,11 @@ fn sge(lkey: STag, len: u32) -> Sge {
 }
 
 /// The DDP/RDMAP header of a framed FPDU (after the MPA length field).
+/// The header as the I/O layer writes it into its transmit buffer.
 fn header(f: &TxFpdu) -> DdpRepr {
-    DdpRepr::parse_bytes(&f.header_bytes()[2..]).unwrap()
+    let mut octets = Vec::new();
+    f.append_header(&mut octets);
+    DdpRepr::parse_bytes(&octets[2..]).unwrap()
 }
 
 fn msn(f: &TxFpdu) -> u32 {
@@ -185,4 +188,58 @@ fn with_markers_the_run_takes_nothing() {
     let mut f = TxFpdu::default();
     assert!(qp.poll_transmit(&mut f));
     assert!(f.marker_pos.is_some());
+}
+
+/// A small post to an idle queue completes at once with every field of its completion
+/// (written in place in the outbox's entry), and an unsignaled one with none.
+#[test]
+fn a_small_post_completes_with_every_field_of_its_completion() {
+    let (mut qp, tpt, lkey) = setup(QpParams::default());
+    let mut scratch = TxFpdu::default();
+    let mut wire = Vec::new();
+    let write = SendWr::write(7, [sge(lkey, 24)], 0x1000, 0x0201);
+    let got = qp.post_send_gather(&write, &tpt, &mut scratch, |f| {
+        f.append_header(&mut wire);
+        Gathered::Taken
+    });
+    assert_eq!(got, Ok(Gathered::Taken));
+    let mut quiet = SendWr::send(8, [sge(lkey, 5)]);
+    quiet.signaled = false;
+    let got = qp.post_send_gather(&quiet, &tpt, &mut scratch, |_| Gathered::Taken);
+    assert_eq!(got, Ok(Gathered::Taken));
+    let send = SendWr::send(9, [sge(lkey, 3)]);
+    let got = qp.post_send_gather(&send, &tpt, &mut scratch, |f| {
+        f.append_header(&mut wire);
+        Gathered::Taken
+    });
+    assert_eq!(got, Ok(Gathered::Taken));
+    let all: Vec<Completion> = std::iter::from_fn(|| qp.poll_completion())
+        .map(|(_, c)| c)
+        .collect();
+    let done = |wr_id, opcode, byte_len| Completion {
+        wr_id,
+        status: WcStatus::Success,
+        opcode,
+        byte_len,
+        qp: QpId(1),
+        solicited: false,
+        invalidated: None,
+    };
+    assert_eq!(
+        all,
+        [done(7, WcOpcode::Write, 24), done(9, WcOpcode::Send, 3)]
+    );
+    // The headers written straight into the buffer: a tagged Write of 24 octets
+    // (ULPDU 14 + 24), then an untagged Send with the second MSN (ULPDU 18 + 3).
+    assert_eq!(
+        wire,
+        [
+            &[0, 38, 0xc1, 0x40, 0, 0, 0x02, 0x01][..],
+            &0x1000u64.to_be_bytes(),
+            &[
+                0, 21, 0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0
+            ],
+        ]
+        .concat()
+    );
 }

@@ -18,8 +18,6 @@ use softrnic_proto::qp::PostError;
 use softrnic_proto::qp::{Gathered, Qp as Core, TxFpdu};
 use softrnic_proto::{QpId, SendWr};
 use softrnic_wire::crc::{crc32c, crc32c_append};
-use softrnic_wire::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
-use softrnic_wire::mpa::ULPDU_LEN_LEN;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
@@ -41,11 +39,6 @@ pub(crate) const TX_BUF_LEN: usize = 64 * 1024;
 /// to the one that completes it (16 x 65000 octets: a 1 MiB Write in two calls where
 /// the socket takes it), or of the Read Responses queued (8 of 64 KiB).
 pub(crate) const TX_BATCH: usize = 16;
-
-/// Header octets of a data FPDU: the MPA length field and a tagged (Write, Read
-/// Response) or untagged (Send) DDP/RDMAP header.
-const TAGGED_FPDU_HEADER: usize = ULPDU_LEN_LEN + TAGGED_HEADER_LEN;
-const UNTAGGED_FPDU_HEADER: usize = ULPDU_LEN_LEN + UNTAGGED_HEADER_LEN;
 
 /// Gather-list entries of one FPDU at most: header, payload pieces, trailer.
 const FPDU_IOVECS: usize = softrnic_proto::MAX_SGE + 2;
@@ -473,16 +466,8 @@ fn prepare(fpdu: TxFpdu, payload: &mut Vec<u8>, dev: &Shared) -> Option<PendingT
 #[inline(always)]
 fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) -> bool {
     let start = out.len();
-    // The data headers' lengths (MPA length field and a tagged or untagged DDP header)
-    // as fixed-size copies: a variable one was a `memcpy` call per FPDU.
-    let h = f.header_bytes();
-    if let Ok(h) = <&[u8; TAGGED_FPDU_HEADER]>::try_from(h) {
-        out.extend_from_slice(h);
-    } else if let Ok(h) = <&[u8; UNTAGGED_FPDU_HEADER]>::try_from(h) {
-        out.extend_from_slice(h);
-    } else {
-        out.extend_from_slice(h);
-    }
+    // A data header is written in place, not copied (see `append_header`).
+    f.append_header(out);
     for c in &f.chunks {
         let copied = last
             .get(dev, c.region)

@@ -229,11 +229,10 @@ impl DdpRepr {
         }
     }
 
-    /// Writes the header; returns its length.
-    #[inline]
-    pub fn emit(&self, out: &mut [u8]) -> Result<usize> {
-        let len = self.header_len();
-        room(out, len)?;
+    /// The header's first two octets: the DDP control (T, L, version) and the RDMAP
+    /// control (version, opcode).
+    #[inline(always)]
+    pub fn control_octets(&self) -> [u8; 2] {
         let mut c0 = DDP_VERSION;
         if self.tagged() {
             c0 |= FLAG_TAGGED;
@@ -241,8 +240,15 @@ impl DdpRepr {
         if self.last {
             c0 |= FLAG_LAST;
         }
-        out[0] = c0;
-        out[1] = (RDMAP_VERSION << RV_SHIFT) | self.opcode.to_bits();
+        [c0, (RDMAP_VERSION << RV_SHIFT) | self.opcode.to_bits()]
+    }
+
+    /// Writes the header; returns its length.
+    #[inline]
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize> {
+        let len = self.header_len();
+        room(out, len)?;
+        out[..2].copy_from_slice(&self.control_octets());
         match self.placement {
             Placement::Tagged { stag, to } => {
                 out[2..6].copy_from_slice(&stag.to_be_bytes());

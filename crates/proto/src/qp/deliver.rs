@@ -172,6 +172,42 @@ impl Outbox {
         self.finish_send_behind(seq, c);
     }
 
+    /// [`Outbox::finish_send`] of a request that succeeded (a small post or run, once
+    /// per message). Released at once, its completion is written field by field into
+    /// the queue's entry: built first and then pushed, it went through the stack and
+    /// was read back in 16-octet pieces the CPU could not serve from the stores that
+    /// had just made it (the stall [`Outbox::push`] describes).
+    #[inline]
+    pub(crate) fn finish_send_success(
+        &mut self,
+        seq: u64,
+        signaled: bool,
+        wr_id: u64,
+        opcode: WcOpcode,
+        byte_len: u32,
+    ) {
+        if seq != self.release || !self.done.is_empty() {
+            let c = signaled.then(|| self.completion(wr_id, WcStatus::Success, opcode, byte_len));
+            self.finish_send_behind(seq, c);
+            return;
+        }
+        self.release += 1;
+        if !signaled {
+            return;
+        }
+        if self.completions.capacity() == 0 {
+            self.regrow();
+        }
+        let qp = self.qp;
+        self.completions.push_back(EMPTY_COMPLETION);
+        if let Some(slot) = self.completions.back_mut() {
+            slot.wr_id = wr_id;
+            slot.opcode = opcode;
+            slot.byte_len = byte_len;
+            slot.qp = qp;
+        }
+    }
+
     /// [`Outbox::finish_send`] while an earlier request is unfinished (a Read
     /// outstanding): the request waits in the ring.
     #[inline(never)]

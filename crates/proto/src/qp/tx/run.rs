@@ -110,7 +110,7 @@ impl TxState {
         };
         out.chunks.clear();
         covering_sges(chunks, 0, total as usize, &mut out.chunks);
-        out.set_header(&h, &[], total as usize);
+        out.set_data_header(&h, total as usize);
         out.crc = self.crc;
         out.completes = true;
         out.marker_pos = None;
@@ -158,8 +158,8 @@ impl Qp {
             }
             taken += 1;
             if let Some((seq, wr_id, op, total, signaled)) = self.tx.finish_small_head(msn) {
-                let c = signaled.then(|| self.out.completion(wr_id, WcStatus::Success, op, total));
-                self.out.finish_send(seq, c);
+                self.out
+                    .finish_send_success(seq, signaled, wr_id, op, total);
             }
         }
         (taken, false)
@@ -203,10 +203,8 @@ impl Qp {
         if matches!(wr.op, SendOp::Send { .. }) {
             self.tx.send_msn = self.tx.send_msn.wrapping_add(1);
         }
-        let c = wr
-            .signaled
-            .then(|| self.out.completion(wr.wr_id, WcStatus::Success, op, total));
-        self.out.finish_send(seq, c);
+        self.out
+            .finish_send_success(seq, wr.signaled, wr.wr_id, op, total);
         Ok(Gathered::Taken)
     }
 }
