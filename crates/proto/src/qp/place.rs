@@ -195,7 +195,7 @@ impl Untagged {
                     ddp_code::untagged::NO_BUFFER,
                 )));
             };
-            if !cover_send(wqe, seg, out) {
+            if !cover_send(wqe.total, wqe.sges.iter(), seg, out) {
                 return Err(match arrival {
                     // The buffer goes with the failed message (in the stream, the
                     // oldest bound one).
@@ -225,7 +225,8 @@ impl Untagged {
                 Grant::Refused(cause) => return Err(UntaggedFault::Terminate(cause)),
             }
         }
-        if !cover_send(&self.bound[ahead], seg, out) {
+        let wqe = &self.bound[ahead];
+        if !cover_send(wqe.total, wqe.sges.iter(), seg, out) {
             let wqe = match arrival {
                 // The buffer goes with the failed message.
                 Arrival::InStream => self.bound.remove(ahead),
@@ -277,13 +278,18 @@ impl Untagged {
     }
 }
 
-/// Destination chunks of a Send segment in `wqe`, the buffer bound to its message;
-/// false (nothing added) when the segment ends beyond the buffer.
-fn cover_send(wqe: &RecvWqe, seg: SendSegment, out: &mut Vec<Chunk>) -> bool {
-    if u64::from(seg.mo) + seg.len as u64 > wqe.total {
+/// Destination chunks of a Send segment in the buffer bound to its message (`total`
+/// octets over `sges`); false (nothing added) when the segment ends beyond the buffer.
+fn cover_send<'a>(
+    total: u64,
+    sges: impl Iterator<Item = &'a (RegionId, u64, u32)>,
+    seg: SendSegment,
+    out: &mut Vec<Chunk>,
+) -> bool {
+    if u64::from(seg.mo) + seg.len as u64 > total {
         return false;
     }
-    let sges = wqe.sges.iter().map(|&(region, offset, len)| Chunk {
+    let sges = sges.map(|&(region, offset, len)| Chunk {
         region,
         offset,
         len: len as usize,

@@ -82,6 +82,54 @@ pub trait RecvSource {
     }
 }
 
+/// One SGE as a receive holds it: (region, offset in it, length).
+type Span = (RegionId, u64, u32);
+
+/// The SGEs of a receive in the queue, as the receive path reads them where they lie.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sges<'a>(&'a [Span]);
+
+impl<'a> Sges<'a> {
+    /// The SGEs in order.
+    #[inline]
+    pub(crate) fn iter(&self) -> std::slice::Iter<'a, Span> {
+        self.0.iter()
+    }
+}
+
+impl<'a> IntoIterator for &Sges<'a> {
+    type Item = &'a Span;
+    type IntoIter = std::slice::Iter<'a, Span>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+/// A receive in the queue, read in place (see [`Rq::front`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecvView<'a> {
+    /// Octets the SGEs hold together.
+    pub total: u64,
+    /// The SGEs.
+    pub sges: Sges<'a>,
+}
+
+/// Set in [`Slot::total`] when the SGE list lies in [`Rq::lists`] (any count but one);
+/// a total is at most `MAX_SGE` times `u32::MAX`, far below this bit.
+const LISTED: u64 = 1 << 63;
+
+/// A receive as the ring holds it: 32 octets, two to a cache line, so a queue of 512
+/// fits in 16 KB and stays in L1 (the full 120-octet [`RecvWqe`] made a 60 KB ring that
+/// every post and every Send cycled through). Its one SGE lies inline; a list of any
+/// other length lies in [`Rq::lists`], and `first.1` holds its sequence number there.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    wr_id: u64,
+    /// Octets of the SGEs, with [`LISTED`] set when the list lies elsewhere.
+    total: u64,
+    first: Span,
+}
+
 /// A QP's own receive queue: buffers in posting order, at most `depth` of them not yet
 /// bound to a message.
 ///
@@ -91,7 +139,11 @@ pub trait RecvSource {
 /// bound, so a run of small Sends reads each buffer where it was posted.
 #[derive(Debug, Default)]
 pub struct Rq {
-    queue: VecDeque<RecvWqe>,
+    queue: VecDeque<Slot>,
+    /// The SGE lists of entries that have not exactly one, oldest first, numbered from
+    /// `lists_base`; a list whose entry left the queue goes when an entry after it does.
+    lists: VecDeque<arrayvec::ArrayVec<Span, MAX_SGE>>,
+    lists_base: u64,
     depth: usize,
     bound: usize,
     /// The last receive this queue resolved, for reposts of the same buffers.
@@ -114,7 +166,7 @@ struct Resolved {
     generation: TptGeneration,
     pd: PdId,
     sgl: Sgl,
-    sges: arrayvec::ArrayVec<(RegionId, u64, u32), MAX_SGE>,
+    sges: arrayvec::ArrayVec<Span, MAX_SGE>,
     total: u64,
 }
 
@@ -123,6 +175,8 @@ impl Rq {
     pub fn new(depth: usize) -> Self {
         Rq {
             queue: VecDeque::new(),
+            lists: VecDeque::new(),
+            lists_base: 0,
             depth,
             bound: 0,
             last: None,
@@ -137,31 +191,51 @@ impl Rq {
 
     /// Appends a buffer (the caller checked [`Rq::has_room`]).
     pub fn push(&mut self, wqe: RecvWqe) {
-        self.queue.push_back(wqe);
+        self.push_sges(wqe.wr_id, wqe.total, &wqe.sges);
     }
 
-    /// Resolves `wr` (as [`RecvWqe::resolve`]) into a new entry at the back, built in
-    /// place rather than moved in (the caller checked [`Rq::has_room`]); on a fault
-    /// nothing is added.
+    /// Appends an entry: one SGE inline, any other count in `lists`.
+    #[inline]
+    fn push_sges(&mut self, wr_id: u64, total: u64, sges: &[Span]) {
+        let slot = if let [one] = sges {
+            Slot {
+                wr_id,
+                total,
+                first: *one,
+            }
+        } else {
+            let number = self.lists_base + self.lists.len() as u64;
+            let mut list = arrayvec::ArrayVec::new();
+            // At most MAX_SGE, as the list: it fits.
+            let _ = list.try_extend_from_slice(sges);
+            self.lists.push_back(list);
+            Slot {
+                wr_id,
+                total: total | LISTED,
+                first: (RegionId(0), number, 0),
+            }
+        };
+        self.queue.push_back(slot);
+    }
+
+    /// Resolves `wr` (as [`RecvWqe::resolve`]) into a new entry at the back (the
+    /// caller checked [`Rq::has_room`]); on a fault nothing is added.
     pub fn push_resolved(&mut self, wr: &RecvWr, tpt: &Tpt, pd: PdId) -> Result<(), WcStatus> {
         if let Some(last) = &self.last
             && last.generation == tpt.generation()
             && last.pd == pd
             && last.sgl == wr.sgl
         {
-            self.queue.push_back(RecvWqe {
-                wr_id: wr.wr_id,
-                sges: arrayvec::ArrayVec::new(),
-                total: last.total,
-            });
-            // Copied in place, element by element: `ArrayVec::clone` built a second
-            // array and moved it in, and the slice copy of a one-SGE list was a
-            // `memcpy` call per repost.
-            if let Some(wqe) = self.queue.back_mut() {
-                for &sge in &last.sges {
-                    // Same capacity: it fits.
-                    let _ = wqe.sges.try_push(sge);
-                }
+            if let [one] = last.sges[..] {
+                // The usual repost: one SGE, written straight into its slot.
+                self.queue.push_back(Slot {
+                    wr_id: wr.wr_id,
+                    total: last.total,
+                    first: one,
+                });
+            } else {
+                let (total, sges) = (last.total, last.sges.clone());
+                self.push_sges(wr.wr_id, total, &sges);
             }
             return Ok(());
         }
@@ -172,26 +246,17 @@ impl Rq {
         // Taken before the check: a change during it makes the result one to redo.
         let generation = (self.missed == first).then(|| tpt.generation());
         self.missed = first;
-        self.queue.push_back(RecvWqe {
+        let mut wqe = RecvWqe {
             wr_id: wr.wr_id,
             sges: arrayvec::ArrayVec::new(),
             total: 0,
-        });
-        let Some(wqe) = self.queue.back_mut() else {
-            return Ok(());
         };
-        match wqe.resolve_into(wr, tpt, pd) {
-            Ok(()) => {
-                if let Some(generation) = generation {
-                    keep(&mut self.last, generation, pd, wr, wqe);
-                }
-                Ok(())
-            }
-            Err(status) => {
-                self.queue.pop_back();
-                Err(status)
-            }
+        wqe.resolve_into(wr, tpt, pd)?;
+        if let Some(generation) = generation {
+            keep(&mut self.last, generation, pd, wr, &wqe);
         }
+        self.push_sges(wqe.wr_id, wqe.total, &wqe.sges);
+        Ok(())
     }
 
     /// Buffers posted and not yet taken (bound to a message).
@@ -207,23 +272,87 @@ impl Rq {
     /// Removes every buffer, bound ones first, in posting order (for flushing).
     pub fn drain(&mut self) -> impl Iterator<Item = RecvWqe> + '_ {
         self.bound = 0;
-        self.queue.drain(..)
+        let all: Vec<RecvWqe> = self.queue.iter().map(|s| self.whole(s)).collect();
+        self.queue.clear();
+        self.lists_base += self.lists.len() as u64;
+        self.lists.clear();
+        all.into_iter()
+    }
+
+    /// An entry's SGEs, where they lie.
+    #[inline(always)]
+    fn sges_of<'a>(&'a self, slot: &'a Slot) -> &'a [Span] {
+        if slot.total & LISTED == 0 {
+            std::slice::from_ref(&slot.first)
+        } else {
+            self.listed(slot)
+        }
+    }
+
+    /// The SGEs of an entry that has not exactly one: out of line, so reading the usual
+    /// one-SGE entry stays a few instructions inlined into the receive path.
+    #[cold]
+    #[inline(never)]
+    fn listed(&self, slot: &Slot) -> &[Span] {
+        &self.lists[(slot.first.1 - self.lists_base) as usize]
+    }
+
+    /// An entry read in place.
+    #[inline(always)]
+    fn view<'a>(&'a self, slot: &'a Slot) -> RecvView<'a> {
+        RecvView {
+            total: slot.total & !LISTED,
+            sges: Sges(self.sges_of(slot)),
+        }
+    }
+
+    /// An entry as a whole receive, copied out.
+    fn whole(&self, slot: &Slot) -> RecvWqe {
+        let mut sges = arrayvec::ArrayVec::new();
+        // At most MAX_SGE: it fits.
+        let _ = sges.try_extend_from_slice(self.sges_of(slot));
+        RecvWqe {
+            wr_id: slot.wr_id,
+            sges,
+            total: slot.total & !LISTED,
+        }
+    }
+
+    /// Forgets the lists up to the one of `slot`, which left the queue (lists of
+    /// entries taken out of the middle went before it).
+    #[inline]
+    fn left(&mut self, slot: &Slot) {
+        if slot.total & LISTED != 0 {
+            while self.lists_base <= slot.first.1 && self.lists.pop_front().is_some() {
+                self.lists_base += 1;
+            }
+        }
+    }
+
+    /// Removes the front entry.
+    #[inline]
+    fn pop_front(&mut self) -> Option<Slot> {
+        let slot = self.queue.pop_front()?;
+        self.left(&slot);
+        Some(slot)
     }
 
     /// The oldest buffer, bound or not: the one the oldest Send message lands in.
-    pub(crate) fn front(&self) -> Option<&RecvWqe> {
-        self.queue.front()
+    #[inline(always)]
+    pub(crate) fn front(&self) -> Option<RecvView<'_>> {
+        self.queue.front().map(|s| self.view(s))
     }
 
     /// Binds buffers in posting order until the `i`-th bound one (0: the oldest
     /// message's) exists, and returns it; `None` (nothing changed) when the queue does
     /// not hold that many.
-    pub(crate) fn bind_through(&mut self, i: usize) -> Option<&RecvWqe> {
+    #[inline]
+    pub(crate) fn bind_through(&mut self, i: usize) -> Option<RecvView<'_>> {
         if i >= self.queue.len() {
             return None;
         }
         self.bound = self.bound.max(i + 1);
-        self.queue.get(i)
+        self.queue.get(i).map(|s| self.view(s))
     }
 
     /// Unbinds and removes the oldest bound buffer (its message completed or failed).
@@ -232,22 +361,30 @@ impl Rq {
             return None;
         }
         self.bound -= 1;
-        self.queue.pop_front()
+        let slot = *self.queue.front()?;
+        let wqe = self.whole(&slot);
+        self.pop_front();
+        Some(wqe)
     }
 
     /// The front buffer's message completed, the buffer bound to it or not yet: it
     /// leaves the queue, and its work request id is returned.
+    #[inline]
     pub(crate) fn complete_front(&mut self) -> Option<u64> {
-        let wr_id = self.queue.front()?.wr_id;
+        let slot = self.pop_front()?;
         self.bound = self.bound.saturating_sub(1);
-        self.queue.pop_front();
-        Some(wr_id)
+        Some(slot.wr_id)
     }
 
     /// The oldest bound buffer's message completed: the buffer leaves the queue, and
     /// its work request id is returned (nothing else of it is read or moved).
+    #[inline]
     pub(crate) fn complete_oldest_bound(&mut self) -> Option<u64> {
-        self.remove_oldest_bound().map(|w| w.wr_id)
+        if self.bound == 0 {
+            return None;
+        }
+        self.bound -= 1;
+        self.pop_front().map(|s| s.wr_id)
     }
 }
 
@@ -282,7 +419,8 @@ impl RecvSource for Rq {
     /// instead, see [`RecvSource::in_place`]).
     fn take(&mut self, _qp: QpId, _ahead: bool) -> Grant {
         match self.queue.remove(self.bound) {
-            Some(w) => Grant::Buffer(w),
+            // Its list (if any) stays until an entry after it leaves.
+            Some(s) => Grant::Buffer(self.whole(&s)),
             None => Grant::Empty,
         }
     }
@@ -293,154 +431,5 @@ impl RecvSource for Rq {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tpt::TptEntry;
-    use crate::verbs::Sge;
-
-    /// A repost of the same buffers is checked again once the table changed: after
-    /// the region's deregistration, its invalidation, or in another PD, it is refused
-    /// (the kept result of the earlier check is not used).
-    #[test]
-    fn a_repost_after_the_region_changed_is_checked_again() {
-        let tpt = Tpt::new();
-        let entry = TptEntry {
-            pd: PdId(1),
-            key: 1,
-            base: 0x1000,
-            len: 100,
-            access: Access::LOCAL_WRITE,
-            region: RegionId(3),
-            valid: true,
-        };
-        let sge = |lkey| Sge {
-            addr: 0x1010,
-            len: 16,
-            lkey,
-        };
-        let mut rq = Rq::new(16);
-        let gone = tpt.insert(entry).unwrap();
-        for id in 0..3 {
-            rq.push_resolved(&RecvWr::new(id, sge(gone)), &tpt, PdId(1))
-                .unwrap();
-        }
-        tpt.remove(gone).unwrap();
-        assert_eq!(
-            rq.push_resolved(&RecvWr::new(3, sge(gone)), &tpt, PdId(1)),
-            Err(WcStatus::LocalProtectionError)
-        );
-        let invalid = tpt.insert(entry).unwrap();
-        rq.push_resolved(&RecvWr::new(4, sge(invalid)), &tpt, PdId(1))
-            .unwrap();
-        assert_eq!(
-            rq.push_resolved(&RecvWr::new(5, sge(invalid)), &tpt, PdId(2)),
-            Err(WcStatus::LocalProtectionError)
-        );
-        rq.push_resolved(&RecvWr::new(6, sge(invalid)), &tpt, PdId(1))
-            .unwrap();
-        tpt.invalidate(invalid, PdId(1)).unwrap();
-        assert_eq!(
-            rq.push_resolved(&RecvWr::new(7, sge(invalid)), &tpt, PdId(1)),
-            Err(WcStatus::LocalProtectionError)
-        );
-        let ids: Vec<u64> = rq.drain().map(|w| w.wr_id).collect();
-        assert_eq!(ids, [0, 1, 2, 4, 6]);
-        let again = tpt.insert(entry).unwrap();
-        rq.push_resolved(&RecvWr::new(8, sge(again)), &tpt, PdId(1))
-            .unwrap();
-        let Grant::Buffer(w) = rq.take(QpId(1), false) else {
-            panic!("the receive is there");
-        };
-        assert_eq!(w.wr_id, 8);
-        assert_eq!(w.total, 16);
-        assert_eq!(w.sges.as_slice(), &[(RegionId(3), 0x10, 16)]);
-    }
-
-    /// A ring of different buffers keeps no list (each post would replace it unused);
-    /// one list posted twice in a row is kept and serves the reposts after it, and every
-    /// post, kept or not, resolves to its own buffer.
-    #[test]
-    fn only_a_list_posted_twice_in_a_row_is_kept() {
-        let tpt = Tpt::new();
-        let key = tpt
-            .insert(TptEntry {
-                pd: PdId(1),
-                key: 1,
-                base: 0x1000,
-                len: 0x1000,
-                access: Access::LOCAL_WRITE,
-                region: RegionId(3),
-                valid: true,
-            })
-            .unwrap();
-        let slot = |i: u64| Sge {
-            addr: 0x1000 + 64 * i,
-            len: 64,
-            lkey: key,
-        };
-        let mut rq = Rq::new(64);
-        for i in 0..32 {
-            rq.push_resolved(&RecvWr::new(i, slot(i % 16)), &tpt, PdId(1))
-                .unwrap();
-            assert!(rq.last.is_none(), "post {i} of a ring kept its list");
-        }
-        for i in 32..35 {
-            rq.push_resolved(&RecvWr::new(i, slot(5)), &tpt, PdId(1))
-                .unwrap();
-        }
-        let kept = rq.last.as_ref().expect("the list posted twice is kept");
-        assert_eq!(&kept.sgl[..], &[slot(5)]);
-        assert_eq!(kept.sges.as_slice(), &[(RegionId(3), 5 * 64, 64)]);
-        let placed: Vec<(u64, u64)> = rq.drain().map(|w| (w.wr_id, w.sges[0].1)).collect();
-        let expected: Vec<(u64, u64)> = (0..35)
-            .map(|i| (i, 64 * if i < 32 { i % 16 } else { 5 }))
-            .collect();
-        assert_eq!(placed, expected);
-    }
-
-    /// A receive resolved in place lands whole; one whose second SGE fails the TPT
-    /// check leaves no entry behind (no half-built receive for the next Send).
-    #[test]
-    fn a_receive_that_fails_its_check_leaves_no_entry() {
-        let tpt = Tpt::new();
-        let mut entry = TptEntry {
-            pd: PdId(1),
-            key: 1,
-            base: 0x1000,
-            len: 100,
-            access: Access::LOCAL_WRITE,
-            region: RegionId(3),
-            valid: true,
-        };
-        let rw = tpt.insert(entry).unwrap();
-        entry.access = Access::empty();
-        let ro = tpt.insert(entry).unwrap();
-        let sge = |lkey, addr, len| Sge { addr, len, lkey };
-        let mut rq = Rq::new(4);
-        rq.push_resolved(
-            &RecvWr::new(7, [sge(rw, 0x1000, 40), sge(rw, 0x1028, 60)]),
-            &tpt,
-            PdId(1),
-        )
-        .unwrap();
-        assert_eq!(
-            rq.push_resolved(
-                &RecvWr::new(8, [sge(rw, 0x1000, 8), sge(ro, 0x1000, 8)]),
-                &tpt,
-                PdId(1),
-            ),
-            Err(WcStatus::LocalProtectionError)
-        );
-        assert_eq!(rq.len(), 1);
-        let Grant::Buffer(w) = rq.take(QpId(1), false) else {
-            panic!("the first receive is there");
-        };
-        assert_eq!(w.wr_id, 7);
-        assert_eq!(w.total, 100);
-        assert_eq!(
-            w.sges.as_slice(),
-            &[(RegionId(3), 0, 40), (RegionId(3), 0x28, 60)]
-        );
-        assert_eq!(rq.take(QpId(1), false), Grant::Empty);
-    }
-}
+#[path = "rq_tests.rs"]
+mod tests;
