@@ -4,7 +4,7 @@
 
 use crate::verbs::*;
 use arrayvec::ArrayVec;
-use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use softrnic_wire::ddp::{DdpRepr, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use softrnic_wire::mpa;
 use softrnic_wire::rdmap::READ_REQUEST_LEN;
 
@@ -188,38 +188,10 @@ impl TxFpdu {
             return;
         };
         let prefix = mpa::fpdu_prefix(self.ulpdu_len).unwrap_or([0xff; 2]);
-        let control = h.control_octets();
-        let at = out.len();
-        // Fixed lengths and offsets: no `memset` call, no bounds check per field.
-        match h.placement {
-            Placement::Tagged { stag, to } => {
-                out.extend_from_slice(&[0u8; TAGGED_DATA_HEADER]);
-                let d = out.get_mut(at..at + TAGGED_DATA_HEADER);
-                if let Some(d) = d.and_then(|d| <&mut [u8; TAGGED_DATA_HEADER]>::try_from(d).ok()) {
-                    d[..2].copy_from_slice(&prefix);
-                    d[2..4].copy_from_slice(&control);
-                    d[4..8].copy_from_slice(&stag.to_be_bytes());
-                    d[8..].copy_from_slice(&to.to_be_bytes());
-                }
-            }
-            Placement::Untagged {
-                rsvd_ulp,
-                qn,
-                msn,
-                mo,
-            } => {
-                out.extend_from_slice(&[0u8; UNTAGGED_DATA_HEADER]);
-                let d = out.get_mut(at..at + UNTAGGED_DATA_HEADER);
-                if let Some(d) = d.and_then(|d| <&mut [u8; UNTAGGED_DATA_HEADER]>::try_from(d).ok())
-                {
-                    d[..2].copy_from_slice(&prefix);
-                    d[2..4].copy_from_slice(&control);
-                    d[4..8].copy_from_slice(&rsvd_ulp.to_be_bytes());
-                    d[8..12].copy_from_slice(&qn.to_be_bytes());
-                    d[12..16].copy_from_slice(&msn.to_be_bytes());
-                    d[16..].copy_from_slice(&mo.to_be_bytes());
-                }
-            }
+        if h.tagged() {
+            append_data_header::<TAGGED_DATA_HEADER>(out, prefix, h);
+        } else {
+            append_data_header::<UNTAGGED_DATA_HEADER>(out, prefix, h);
         }
     }
 
@@ -289,5 +261,23 @@ impl CopiedHeaders {
             ddp_header: (bytes, n),
             read_request: None,
         }
+    }
+}
+
+/// Appends an MPA length field and the DDP/RDMAP header `h`, `N` octets in all, written
+/// in place by the wire codec: a fixed length, so no `memset` call, and `emit`'s
+/// length checks fold away.
+#[inline(always)]
+fn append_data_header<const N: usize>(out: &mut Vec<u8>, prefix: [u8; 2], h: &DdpRepr) {
+    let at = out.len();
+    out.extend_from_slice(&[0u8; N]);
+    if let Some(d) = out
+        .get_mut(at..)
+        .and_then(|d| <&mut [u8; N]>::try_from(d).ok())
+    {
+        let (length, header) = d.split_at_mut(mpa::ULPDU_LEN_LEN);
+        length.copy_from_slice(&prefix);
+        // `header` is exactly `h`'s length (N is chosen by `h.tagged()`): cannot fail.
+        let _ = h.emit(header);
     }
 }
