@@ -12,6 +12,7 @@ use crate::srq::{SrqShared, SrqSource};
 use softrnic_proto::QpId;
 use softrnic_proto::qp::{Qp as Core, RxCtx, RxNeed};
 use softrnic_wire::crc::crc32c_append;
+use softrnic_wire::ddp::TAGGED_HEADER_LEN;
 use std::io;
 
 /// The receive path's copy policy: an FPDU whose payload is at least this long (32 KiB)
@@ -22,13 +23,10 @@ use std::io;
 ///   headers, trailers and payloads from there; payload is copied (`memcpy`) into
 ///   registered memory. One system call then serves many small FPDUs.
 /// - **Exact** (a stream that carries large FPDUs): headers and trailers are read
-///   exactly (a trailer together with the next FPDU's header: 16 octets, the tagged
-///   header every FPDU has at least, or 20 within a run of untagged FPDUs, so a stream
-///   of Sends needs no second read for the rest of each header), and every payload,
-///   whatever its length, is read with `read(2)` straight into registered memory.
-///   Nothing of the next payload lands in the staging buffer, so no payload octet is
-///   copied in user space, except the first 4 octets of a tagged payload right after a
-///   run of untagged FPDUs (the guess was one header too long).
+///   exactly (a trailer together with the 16 octets that every following FPDU header has
+///   at least), and every payload, whatever its length, is read with `read(2)` straight
+///   into registered memory. Nothing of the next payload ever lands in the staging
+///   buffer, so no payload octet is copied in user space.
 ///
 /// A large payload switches to exact mode as soon as it is recognised: the rest of a
 /// large payload whose start came in with a read-ahead is read directly, so at most one
@@ -59,6 +57,10 @@ const RX_EXACT_SMALL_RUN: u8 = 3;
 /// bounds what a large payload can lose to copying: at most this much of its start
 /// comes in with a read-ahead, the rest is read directly.
 pub const RX_STAGING_LEN: usize = 32768;
+
+/// Every FPDU header has at least this many octets (MPA length and a tagged DDP header):
+/// in exact mode, a trailer is read together with this much of what follows it.
+const MIN_FPDU_HEADER: usize = softrnic_wire::mpa::ULPDU_LEN_LEN + TAGGED_HEADER_LEN;
 
 /// Octets read ahead and not yet handed to the protocol core, and the copy policy's
 /// state (see [`RX_DIRECT_MIN`]).
@@ -97,13 +99,15 @@ impl Staging {
         self.exact
     }
 
-    /// How many octets to read into the staging buffer for the core's next need;
-    /// `next_header` is the core's guess of the next FPDU header's length
-    /// (`Qp::rx_next_header_len`), read with a trailer in exact mode.
-    fn read_len(&self, need: RxNeed, next_header: usize) -> usize {
+    /// How many octets to read into the staging buffer for the core's next need.
+    fn read_len(&self, need: RxNeed) -> usize {
         match need {
             RxNeed::Internal(n) if self.exact => {
-                n + if self.after_payload { next_header } else { 0 }
+                n + if self.after_payload {
+                    MIN_FPDU_HEADER
+                } else {
+                    0
+                }
             }
             _ => RX_STAGING_LEN,
         }
@@ -245,12 +249,11 @@ fn receive_stream(
                 match region.io_slice(chunk.offset as usize, chunk.len) {
                     Ok(slice) => {
                         stats.rx_syscalls += 1;
-                        // The payload's last piece: its trailer and the next header (as
-                        // the core guesses its length) come in the same call (`readv`),
-                        // into staging.
+                        // The payload's last piece: its trailer and the least of the
+                        // next header come in the same call (`readv`), into staging.
                         let tail = core
                             .rx_trailer_after_place()
-                            .map(|t| (t + core.rx_next_header_len()).min(RX_STAGING_LEN));
+                            .map(|t| (t + MIN_FPDU_HEADER).min(RX_STAGING_LEN));
                         let r = match tail {
                             Some(t) => {
                                 if staging.buf.is_empty() {
@@ -293,7 +296,7 @@ fn receive_stream(
                 let want = if marked {
                     RX_STAGING_LEN
                 } else {
-                    staging.read_len(need, core.rx_next_header_len())
+                    staging.read_len(need)
                 };
                 if staging.buf.is_empty() {
                     staging.buf = buf_pool::take_staging();

@@ -719,13 +719,6 @@ impl Qp {
         self.rx.trailer_after_place()
     }
 
-    /// How many octets of the next FPDU an I/O layer that reads exactly should read
-    /// with a trailer: the stream's guess of the next header's length (MPA length
-    /// field and DDP header; untagged only within a run of untagged FPDUs).
-    pub fn rx_next_header_len(&self) -> usize {
-        self.rx.next_header_len()
-    }
-
     /// Whether the stream is inside an FPDU: some of its octets have arrived, not all.
     /// A stream that ends here was truncated (lost), not closed between messages.
     pub fn rx_mid_fpdu(&self) -> bool {

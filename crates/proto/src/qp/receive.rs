@@ -114,10 +114,6 @@ impl Receiver {
         self.stream.trailer_after_place()
     }
 
-    pub(crate) fn next_header_len(&self) -> usize {
-        self.stream.next_header_len()
-    }
-
     pub(crate) fn mid_fpdu(&self) -> bool {
         self.stream.mid_fpdu()
     }

@@ -92,9 +92,6 @@ pub(crate) struct RxStream {
     position: u64,
     /// RFC 5044 markers in this stream (`None`: off).
     marks: Option<markers::RxMarks>,
-    /// Untagged FPDUs in a row up to this one, counted at each header (at most 2): a
-    /// stream of Sends then reads each next header whole ([`RxStream::next_header_len`]).
-    untagged_run: u8,
 }
 
 impl Default for RxStream {
@@ -114,7 +111,6 @@ impl Default for RxStream {
             placed_bytes: 0,
             position: 0,
             marks: None,
-            untagged_run: 0,
         }
     }
 }
@@ -287,30 +283,6 @@ impl RxStream {
         &self.buf[mpa::ULPDU_LEN_LEN + self.header_len..self.want]
     }
 
-    /// How many octets of the next FPDU to read together with this one's trailer: its
-    /// length field and DDP header as the stream guesses them. Untagged after two
-    /// untagged FPDUs in a row (a run of Sends), else tagged, the shorter one: a guess
-    /// that is too long brings the next payload's first octets into the read, which
-    /// cost a copy, so a lone Send between Writes does not make it.
-    pub(crate) fn next_header_len(&self) -> usize {
-        mpa::ULPDU_LEN_LEN
-            + if self.untagged_run >= 2 {
-                UNTAGGED_HEADER_LEN
-            } else {
-                ddp::TAGGED_HEADER_LEN
-            }
-    }
-
-    /// Counts the header just begun into [`RxStream::untagged_run`].
-    #[inline]
-    fn note_header(&mut self) {
-        self.untagged_run = if self.header_len == UNTAGGED_HEADER_LEN {
-            (self.untagged_run + 1).min(2)
-        } else {
-            0
-        };
-    }
-
     /// Stops receive processing for good.
     pub(crate) fn stop(&mut self) {
         self.phase = Phase::Stopped;
@@ -417,7 +389,6 @@ impl RxStream {
         self.buf[..end].copy_from_slice(&data[..end]);
         self.check = FpduCheck::begin([data[0], data[1]], self.crc_on);
         self.header_len = header_len;
-        self.note_header();
         self.phase = Phase::Header;
         self.have = end;
         self.want = end;
@@ -458,7 +429,6 @@ impl RxStream {
             self.header_len = 0;
             return Err(WireError::BadUlpduLength(ulpdu_len as u16));
         }
-        self.note_header();
         self.phase = Phase::Header;
         self.want = mpa::ULPDU_LEN_LEN + self.header_len;
         Ok(())

@@ -812,7 +812,6 @@ fn terminate_carries_the_offending_headers() {
 }
 
 mod closing;
-mod header_guess;
 mod hostile;
 mod markers;
 mod runs;
