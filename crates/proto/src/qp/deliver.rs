@@ -123,18 +123,23 @@ impl Outbox {
     /// the queue gave it back.
     #[inline(always)]
     fn push(&mut self, c: Completion) {
+        if let Some(slot) = self.push_empty() {
+            *slot = c;
+        }
+    }
+
+    /// Appends an empty entry (copied from a static) for the caller to write the
+    /// completion's fields into: handed by value to the queue's out-of-line
+    /// `push_back`, a completion went through the stack, written field by field and
+    /// read back in 16-octet pieces, and the CPU stalled on every one (a load its
+    /// earlier stores could not serve).
+    #[inline(always)]
+    fn push_empty(&mut self) -> Option<&mut Completion> {
         if self.completions.capacity() == 0 {
             self.regrow();
         }
-        // An empty entry copied from a static first, then the completion's fields
-        // written into it: handed by value to the queue's out-of-line `push_back`, the
-        // completion went through the stack, written field by field and read back in
-        // 16-octet pieces, and the CPU stalled on every one (a load its earlier
-        // stores could not serve).
         self.completions.push_back(EMPTY_COMPLETION);
-        if let Some(slot) = self.completions.back_mut() {
-            *slot = c;
-        }
+        self.completions.back_mut()
     }
 
     /// Takes back the room the completion queue gave back after its last burst.
@@ -195,12 +200,8 @@ impl Outbox {
         if !signaled {
             return;
         }
-        if self.completions.capacity() == 0 {
-            self.regrow();
-        }
         let qp = self.qp;
-        self.completions.push_back(EMPTY_COMPLETION);
-        if let Some(slot) = self.completions.back_mut() {
+        if let Some(slot) = self.push_empty() {
             slot.wr_id = wr_id;
             slot.opcode = opcode;
             slot.byte_len = byte_len;
