@@ -6,6 +6,7 @@
 
 mod claimed_close;
 mod crc_large;
+mod crc_read;
 mod listener;
 mod peer;
 mod quirks;
