@@ -82,6 +82,9 @@ pub struct QpStats {
     pub rx_copied_bytes: u64,
     /// `read` calls on the socket.
     pub rx_syscalls: u64,
+    /// Yields of the CPU by a polling consumer before it read again a stream of large
+    /// FPDUs that it had found empty (`Transport::yield_before_reread`).
+    pub rx_idle_yields: u64,
     /// `sendmsg` calls on the socket.
     pub tx_syscalls: u64,
     /// FPDUs sent.

@@ -85,6 +85,9 @@ pub(crate) struct Staging {
     /// A polling consumer holds the socket: the buffer stays with the QP between its
     /// passes (see `QpShared::claim`).
     pub(crate) keep: bool,
+    /// The last read found the stream empty: in exact mode the next one is preceded
+    /// by [`Transport::yield_before_reread`](crate::transport::Transport).
+    waited: bool,
 }
 
 impl Staging {
@@ -234,6 +237,9 @@ fn receive_stream(
         if core.peer_finished() || conn.transport.drained() {
             break;
         }
+        if staging.exact && staging.waited && conn.transport.yield_before_reread() {
+            stats.rx_idle_yields += 1;
+        }
         let r = match core.rx_need() {
             RxNeed::Stopped | RxNeed::Wait => break,
             RxNeed::Place(chunk) if !marked && staging.direct(core, chunk.len) => {
@@ -323,8 +329,14 @@ fn receive_stream(
                 }
                 break;
             }
-            Ok(_) => moved = true,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Ok(_) => {
+                staging.waited = false;
+                moved = true;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                staging.waited = true;
+                break;
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 connection_lost(qp, core, dev, e.kind());

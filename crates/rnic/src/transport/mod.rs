@@ -76,6 +76,13 @@ pub(crate) trait Transport: mio::event::Source + Send {
         false
     }
 
+    /// The caller is about to read again, in a stream of large FPDUs, a stream whose
+    /// last read found nothing: a busy-polling consumer that owns it gives up the CPU
+    /// first (see `PolledTransport`). Returns whether it did; by default it does not.
+    fn yield_before_reread(&mut self) -> bool {
+        false
+    }
+
     /// Sends from `buf`.
     fn send(&mut self, buf: &[u8]) -> io::Result<usize>;
 
