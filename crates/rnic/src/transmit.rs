@@ -231,7 +231,9 @@ pub(crate) fn send_gathered(
         return;
     }
     stats.tx_syscalls += 1;
-    match conn.transport.send(&tx.buf[tx.sent..]) {
+    let r = conn.transport.send(&tx.buf[tx.sent..]);
+    stats.sent(&r);
+    match r {
         Ok(n) => tx.sent += n,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => tx.blocked = true,
         // The pass that follows tries again.
@@ -343,7 +345,9 @@ fn transmit_stream(
         // 2. Gathered octets go first: they were queued before the pending FPDUs.
         if tx.sent < tx.buf.len() {
             stats.tx_syscalls += 1;
-            match conn.transport.send(&tx.buf[tx.sent..]) {
+            let r = conn.transport.send(&tx.buf[tx.sent..]);
+            stats.sent(&r);
+            match r {
                 Ok(n) => {
                     tx.sent += n;
                     tx.blocked = false;
@@ -367,7 +371,9 @@ fn transmit_stream(
             break;
         }
         stats.tx_syscalls += 1;
-        match send_pending(&mut *conn.transport, &tx.pending) {
+        let r = send_pending(&mut *conn.transport, &tx.pending);
+        stats.sent(&r);
+        match r {
             Ok(mut n) => {
                 moved = true;
                 tx.blocked = false;
