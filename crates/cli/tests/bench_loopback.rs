@@ -169,6 +169,68 @@ fn write_bw_qps_and_duration() {
     assert!(num(&lines[0], "iterations") > 0.0);
 }
 
+/// With more than one QP the JSON line says how the messages spread over the QPs
+/// (fairness): every QP's count at the end of a counted run, and with a duration also
+/// when the duration was up; one QP's line has no such field.
+#[test]
+fn many_qps_report_completions_per_qp() {
+    let spread = |v: &Value| {
+        let u = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+        (u("min"), u("median"), u("max"))
+    };
+    let (lines, _) = run_json(&[
+        "write_bw",
+        "--loopback",
+        "-q",
+        "3",
+        "-n",
+        "50",
+        "-s",
+        "4096",
+        "--json",
+        "--quiet",
+    ]);
+    let f = &lines[0]["per_qp_completions"];
+    assert_eq!(spread(&f["at_end"]), (50, 50, 50), "{f}");
+    assert!(f["at_deadline"].is_null(), "{f}");
+    let (lines, _) = run_json(&[
+        "write_bw",
+        "--loopback",
+        "-q",
+        "2",
+        "-D",
+        "0.2",
+        "-s",
+        "4096",
+        "--json",
+        "--quiet",
+    ]);
+    let f = &lines[0]["per_qp_completions"];
+    let (end_min, _, end_max) = spread(&f["at_end"]);
+    let (dl_min, _, dl_max) = spread(&f["at_deadline"]);
+    assert!(dl_max > 0 && dl_min <= end_min && dl_max <= end_max, "{f}");
+    // Together the QPs completed every message the line counts.
+    assert!(
+        end_min + end_max == num(&lines[0], "iterations") as u64,
+        "{f}"
+    );
+    let (lines, _) = run_json(&[
+        "write_bw",
+        "--loopback",
+        "-n",
+        "20",
+        "-s",
+        "4096",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(
+        lines[0].get("per_qp_completions").is_none(),
+        "{:?}",
+        lines[0]
+    );
+}
+
 /// The text header says when a Write completes, when the clock stops and what the peak
 /// is made of.
 #[test]

@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     pub(crate) registered: Arc<Budget>,
     /// Kernel socket send buffers ([`DeviceConfig::socket_send_budget`]).
     pub(crate) socket_buffers: Arc<crate::socket_buffers::SocketBuffers>,
+    /// QPs sending large messages at once ([`DeviceConfig::tx_turns`]).
+    pub(crate) tx_turns: Arc<crate::tx_turns::TxTurns>,
     /// The device's own TCP ([`DeviceConfig::user_tcp`]), with its thread.
     pub(crate) user: Option<crate::transport::user::stack::UserStackHandle>,
 }
@@ -211,6 +213,11 @@ impl Device {
                 cfg.socket_send_budget,
                 cfg.same_host_tcp,
             ),
+            tx_turns: crate::tx_turns::TxTurns::new(
+                cfg.tx_turns,
+                cfg.tx_turn_quantum,
+                cfg.tx_turn_stall,
+            ),
             cfg,
             serial,
             tpt: Tpt::new(),
@@ -229,6 +236,7 @@ impl Device {
             cq_entries: Budget::new(max_cq_entries, "max_cq_entries"),
             registered: Budget::new(max_registered, "max_registered"),
         });
+        shared.tx_turns.attach(Arc::downgrade(&shared));
         for (i, e) in shared.engines.iter().enumerate() {
             e.attach(Arc::downgrade(&shared));
             crate::trace::engine_started(shared.serial, &e.info(i));

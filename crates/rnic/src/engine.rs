@@ -96,6 +96,16 @@ impl Timers {
     }
 }
 
+thread_local! {
+    /// Set on engine threads, so counters can tell an engine's sends from a program's.
+    static ON_ENGINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is an engine's.
+pub(crate) fn on_engine_thread() -> bool {
+    ON_ENGINE.with(std::cell::Cell::get)
+}
+
 /// The time QPs see: the time since the first call in the process. Their timers are
 /// durations on this clock.
 pub(crate) fn now() -> Duration {
@@ -181,6 +191,7 @@ impl Engine {
                 if ok {
                     // This thread's buffer pool is the engine's: it keeps more.
                     crate::buf_pool::serve_as_engine();
+                    ON_ENGINE.with(|e| e.set(true));
                     run(index, poll, s, d, q, t, n, spin);
                 }
             })?;

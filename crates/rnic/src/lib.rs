@@ -74,6 +74,7 @@ mod sys;
 mod trace;
 mod transmit;
 mod transport;
+mod tx_turns;
 
 #[cfg(feature = "tokio")]
 pub use async_channel::AsyncCompChannel;

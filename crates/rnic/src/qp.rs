@@ -89,6 +89,26 @@ pub struct QpStats {
     pub tx_syscalls: u64,
     /// FPDUs sent.
     pub tx_fpdus: u64,
+    /// Of `tx_syscalls`, those an engine thread made (the rest: the posting or polling
+    /// program thread), so a run shows who transmits.
+    pub tx_engine_syscalls: u64,
+    /// Octets the socket took from all send calls.
+    pub tx_bytes: u64,
+    /// Octets the socket took from an engine thread's send calls.
+    pub tx_engine_bytes: u64,
+}
+
+impl QpStats {
+    /// Counts a send call that was made (`tx_syscalls` is counted by the caller) and
+    /// what the socket took, by whether an engine thread made it.
+    pub(crate) fn sent(&mut self, r: &std::io::Result<usize>) {
+        let n = r.as_ref().map_or(0, |n| *n as u64);
+        self.tx_bytes += n;
+        if crate::engine::on_engine_thread() {
+            self.tx_engine_syscalls += 1;
+            self.tx_engine_bytes += n;
+        }
+    }
 }
 
 /// A QP's connection: the stream and what is queued for it. (How far closing went is

@@ -13,6 +13,7 @@ use crate::region::Region;
 use crate::region_table::LastRegion;
 use crate::sys::socket::IoVecs;
 use crate::transport::Transport;
+use crate::tx_turns::Turn;
 use arrayvec::ArrayVec;
 use softrnic_proto::qp::PostError;
 use softrnic_proto::qp::{Gathered, Qp as Core, TxFpdu};
@@ -79,6 +80,8 @@ pub(crate) struct TxQueue {
     /// A polling consumer holds the socket: the gather buffer stays with the QP between
     /// its posts (see `QpShared::claim`).
     pub(crate) keep: bool,
+    /// Its turn to send large FPDUs among the device's QPs (`tx_turns.rs`).
+    turn: Turn,
 }
 
 impl TxQueue {
@@ -92,8 +95,10 @@ impl TxQueue {
     /// until then another send only returns `WouldBlock`. With 256 QPs backlogged,
     /// trying each on every post and every poll cost 25-62 `sendmsg` calls per 1 MiB
     /// Write, most of them empty; whoever owns the readiness sends when there is room.
+    /// A QP waiting for its turn to send (`tx_turns.rs`) is skipped the same way: its
+    /// engine drives it when the turn comes.
     pub(crate) fn waits_for_room(&self) -> bool {
-        self.blocked
+        self.blocked || self.turn.is_waiting()
     }
 
     /// Octets of buffer the QP holds now.
@@ -231,7 +236,9 @@ pub(crate) fn send_gathered(
         return;
     }
     stats.tx_syscalls += 1;
-    match conn.transport.send(&tx.buf[tx.sent..]) {
+    let r = conn.transport.send(&tx.buf[tx.sent..]);
+    stats.sent(&r);
+    match r {
         Ok(n) => tx.sent += n,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => tx.blocked = true,
         // The pass that follows tries again.
@@ -242,24 +249,39 @@ pub(crate) fn send_gathered(
 
 /// Sends what the core has to send until the stream would block or the core has no
 /// more. Returns whether anything moved.
+/// `engine` serves the QP's socket: it drives the QP when a turn to send is handed to
+/// it (`tx_turns.rs`).
 pub(crate) fn transmit(
     qp: QpId,
+    engine: usize,
     core: &mut Core,
     conn: &mut Conn,
     stats: &mut QpStats,
     dev: &Shared,
 ) -> bool {
     if core.transport_closed() {
+        conn.tx.turn.release();
         return false;
     }
-    let moved = transmit_stream(qp, core, conn, stats, dev);
-    conn.tx.release_if_sent();
+    if conn.tx.blocked {
+        // Driven with the socket full: a turn held for a peer that does not read goes
+        // to a waiting QP (`tx_turns.rs`).
+        watch_stall(qp, engine, &mut conn.tx, dev);
+    }
+    let moved = transmit_stream(qp, engine, core, conn, stats, dev);
+    let tx = &mut conn.tx;
+    if tx.pending.is_empty() && !tx.turn.is_waiting() {
+        // Nothing large left to send: the turn is another QP's.
+        tx.turn.release();
+    }
+    tx.release_if_sent();
     moved
 }
 
 /// [`transmit`], with the gather buffer taken as it is needed.
 fn transmit_stream(
     qp: QpId,
+    engine: usize,
     core: &mut Core,
     conn: &mut Conn,
     stats: &mut QpStats,
@@ -343,7 +365,9 @@ fn transmit_stream(
         // 2. Gathered octets go first: they were queued before the pending FPDUs.
         if tx.sent < tx.buf.len() {
             stats.tx_syscalls += 1;
-            match conn.transport.send(&tx.buf[tx.sent..]) {
+            let r = conn.transport.send(&tx.buf[tx.sent..]);
+            stats.sent(&r);
+            match r {
                 Ok(n) => {
                     tx.sent += n;
                     tx.blocked = false;
@@ -362,15 +386,20 @@ fn transmit_stream(
                 }
             }
         }
-        // 3. Large FPDUs, gathered from registered memory by the kernel.
-        if tx.pending.is_empty() {
+        // 3. Large FPDUs, gathered from registered memory by the kernel, in the QP's
+        // turn (a polling consumer's QP needs none: see `tx_turns.rs`).
+        if tx.pending.is_empty() || !(tx.keep || tx.turn.may_send(qp, engine, dev)) {
             break;
         }
         stats.tx_syscalls += 1;
-        match send_pending(&mut *conn.transport, &tx.pending) {
+        let r = send_pending(&mut *conn.transport, &tx.pending);
+        stats.sent(&r);
+        match r {
             Ok(mut n) => {
                 moved = true;
                 tx.blocked = false;
+                tx.turn.sent(n);
+                let mut message_done = false;
                 while let Some(p) = tx.pending.front_mut() {
                     let left = p.total - p.written;
                     if n < left {
@@ -382,14 +411,21 @@ fn transmit_stream(
                         stats.tx_fpdus += 1;
                         if p.fpdu.completes {
                             core.transmit_done();
+                            message_done = true;
                         }
                         // Its header buffer is the scratch again.
                         tx.scratch = p.fpdu;
                     }
                 }
+                if message_done && tx.turn.should_yield() {
+                    // Its quantum is sent and another QP waits: that one goes next,
+                    // this one queues again for the rest.
+                    tx.turn.release();
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 tx.blocked = true;
+                watch_stall(qp, engine, tx, dev);
                 break;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -401,6 +437,16 @@ fn transmit_stream(
         }
     }
     moved
+}
+
+/// The socket is full: a QP holding a turn others wait for has its engine look again
+/// in a while, and gives the turn up if its peer read nothing meanwhile (`tx_turns.rs`).
+fn watch_stall(qp: QpId, engine: usize, tx: &mut TxQueue, dev: &Shared) {
+    if let Some(at) = tx.turn.watch_stall(crate::engine::now)
+        && let Some(e) = dev.engines.get(engine)
+    {
+        e.arm_timer(at, qp);
+    }
 }
 
 /// Resolves an FPDU's payload to live regions and computes its trailer; `None` if a

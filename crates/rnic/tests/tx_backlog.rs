@@ -146,3 +146,36 @@ fn polls_leave_full_sockets_to_the_engine() {
         exactly_once(&mine, 0..EACH as u64);
     }
 }
+
+/// The QP's counters say who transmitted: the posting thread sends what the socket
+/// takes at each post, the engine what the peer's reads make room for; between them
+/// every octet of every FPDU, counted once.
+#[test]
+fn the_counters_tell_the_engines_sends_from_the_posting_threads() {
+    const WRITES: usize = 1024;
+    let e = end()
+        .progress(ProgressMode::Engine)
+        .cq(8192)
+        .queues(4096, 1)
+        .build();
+    let src = source(&e.pd);
+    let mut peer = raw_initiator(&e);
+    // 32 MiB: far more than the socket and the peer's window take before it reads.
+    for n in 0..WRITES {
+        write(&e.qp, &src, n);
+    }
+    read_writes(&mut peer, WRITES);
+    let got = take(&e.cq, WRITES);
+    assert!(got.iter().all(|c| c.status == WcStatus::Success));
+    exactly_once(&got, 0..WRITES as u64);
+    let s = e.qp.stats();
+    // MPA length, DDP header, payload (a multiple of 4: no pad), CRC.
+    let fpdu = (2 + TAGGED_HEADER_LEN + LEN + 4) as u64;
+    assert_eq!(s.tx_bytes, WRITES as u64 * fpdu, "{s:?}");
+    assert!(s.tx_engine_bytes > 0, "the engine sent nothing: {s:?}");
+    assert!(
+        s.tx_engine_bytes < s.tx_bytes,
+        "the posts sent nothing: {s:?}"
+    );
+    assert!(s.tx_engine_syscalls > 0 && s.tx_engine_syscalls < s.tx_syscalls);
+}

@@ -66,6 +66,9 @@ pub struct BenchConfig {
     pub engine_placement: softrnic_rnic::EnginePlacement,
     /// Kernel socket send buffer shared by a device's connections.
     pub socket_send_budget: Option<usize>,
+    /// QPs sending large messages at once, and each one's quantum (device defaults).
+    pub tx_turns: Option<usize>,
+    pub tx_turn_quantum: Option<usize>,
     pub same_host_tcp: softrnic_rnic::SameHostTcp,
     /// Server thread busy-polls in the one-sided tests.
     pub server_poll: bool,
@@ -228,6 +231,8 @@ impl BenchConfig {
                 PlacementArg::Inherit => softrnic_rnic::EnginePlacement::Inherit,
             },
             socket_send_budget: a.socket_send_budget,
+            tx_turns: a.tx_turns,
+            tx_turn_quantum: a.tx_turn_quantum,
             same_host_tcp: match a.same_host_tcp {
                 SameHostArg::Tuned => softrnic_rnic::SameHostTcp::Tuned,
                 SameHostArg::System => softrnic_rnic::SameHostTcp::System,
@@ -286,6 +291,12 @@ impl BenchConfig {
         }
         if let Some(b) = self.socket_send_budget {
             c.socket_send_budget = b as u64;
+        }
+        if let Some(n) = self.tx_turns {
+            c.tx_turns = n;
+        }
+        if let Some(q) = self.tx_turn_quantum {
+            c.tx_turn_quantum = q as u64;
         }
         // A frame link (one device per process); a simulated network is set per side.
         c.user_tcp = self.net.frame_link().ok().flatten();

@@ -365,14 +365,20 @@ impl<'a> Reporter<'a> {
                 "bw_average": bw_unit(b.avg_bps, c.gbits),
                 "msg_rate_mpps": b.msg_rate / 1e6,
             }),
-            Measured::Bw(b) => json!({
-                "iterations": b.iterations,
-                "seconds": b.elapsed.as_secs_f64(),
-                "bw_unit": self.unit(),
-                "bw_peak": bw_unit(b.peak_bps, c.gbits),
-                "bw_average": bw_unit(b.avg_bps, c.gbits),
-                "msg_rate_mpps": b.msg_rate / 1e6,
-            }),
+            Measured::Bw(b) => {
+                let mut v = json!({
+                    "iterations": b.iterations,
+                    "seconds": b.elapsed.as_secs_f64(),
+                    "bw_unit": self.unit(),
+                    "bw_peak": bw_unit(b.peak_bps, c.gbits),
+                    "bw_average": bw_unit(b.avg_bps, c.gbits),
+                    "msg_rate_mpps": b.msg_rate / 1e6,
+                });
+                if let (Some(f), Value::Object(a)) = (b.per_qp, &mut v) {
+                    a.insert("per_qp_completions".into(), f.json());
+                }
+                v
+            }
             Measured::Lat(l) => json!({
                 "iterations": l.iterations,
                 "t_min_usec": l.stats.min,

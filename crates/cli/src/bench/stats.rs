@@ -171,6 +171,7 @@ impl BwMeter {
             avg_bps: msg_rate * size as f64,
             msg_rate,
             cpu: None,
+            per_qp: None,
         }
     }
 }
@@ -266,6 +267,53 @@ pub struct BwResult {
     pub msg_rate: f64,
     /// The CPU the run used, if counted.
     pub cpu: Option<CpuUse>,
+    /// With more than one QP: how the completed messages spread over the QPs.
+    pub per_qp: Option<PerQpCompletions>,
+}
+
+/// Fairness of a many-QP bandwidth run: messages completed per QP, when the run's
+/// duration was up (what each QP had moved while all competed) and at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerQpCompletions {
+    /// At the deadline of a `-D` run; `None` in a run of a fixed count.
+    pub at_deadline: Option<Spread>,
+    /// When the run ended.
+    pub at_end: Spread,
+}
+
+impl PerQpCompletions {
+    /// As JSON: `{"at_deadline": {"min", "median", "max"} or null, "at_end": {...}}`.
+    pub fn json(&self) -> serde_json::Value {
+        let s = |s: &Spread| serde_json::json!({"min": s.min, "median": s.median, "max": s.max});
+        serde_json::json!({
+            "at_deadline": self.at_deadline.as_ref().map(s),
+            "at_end": s(&self.at_end),
+        })
+    }
+}
+
+/// Smallest, median and largest of some counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spread {
+    /// Smallest.
+    pub min: u64,
+    /// Median (the lower middle one of an even count).
+    pub median: u64,
+    /// Largest.
+    pub max: u64,
+}
+
+impl Spread {
+    /// The spread of `counts`; `None` if there are none.
+    pub fn of(counts: impl IntoIterator<Item = u64>) -> Option<Spread> {
+        let mut v: Vec<u64> = counts.into_iter().collect();
+        v.sort_unstable();
+        Some(Spread {
+            min: *v.first()?,
+            median: v[(v.len() - 1) / 2],
+            max: *v.last()?,
+        })
+    }
 }
 
 /// A latency result.
@@ -400,6 +448,15 @@ mod tests {
         assert!(LatStats::from_samples(&[]).is_none());
         let one = LatStats::from_samples(&[3.5]).unwrap();
         assert_eq!((one.stdev, one.typical, one.p99), (0.0, 3.5, 3.5));
+    }
+
+    #[test]
+    fn a_spread_is_the_smallest_lower_median_and_largest() {
+        let s = Spread::of([7, 3, 9, 5]).unwrap();
+        assert_eq!((s.min, s.median, s.max), (3, 5, 9));
+        let s = Spread::of([4]).unwrap();
+        assert_eq!((s.min, s.median, s.max), (4, 4, 4));
+        assert_eq!(Spread::of([]), None);
     }
 
     #[test]

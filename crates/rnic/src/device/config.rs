@@ -101,6 +101,17 @@ pub struct DeviceConfig {
     /// receive buffer (Linux's tuning left some loopback windows small); see
     /// `same_host.rs`.
     pub same_host_tcp: crate::SameHostTcp,
+    /// QPs that send large messages (FPDUs sent from registered memory) at once; the
+    /// others wait their turn, first come first served (see `tx_turns.rs`). Fewer QPs at
+    /// a time keep the data in flight, and each one's buffers, in the caches. 0: every
+    /// QP sends whenever it has something. Default 2.
+    pub tx_turns: usize,
+    /// Octets a QP sends in its turn before it gives the turn to a waiting QP, at the
+    /// end of a message. Default 16 MiB.
+    pub tx_turn_quantum: u64,
+    /// How long a turn holder's socket may stay full, nothing sent, while other QPs
+    /// wait, before it gives the turn up (its peer is not reading).
+    pub tx_turn_stall: std::time::Duration,
     /// Run connections over softrnic's own TCP on this link instead of kernel TCP
     /// (`None`, the default): `connect` and `listen` then use the device's address
     /// there. See [`crate::UserTcp`].
@@ -134,6 +145,9 @@ impl Default for DeviceConfig {
             pcap: None,
             socket_send_budget: crate::socket_buffers::DEFAULT_SEND_BUDGET,
             same_host_tcp: crate::SameHostTcp::default(),
+            tx_turns: crate::tx_turns::DEFAULT_TX_TURNS,
+            tx_turn_quantum: crate::tx_turns::DEFAULT_TX_TURN_QUANTUM,
+            tx_turn_stall: crate::tx_turns::TURN_STALL,
             user_tcp: None,
         }
     }

@@ -116,7 +116,7 @@ impl QpShared {
             core, conn, stats, ..
         } = g;
         match conn.as_mut() {
-            Some(conn) => transmit(self.id, core, conn, stats, dev),
+            Some(conn) => transmit(self.id, self.engine(), core, conn, stats, dev),
             None => false,
         }
     }

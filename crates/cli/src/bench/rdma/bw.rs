@@ -3,7 +3,7 @@
 
 use super::{Ep, Prober, ReadTarget, STALL, bw_op, check_wc, closing_read, post_window};
 use crate::bench::cqs::CqSet;
-use crate::bench::stats::{BwMeter, BwResult, Progress};
+use crate::bench::stats::{BwMeter, BwResult, PerQpCompletions, Progress, Spread};
 use crate::bench::{BenchConfig, Test};
 use softrnic_rnic::{Completion, QpId, SendWr};
 use std::collections::HashMap;
@@ -27,6 +27,8 @@ pub(super) fn bw_client(
     let deadline = cfg.duration.map(|d| start + d);
     let mut meter = BwMeter::start(start);
     let mut stop = false;
+    // Completions per QP when the duration was up (fairness, in the JSON output).
+    let mut at_deadline = None;
     let mut total: u64 = 0;
     let mut last_activity = start;
     // Write and Send: delivery is confirmed by Reads (see the module notes). Read: a
@@ -95,8 +97,10 @@ pub(super) fn bw_client(
         }
         if let Some(d) = deadline
             && now >= d
+            && !stop
         {
             stop = true;
+            at_deadline = Spread::of(eps.iter().map(|e| e.completed));
         }
         let done = eps.iter().all(|e| {
             e.completed == e.posted
@@ -117,7 +121,15 @@ pub(super) fn bw_client(
     } else {
         Instant::now()
     };
-    Ok(meter.finish(end, total, size))
+    let mut result = meter.finish(end, total, size);
+    if eps.len() > 1 {
+        result.per_qp =
+            Spread::of(eps.iter().map(|e| e.completed)).map(|at_end| PerQpCompletions {
+                at_deadline,
+                at_end,
+            });
+    }
+    Ok(result)
 }
 
 /// The probes' and closing Read's targets: the server's buffer, into the first octet of

@@ -41,6 +41,9 @@ pub(in crate::bench) fn stats_line(stats: impl Iterator<Item = QpStats>, msgs: u
         t.rx_syscalls += s.rx_syscalls;
         t.tx_syscalls += s.tx_syscalls;
         t.tx_fpdus += s.tx_fpdus;
+        t.tx_engine_syscalls += s.tx_engine_syscalls;
+        t.tx_bytes += s.tx_bytes;
+        t.tx_engine_bytes += s.tx_engine_bytes;
     }
     let c = |name: &str, x: u64| {
         if msgs > 0 {
@@ -50,9 +53,12 @@ pub(in crate::bench) fn stats_line(stats: impl Iterator<Item = QpStats>, msgs: u
         }
     };
     format!(
-        "{msgs} msgs: {}, {}, {}, rx_direct_bytes {}, rx_copied_bytes {}",
+        "{msgs} msgs: {}, {} (by engines {}, octets {} of {}), {}, rx_direct_bytes {}, rx_copied_bytes {}",
         c("tx_fpdus", t.tx_fpdus),
         c("tx_syscalls", t.tx_syscalls),
+        t.tx_engine_syscalls,
+        t.tx_engine_bytes,
+        t.tx_bytes,
         c("rx_syscalls", t.rx_syscalls),
         t.rx_direct_bytes,
         t.rx_copied_bytes

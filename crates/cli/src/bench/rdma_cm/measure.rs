@@ -11,6 +11,7 @@ pub(super) fn from_report(r: &BwReport, gbits: bool) -> BwResult {
     let bytes = r.size as usize;
     BwResult {
         cpu: None,
+        per_qp: None,
         bytes,
         iterations: r.iters,
         elapsed: Duration::ZERO,
