@@ -422,6 +422,19 @@ impl Watch {
         self.net.counters(&devs)
     }
 
+    /// Both devices' state and the network's, for a round that failed (a stall): what
+    /// a user needs to report a hang.
+    fn stall_report(&self) -> String {
+        let mut s = String::new();
+        for (side, dev) in ["client", "server"].iter().zip(&self.devs) {
+            s += &format!("{side} device:\n{}\n", dev.stall_report());
+        }
+        if let Some(n) = self.net.stall_report() {
+            s += &n;
+        }
+        s
+    }
+
     /// The threads whose CPUs a round reports: the calling (client) thread, the
     /// server's, and each device's engines.
     fn threads(&self) -> Vec<placement::Watched> {
@@ -494,7 +507,10 @@ fn client_rounds(
         }
         let before = watch.map(Watch::counters);
         let sampler = watch.map(|w| placement::Sampler::start(w.threads()));
-        let softrnic = rdma::client_round(cfg, dev, addr, size, last)?;
+        let softrnic = rdma::client_round(cfg, dev, addr, size, last).map_err(|e| match watch {
+            Some(w) => format!("{e}\n{}", w.stall_report()),
+            None => e,
+        })?;
         if let Some(s) = sampler {
             rep.ran(size, &s.finish());
         }

@@ -311,6 +311,11 @@ impl Transport for UserTransport {
     fn abort(&mut self) {
         self.abort = true;
     }
+
+    /// Its connection (the stack's report has its TCP state under the same id).
+    fn stall_report(&self) -> String {
+        format!("own TCP conn {:?}", self.id)
+    }
 }
 
 impl Drop for UserTransport {
