@@ -28,6 +28,8 @@ mod due_tests;
 pub(crate) mod link;
 pub(crate) mod listener;
 pub(crate) mod netlink;
+#[cfg(test)]
+mod piece_tests;
 pub(crate) mod report;
 #[cfg(test)]
 mod report_tests;
