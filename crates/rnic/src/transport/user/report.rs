@@ -13,8 +13,13 @@ use std::time::Duration;
 const PATIENCE: Duration = Duration::from_millis(200);
 
 /// `t` relative to `now`, in microseconds (negative: past).
-pub(super) fn rel_us(t: Duration, now: Duration) -> f64 {
+fn rel_us(t: Duration, now: Duration) -> f64 {
     t.as_secs_f64() * 1e6 - now.as_secs_f64() * 1e6
+}
+
+/// `t` relative to `now` in whole microseconds, or `none`.
+pub(super) fn opt_us(t: Option<Duration>, now: Duration) -> String {
+    t.map_or("none".to_string(), |t| format!("{:.0}us", rel_us(t, now)))
 }
 
 /// Calls `f` with the lock of `m` if it can be had within [`PATIENCE`].
@@ -56,10 +61,10 @@ impl UserStack {
             let mut b = String::new();
             let _ = write!(
                 b,
-                ", planned {:?}us, next timer {:?}us, last packet in {:?}us",
-                g.planned.map(|p| rel_us(p, t).round()),
-                g.next_wake().map(|p| rel_us(p, t).round()),
-                g.last_rx.map(|p| rel_us(p, t).round()),
+                ", planned {}, next timer {}, last packet in {}",
+                opt_us(g.planned, t),
+                opt_us(g.next_wake(), t),
+                opt_us(g.last_rx, t),
             );
             let ids: Vec<_> = g.signals.iter().collect();
             for line in g.stack.stall_reports(t) {

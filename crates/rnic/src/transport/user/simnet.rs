@@ -496,14 +496,11 @@ impl SimNet {
             let mut ports: Vec<_> = h.ports.iter().collect();
             ports.sort_by_key(|(a, _)| **a);
             for (addr, p) in ports {
-                let first = p
-                    .queue
-                    .peek()
-                    .map(|e| super::report::rel_us(e.0.0, t).round());
+                let first = super::report::opt_us(p.queue.peek().map(|e| e.0.0), t);
                 let _ = std::fmt::Write::write_fmt(
                     &mut b,
                     format_args!(
-                        "\n  to {addr}: {} packets ({} octets) held, first due {first:?}us, inline delivery {}",
+                        "\n  to {addr}: {} packets ({} octets) held, first due {first}, inline delivery {}",
                         p.queue.len(),
                         p.queued_bytes,
                         p.deliver.is_some(),
