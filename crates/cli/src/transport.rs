@@ -223,6 +223,11 @@ impl Net {
         }
     }
 
+    /// What the simulated network holds, for a hang report (`None` without one).
+    pub fn stall_report(&self) -> Option<String> {
+        self.sim.as_ref().map(SimNet::stall_report)
+    }
+
     /// The transport's name (`kernel`, `user:sim`).
     pub fn name(&self) -> String {
         self.args.transport.name()

@@ -259,6 +259,25 @@ impl Device {
         self.shared.user.as_ref().map(|u| u.stack.stats())
     }
 
+    /// What a user reports of a hang: each QP's queues (Reads outstanding, inbound
+    /// Reads queued), how far its receive path got and who drives it; with the own TCP,
+    /// the stack's timers and every connection's TCP state and readiness flags. A few
+    /// lines; locks held for long are reported, not waited for.
+    pub fn stall_report(&self) -> String {
+        let qps: Vec<_> = self
+            .shared
+            .qps
+            .lock()
+            .map(|q| q.values().cloned().collect())
+            .unwrap_or_default();
+        let mut lines: Vec<String> = qps.iter().map(|q| q.stall_report()).collect();
+        lines.sort();
+        if let Some(u) = &self.shared.user {
+            lines.push(u.stack.stall_report());
+        }
+        lines.join("\n")
+    }
+
     /// Device attributes.
     pub fn query(&self) -> DeviceAttr {
         let c = &self.shared.cfg;

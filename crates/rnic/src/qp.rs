@@ -18,6 +18,7 @@
 
 mod claim;
 mod progress;
+mod report;
 mod verbs;
 
 use crate::cq::{Cq, CqShared};

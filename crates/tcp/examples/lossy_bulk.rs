@@ -21,7 +21,10 @@
 //! `--stall-rx`, the receiver's thread stalls instead (the shape the CLI's clean runs
 //! showed): the sender's data waits for it, and when it runs again it takes all of
 //! it and answers with one ACK, as softrnic's stack thread does (its pump takes every
-//! packet, then sends). `--rto-min-us F` sets the floor under the retransmission
+//! packet, then sends). With `--stall-reader`, only the receiver's reader stalls: its
+//! TCP takes packets and answers them meanwhile, as on softrnic's in-process network,
+//! where the sender's thread hands each packet to the receiving stack (the QP's
+//! thread, descheduled, reads nothing). `--rto-min-us F` sets the floor under the retransmission
 //! timeout (default: the in-process network's, `RTO_MIN` below). `--reorder-us D`
 //! holds a reordered packet back D (default 200); `--delay-us T` is the one-way delay
 //! (default 5); `--buffer-kib K` the send and receive buffers (default 8192, as
@@ -36,7 +39,7 @@
 //! `cargo run --release -p softrnic-tcp --example lossy_bulk -- [--seeds N] [--mb M]
 //! [--first SEED] [--loss P] [--reorder P] [--reorder-us D] [--delay-us T] [--queue]
 //! [--timer-us G]
-//! [--stall-every-us E --stall-us S [--stall-rx]] [--rto-min-us F] [--rx-cpu]
+//! [--stall-every-us E --stall-us S [--stall-rx | --stall-reader]] [--rto-min-us F] [--rx-cpu]
 //! [--batch B] [--trace]`
 
 use softrnic_tcp::sim::{End, Impairments, Wire};
@@ -115,6 +118,10 @@ struct Threads {
     stall_every: Duration,
     stall: Duration,
     stall_rx: bool,
+    /// With `stall_rx`: only the receiver's reader stalls (its TCP goes on taking
+    /// packets and answering them, as on softrnic's in-process network, where the
+    /// sender's thread hands each packet to the receiving stack itself).
+    stall_reader: bool,
     rto_min: Duration,
     /// Send and receive buffers, octets.
     buffer: usize,
@@ -175,6 +182,7 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
     let mut next_stall = (!threads.stall_every.is_zero()).then(|| gap(&mut stalls));
     let mut a_stalled_until = Duration::ZERO;
     let mut b_stalled_until = Duration::ZERO;
+    let mut reader_stalled_until = Duration::ZERO;
     let mut a_inbox: Vec<Vec<u8>> = Vec::new();
     let mut b_inbox: Vec<Vec<u8>> = Vec::new();
     let paced = imp.rate.is_none();
@@ -221,7 +229,9 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
             }
         }
         if let Some(at) = next_stall.filter(|&t| t <= now) {
-            if threads.stall_rx {
+            if threads.stall_rx && threads.stall_reader {
+                reader_stalled_until = at + threads.stall;
+            } else if threads.stall_rx {
                 b_stalled_until = at + threads.stall;
             } else {
                 a_stalled_until = at + threads.stall;
@@ -238,7 +248,9 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
             for p in b_inbox.drain(..) {
                 let _ = b.handle_packet(now, &p, &mut rb);
             }
-            got += reader.run(threads.rx_cpu, now, &mut rb, &mut b, &mut read);
+            if now >= reader_stalled_until {
+                got += reader.run(threads.rx_cpu, now, &mut rb, &mut b, &mut read);
+            }
         }
         while let Some(n) = b_awake.then(|| b.poll_transmit(now, &mut packet)).flatten() {
             wire.send(End::B, now, &packet[..n]);
@@ -271,6 +283,7 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
             wire.next_arrival(),
             a_busy.filter(|&t| t > now),
             reader.busy_until.filter(|&t| t > now),
+            Some(reader_stalled_until).filter(|&t| t > now),
             timer,
         ]
         .into_iter()
@@ -299,7 +312,9 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
                 b_inbox.push(p.to_vec());
             } else {
                 let _ = b.handle_packet(now, p, &mut rb);
-                got += reader.run(threads.rx_cpu, now, &mut rb, &mut b, &mut read);
+                if now >= reader_stalled_until {
+                    got += reader.run(threads.rx_cpu, now, &mut rb, &mut b, &mut read);
+                }
                 while let Some(n) = b.poll_transmit(now, &mut packet) {
                     wire.send(End::B, now, &packet[..n]);
                 }
@@ -323,7 +338,9 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
         if now >= b_stalled_until && b.poll_timeout().is_some_and(|t| t <= now) {
             b.handle_timeout(now);
         }
-        got += reader.run(threads.rx_cpu, now, &mut rb, &mut b, &mut read);
+        if now >= reader_stalled_until {
+            got += reader.run(threads.rx_cpu, now, &mut rb, &mut b, &mut read);
+        }
     }
     Outcome {
         goodput: total as f64 / now.as_secs_f64(),
@@ -382,7 +399,10 @@ fn main() {
         granularity: Duration::from_micros(arg(&args, "--timer-us", 0)),
         stall_every: Duration::from_micros(arg(&args, "--stall-every-us", 0)),
         stall: Duration::from_micros(arg(&args, "--stall-us", 0)),
-        stall_rx: args.iter().any(|a| a == "--stall-rx"),
+        stall_rx: args
+            .iter()
+            .any(|a| a == "--stall-rx" || a == "--stall-reader"),
+        stall_reader: args.iter().any(|a| a == "--stall-reader"),
         rto_min: Duration::from_micros(arg(&args, "--rto-min-us", RTO_MIN.as_micros() as u64)),
         rx_cpu: args.iter().any(|a| a == "--rx-cpu"),
         batch: arg(&args, "--batch", 0),

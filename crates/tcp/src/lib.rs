@@ -29,7 +29,7 @@ pub use config::{Config, Keepalive};
 pub use conn::{
     Connection, Event, Feed, Lent, SendError, State, Stats, initial_sequence, reset_for,
 };
-pub use reassembly::Reassembly;
+pub use reassembly::{Piece, Reassembly};
 pub use receiver::{Arrival, Receiver, Refuse};
 pub use segment::{EmitError, Flags, Options, ParseError, SackBlock, Segment};
 pub use seq::SeqNum;

@@ -41,6 +41,11 @@ impl RangeSet {
         self.spans.clear();
     }
 
+    /// Ranges held.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
     #[cfg(test)]
     pub fn spans(&self) -> &[Span] {
         &self.spans

@@ -40,6 +40,43 @@ impl HeldBuf {
     }
 }
 
+/// In-order octets taken out of a [`Reassembly`] whole ([`Reassembly::take_piece`]),
+/// to be copied out by a reader that does not hold the reassembly meanwhile.
+#[derive(Debug)]
+pub struct Piece {
+    buf: HeldBuf,
+    at: usize,
+    len: usize,
+    /// Octets copied out so far.
+    copied: usize,
+}
+
+impl Piece {
+    /// Copies the next octets into `out`; returns how many.
+    pub fn copy_to(&mut self, out: &mut [u8]) -> usize {
+        let n = out.len().min(self.len - self.copied);
+        let from = self.at + self.copied;
+        out[..n].copy_from_slice(&self.buf.octets()[from..from + n]);
+        self.copied += n;
+        n
+    }
+
+    /// Every octet has been copied out.
+    pub fn is_done(&self) -> bool {
+        self.copied == self.len
+    }
+
+    /// Its length in octets.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no octets (never, for a piece taken out).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// A piece kept in the packet buffer it arrived in.
 #[derive(Debug)]
 struct Held {
@@ -207,6 +244,36 @@ impl Reassembly {
         out.append(&mut self.spent);
     }
 
+    /// Takes out the next in-order octets when they are a whole piece kept in its
+    /// packet buffer (or the sender's chunk): the reader copies them from the
+    /// [`Piece`] without holding what guards this reassembly (the stack's lock), and
+    /// gives it back with [`Reassembly::give_back`]. The octets count as read; the
+    /// window reopens only when the caller releases them to the connection, after its
+    /// copy. `None` when the next octets are in the ring, or not all here yet.
+    pub fn take_piece(&mut self) -> Option<Piece> {
+        let (&start, h) = self.held.first_key_value()?;
+        if start != self.read || start + h.len as u64 > self.ready {
+            return None;
+        }
+        let h = self.held.remove(&start)?;
+        self.read += h.len as u64;
+        Some(Piece {
+            buf: h.buf,
+            at: h.at,
+            len: h.len,
+            copied: 0,
+        })
+    }
+
+    /// A piece read to the end: its packet buffer goes back for reuse.
+    pub fn give_back(&mut self, piece: Piece) {
+        if let HeldBuf::Packet(buf) = piece.buf
+            && self.spent.len() < MAX_SPENT
+        {
+            self.spent.push(buf);
+        }
+    }
+
     /// Copies in-order octets into `out`; returns how many. Give them back to the
     /// connection with [`Connection::release`] (or use [`Reassembly::read_from`]).
     pub fn read(&mut self, out: &mut [u8]) -> usize {
@@ -346,6 +413,40 @@ mod tests {
                 false
             }
         }
+    }
+
+    #[test]
+    fn a_whole_in_order_held_piece_is_taken_out_and_its_buffer_comes_back() {
+        let mut r = Reassembly::new(64);
+        assert!(offer(&mut r, 0, 14, b"abcdefghij"));
+        assert!(offer(&mut r, 13, 12, b"nopqrstuv"));
+        assert!(!offer(&mut r, 10, 40, b"klm"), "in the ring");
+        assert!(r.take_piece().is_none(), "not in order yet");
+        r.in_order(22);
+        let mut p = r.take_piece().expect("the first piece, whole and in order");
+        assert_eq!((p.len(), r.readable(), r.held()), (10, 12, 1));
+        assert!(r.take_piece().is_none(), "the ring's octets come next");
+        let mut out = [0u8; 6];
+        assert_eq!(p.copy_to(&mut out), 6);
+        assert!(!p.is_done());
+        assert_eq!(p.copy_to(&mut out), 4);
+        assert!(p.is_done());
+        assert_eq!(&out[..4], b"ghij");
+        r.give_back(p);
+        let mut spent = Vec::new();
+        r.take_spent(&mut spent);
+        assert_eq!(spent.len(), 1, "its packet buffer comes back for reuse");
+        let mut out = [0u8; 2];
+        assert_eq!(r.read(&mut out), 2, "the ring, after the piece");
+        assert_eq!(&out, b"kl");
+        assert!(
+            r.take_piece().is_none(),
+            "one ring octet is still before the piece"
+        );
+        assert_eq!(r.read(&mut out[..1]), 1);
+        let p = r.take_piece().expect("the second piece");
+        assert_eq!(p.len(), 9);
+        assert_eq!(r.readable(), 0);
     }
 
     #[test]

@@ -444,6 +444,49 @@ impl Watch {
     }
 }
 
+thread_local! {
+    /// The loopback round in progress in this thread: both devices and the network.
+    static STALL_REPORT: std::cell::RefCell<Option<(Vec<Device>, crate::transport::Net)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// While it lives, a round that stalls in this thread can report both devices' state
+/// and the network's ([`stall_report`]), taken while its QPs still exist.
+struct StallReport;
+
+impl StallReport {
+    fn install(w: &Watch) -> StallReport {
+        STALL_REPORT.with(|r| *r.borrow_mut() = Some((w.devs.clone(), w.net.clone())));
+        StallReport
+    }
+}
+
+impl Drop for StallReport {
+    fn drop(&mut self) {
+        STALL_REPORT.with(|r| r.borrow_mut().take());
+    }
+}
+
+/// What a user needs to report a hang of the loopback round in progress: each
+/// device's QPs (queues, Reads outstanding and queued) and own TCP (every connection's
+/// state, timers, readiness flags), and the simulated network's held packets. Empty
+/// outside a loopback round.
+pub(crate) fn stall_report() -> String {
+    STALL_REPORT.with(|r| {
+        let Some((devs, net)) = &*r.borrow() else {
+            return String::new();
+        };
+        let mut s = String::new();
+        for (side, dev) in ["client", "server"].iter().zip(devs) {
+            s += &format!("\n{side} device:\n{}", dev.stall_report());
+        }
+        if let Some(n) = net.stall_report() {
+            s += &format!("\n{n}");
+        }
+        s
+    })
+}
+
 /// Runs `f` with the configuration of each `-q` count in turn (and whether it is the
 /// last); returns every row.
 fn each_qp_count(
@@ -494,7 +537,10 @@ fn client_rounds(
         }
         let before = watch.map(Watch::counters);
         let sampler = watch.map(|w| placement::Sampler::start(w.threads()));
-        let softrnic = rdma::client_round(cfg, dev, addr, size, last)?;
+        let softrnic = {
+            let _report = watch.map(StallReport::install);
+            rdma::client_round(cfg, dev, addr, size, last)?
+        };
         if let Some(s) = sampler {
             rep.ran(size, &s.finish());
         }

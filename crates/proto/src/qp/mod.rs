@@ -614,6 +614,13 @@ impl Qp {
         self.tx.sq_len()
     }
 
+    /// The transmit side in one line, for a hang report: requests queued (`sq`), RDMA
+    /// Reads outstanding (`orq`: ORD in use), inbound Read Requests whose responses
+    /// wait (`irq`: IRD in use), what is being handed to the transport.
+    pub fn transmit_report(&self) -> String {
+        format!("{:?}", self.tx)
+    }
+
     /// Receives posted to the own queue and not yet taken by a message.
     pub fn recv_queue_len(&self) -> usize {
         self.rq.len()

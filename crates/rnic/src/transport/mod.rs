@@ -94,4 +94,10 @@ pub(crate) trait Transport: mio::event::Source + Send {
 
     /// Makes dropping the transport an abortive close: the peer gets RST, not FIN.
     fn abort(&mut self);
+
+    /// The connection's state in a few words, for a hang report (by default none: a
+    /// kernel socket's is the kernel's to tell, `ss -ti`).
+    fn stall_report(&self) -> String {
+        String::new()
+    }
 }

@@ -110,6 +110,14 @@ impl Transport for PolledTransport {
     fn abort(&mut self) {
         self.inner.abort();
     }
+
+    fn stall_report(&self) -> String {
+        format!(
+            "{} (next read skipped: {})",
+            self.inner.stall_report(),
+            self.drained
+        )
+    }
 }
 
 source_via!(PolledTransport, inner);

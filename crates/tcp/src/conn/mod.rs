@@ -15,6 +15,7 @@ mod cc;
 mod input;
 mod output;
 mod rack;
+mod report;
 mod rtt;
 mod rx;
 mod send_buffer;

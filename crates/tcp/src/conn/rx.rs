@@ -127,6 +127,11 @@ impl Rx {
         self.right.saturating_sub(self.nxt)
     }
 
+    /// The window the peer was last told of (from `nxt`).
+    pub fn announced_window(&self) -> u64 {
+        self.announced.saturating_sub(self.nxt)
+    }
+
     /// The furthest the right edge may go: the user's released offset plus the buffer.
     fn limit(&self) -> u64 {
         self.released + 1 + self.cap

@@ -378,6 +378,23 @@ impl Stack {
             .collect()
     }
 
+    /// Every connection's state in one line ([`crate::Connection::stall_report`]),
+    /// after its addresses: what a user reports of a hang.
+    pub fn stall_reports(&self, now: Duration) -> Vec<String> {
+        self.slots
+            .iter()
+            .flatten()
+            .map(|e| {
+                let remote = e.conn.remote().map_or("-".to_string(), |r| r.to_string());
+                format!(
+                    "{} -> {remote}: {}",
+                    e.conn.local(),
+                    e.conn.stall_report(now)
+                )
+            })
+            .collect()
+    }
+
     /// Connections in the table (every state).
     pub fn connections(&self) -> usize {
         self.live

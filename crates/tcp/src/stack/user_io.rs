@@ -47,6 +47,31 @@ impl Stack {
         Err(StackError::WouldBlock)
     }
 
+    /// Takes the next in-order octets of a [`RxMode::Stream`](super::RxMode::Stream)
+    /// connection out whole when they are a piece kept in its packet buffer
+    /// ([`crate::Reassembly::take_piece`]): the caller copies them without this
+    /// stack's lock held, so packets handed to the stack meanwhile are taken and
+    /// answered at once, and then hands the piece back with [`Stack::piece_read`],
+    /// which reopens the window. `None`: read with [`Stack::read`].
+    pub fn take_piece(&mut self, id: ConnId) -> Result<Option<crate::Piece>, StackError> {
+        match &mut self.user(id)?.rx {
+            Rx::Stream(Some(r)) => Ok(r.take_piece()),
+            _ => Ok(None),
+        }
+    }
+
+    /// A piece of connection `id` ([`Stack::take_piece`]) was copied out: its octets
+    /// are released to the connection (the window reopens by as much) and its buffer
+    /// goes back for reuse ([`Stack::take_spent`]).
+    pub fn piece_read(&mut self, id: ConnId, piece: crate::Piece) -> Result<(), StackError> {
+        let e = self.user(id)?;
+        e.conn.release(piece.len());
+        if let Rx::Stream(Some(r)) = &mut e.rx {
+            r.give_back(piece);
+        }
+        Ok(())
+    }
+
     /// Moves the packet buffers connection `id` has been read out of (those kept by
     /// [`Stack::handle_packet_buf`]) into `out`, for reuse.
     pub fn take_spent(&mut self, id: ConnId, out: &mut Vec<Vec<u8>>) {

@@ -93,7 +93,8 @@ pub(super) fn bw_client(
             last_activity = now;
         } else if now.duration_since(last_activity) > STALL {
             let d: Vec<String> = eps.iter().map(Ep::diag).collect();
-            return Err(format!("client stalled: {}", d.join("; ")));
+            let report = crate::bench::stall_report();
+            return Err(format!("client stalled: {}{report}", d.join("; ")));
         }
         if let Some(d) = deadline
             && now >= d

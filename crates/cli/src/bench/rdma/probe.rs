@@ -141,7 +141,8 @@ pub(in crate::bench) fn closing_read(
         if n > 0 {
             last = now;
         } else if now.duration_since(last) > stall {
-            return Err(format!("closing Read stalled: {}", diag()));
+            let report = crate::bench::stall_report();
+            return Err(format!("closing Read stalled: {}{report}", diag()));
         }
     }
 }

@@ -17,6 +17,7 @@
 //! - `transport.rs`: [`crate::transport::Transport`] for the QP, with a waker the QP's
 //!   engine waits on, and FPDUs queued as TCP records (one per segment).
 //! - `listener.rs`: MPA Requests of incoming connections, read side by side.
+//! - `report.rs`: the stack's and the network's state in a few lines, for a hang.
 
 pub(crate) mod backlog;
 #[cfg(test)]
@@ -27,6 +28,11 @@ mod due_tests;
 pub(crate) mod link;
 pub(crate) mod listener;
 pub(crate) mod netlink;
+#[cfg(test)]
+mod piece_tests;
+pub(crate) mod report;
+#[cfg(test)]
+mod report_tests;
 pub mod simnet;
 pub(crate) mod stack;
 pub(crate) mod stream;

@@ -485,3 +485,36 @@ impl Hub {
         p > 0.0 && ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
 }
+
+impl SimNet {
+    /// Per address, the packets the network holds for it (held back, or waiting for
+    /// its stack), their octets and when the first falls due; then the counters.
+    pub fn stall_report(&self) -> String {
+        let t = crate::engine::now();
+        let held = super::report::with_lock(&self.hub, |h| {
+            let mut b = String::new();
+            let mut ports: Vec<_> = h.ports.iter().collect();
+            ports.sort_by_key(|(a, _)| **a);
+            for (addr, p) in ports {
+                let first = super::report::opt_us(p.queue.peek().map(|e| e.0.0), t);
+                let _ = std::fmt::Write::write_fmt(
+                    &mut b,
+                    format_args!(
+                        "\n  to {addr}: {} packets ({} octets) held, first due {first}, inline delivery {}",
+                        p.queue.len(),
+                        p.queued_bytes,
+                        p.deliver.is_some(),
+                    ),
+                );
+            }
+            b.push_str(&format!("\n  {:?}", h.stats));
+            b
+        });
+        format!(
+            "network: held-back bound {}{}",
+            if self.holds() { "set" } else { "none" },
+            held.as_deref()
+                .unwrap_or(": its lock is held (not released in 200 ms)")
+        )
+    }
+}

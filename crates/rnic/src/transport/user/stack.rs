@@ -87,7 +87,7 @@ pub(crate) struct Inner {
     /// Packet buffers read out of (zero-copy receive), on their way back to the link.
     spent: Vec<Vec<u8>>,
     /// When this stack last took a packet off its link (for tracing a timeout).
-    last_rx: Option<Duration>,
+    pub(super) last_rx: Option<Duration>,
     /// [`UserStack::due`], kept by every pump.
     due: Arc<AtomicU64>,
 }
@@ -296,7 +296,7 @@ pub(crate) struct UserStack {
     /// ([`super::backlog::Taking`]): a hand-over meanwhile needs no wake-up.
     pub(super) taker: AtomicBool,
     stop: AtomicBool,
-    addr: Ipv4Addr,
+    pub(super) addr: Ipv4Addr,
     /// A frame link's counters.
     link_stats: Option<super::netlink::SharedStats>,
     /// The simulated network this stack is on, whose held-back packets a polling
@@ -307,7 +307,7 @@ pub(crate) struct UserStack {
     /// earlier: a poller that finds it passed pumps the stack itself.
     pub(super) due: Arc<AtomicU64>,
     /// Turns of the stack thread (each a wake-up, for a timer or a hand-over).
-    turns: AtomicU64,
+    pub(super) turns: AtomicU64,
     /// Pumps by polling threads for work that fell due ([`UserStack::serve_due`]).
     pub(super) polled_pumps: AtomicU64,
     /// The stack thread's timer: it wakes when this expires, to the microsecond (a

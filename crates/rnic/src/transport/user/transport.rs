@@ -187,6 +187,12 @@ pub(crate) struct UserTransport {
     signal: Arc<Signal>,
     /// Dropping sends RST instead of FIN.
     abort: bool,
+    /// In-order octets taken out of the stack whole, being read out of its lock
+    /// ([`UserTransport::read_to`]).
+    piece: Option<softrnic_tcp::Piece>,
+    /// Tests: called just before octets are copied out (to see what is held then).
+    #[cfg(test)]
+    pub(super) on_copy: fn(&UserStack),
 }
 
 impl UserTransport {
@@ -204,20 +210,39 @@ impl UserTransport {
             framer: Framer::new(marked),
             signal,
             abort: false,
+            piece: None,
+            #[cfg(test)]
+            on_copy: |_| {},
         })
     }
 
-    /// Reads with `read` on the locked stack; a read that finds nothing asks to be
-    /// woken when something comes.
-    fn read_with(
-        &mut self,
-        read: impl FnOnce(&mut Stack, ConnId) -> Result<usize, StackError>,
-    ) -> io::Result<usize> {
+    /// Reads into `out`: first what is left of a piece taken out of the stack, without
+    /// its lock; then, under the lock, gives a finished piece back (the window reopens)
+    /// and takes the next piece, or reads the stack's ring. A read that finds nothing
+    /// asks to be woken when something comes.
+    ///
+    /// Why pieces: a large segment's payload stays in its packet buffer (zero-copy
+    /// receive), and copying it into region memory under the stack's lock made the
+    /// whole receiving TCP wait whenever the copying thread was descheduled mid-copy:
+    /// the sender's packets went to the backlog unanswered (no ACK, no SACK, no repair
+    /// of a hole) until that thread ran again. Out of the lock, a descheduled reader
+    /// holds back only its own reading, as a reader of a kernel socket does.
+    fn read_to(&mut self, out: &mut [u8]) -> io::Result<usize> {
         // A poller first does what fell due (a held-back packet, a timer): it may be
         // what this read waits for.
         self.stack.serve_due();
+        let mut done = 0;
+        if let Some(p) = &mut self.piece {
+            #[cfg(test)]
+            (self.on_copy)(&self.stack);
+            done = p.copy_to(out);
+            if !p.is_done() {
+                // `out` is full.
+                return Ok(done);
+            }
+        }
         let sig = &self.signal;
-        if !sig.readable.load(Ordering::SeqCst) {
+        if self.piece.is_none() && !sig.readable.load(Ordering::SeqCst) {
             // Nothing was there at the last look: ask to be woken, then look once more
             // (the stack may have made it readable in between), all without the lock.
             sig.want_read.store(true, Ordering::SeqCst);
@@ -226,22 +251,57 @@ impl UserTransport {
             }
         }
         let mut g = self.stack.lock_taking()?;
-        match read(&mut g.stack, self.id) {
-            Ok(n) => {
-                if n > 0 {
-                    g.reclaim(self.id);
-                    // The window may have reopened.
-                    self.stack.after(&mut g, self.id);
+        let mut reopened = false;
+        if let Some(p) = self.piece.take_if(|p| p.is_done()) {
+            g.stack.piece_read(self.id, p).map_err(to_io)?;
+            reopened = true;
+        }
+        let mut result = Ok(0);
+        if done < out.len() && self.piece.is_none() {
+            match g.stack.take_piece(self.id).map_err(to_io)? {
+                Some(p) => self.piece = Some(p),
+                None => {
+                    #[cfg(test)]
+                    (self.on_copy)(&self.stack);
+                    result = g.stack.read(self.id, &mut out[done..]);
                 }
-                Ok(n)
             }
-            Err(StackError::WouldBlock) => {
+        }
+        let r = match result {
+            Ok(n) => {
+                done += n;
+                reopened |= n > 0;
+                Ok(done)
+            }
+            Err(StackError::WouldBlock) if self.piece.is_none() => {
                 // Under the lock, as the stack sets it: no arrival is missed.
                 sig.readable.store(false, Ordering::SeqCst);
                 sig.want_read.store(true, Ordering::SeqCst);
-                Err(io::ErrorKind::WouldBlock.into())
+                if done > 0 {
+                    Ok(done)
+                } else {
+                    Err(io::ErrorKind::WouldBlock.into())
+                }
             }
+            Err(StackError::WouldBlock) => Ok(done),
+            // The failure stays with the connection: the next read reports it.
+            Err(_) if done > 0 => Ok(done),
             Err(e) => Err(to_io(e)),
+        };
+        if reopened {
+            g.reclaim(self.id);
+            // The window reopened.
+            self.stack.after(&mut g, self.id);
+        }
+        drop(g);
+        // A piece just taken: its octets, out of the lock.
+        match (&mut self.piece, &r) {
+            (Some(p), Ok(n)) if !p.is_done() && *n < out.len() => {
+                #[cfg(test)]
+                (self.on_copy)(&self.stack);
+                Ok(n + p.copy_to(&mut out[*n..]))
+            }
+            _ => r,
         }
     }
 
@@ -271,19 +331,17 @@ impl UserTransport {
 
 impl Transport for UserTransport {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_with(|st, id| st.read(id, buf))
+        self.read_to(buf)
     }
 
     fn read_into(&mut self, dst: &RegionSlice<'_>) -> io::Result<usize> {
-        self.read_with(|st, id| {
-            // SAFETY: `dst` is a bounds-checked view of live region memory (its borrow
-            // keeps the region alive). The receive path reads into a range the TPT
-            // granted to the payload being placed, which only this placement writes
-            // while it runs, as `RegionSlice::as_mut_slice` asks; the slice lives only
-            // for this copy out of the reassembly.
-            let out = unsafe { dst.as_mut_slice() };
-            st.read(id, out)
-        })
+        // SAFETY: `dst` is a bounds-checked view of live region memory (its borrow
+        // keeps the region alive). The receive path reads into a range the TPT granted
+        // to the payload being placed, which only this placement writes while it runs,
+        // as `RegionSlice::as_mut_slice` asks; the slice lives only for this read's
+        // copies out of the stack.
+        let out = unsafe { dst.as_mut_slice() };
+        self.read_to(out)
     }
 
     fn send(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -310,6 +368,11 @@ impl Transport for UserTransport {
 
     fn abort(&mut self) {
         self.abort = true;
+    }
+
+    /// Its connection (the stack's report has its TCP state under the same id).
+    fn stall_report(&self) -> String {
+        format!("own TCP conn {:?}", self.id)
     }
 }
 
