@@ -7,6 +7,7 @@
 
 use crate::channel::CqEvent;
 use crate::cq_notify::{Arm, Armed};
+use crate::cq_qps::QpList;
 use crate::cq_ring::{CqRing, Full};
 use crate::device::{AsyncEvent, ProgressMode, Shared};
 use crate::error::{Error, Result};
@@ -57,11 +58,12 @@ pub(crate) struct CqShared {
     acked: AtomicU64,
     dev: Weak<Shared>,
     /// The QPs sending or receiving into this CQ, replaced whole when one is added or
-    /// removed, so a poll takes the list with one lock and no copy. Held strongly, so a
+    /// removed, so a poll takes the list with one try-lock whose release is a store
+    /// (`cq_qps.rs`) and no copy. Held strongly, so a
     /// busy-polling consumer's drive touches no reference count: a QP leaves the list
     /// when its `Qp` is dropped ([`CqShared::remove_qp`]), which breaks the cycle (a QP
     /// holds its CQs).
-    qps: Mutex<Arc<Vec<Arc<QpShared>>>>,
+    qps: QpList<Arc<QpShared>>,
     /// Hybrid progress: an empty poll drives the QPs' sockets.
     hybrid: bool,
     /// The consumer's polls, for the hand-off of sockets ([`crate::handoff`]).
@@ -99,7 +101,7 @@ impl CqShared {
             acked: AtomicU64::new(0),
             hybrid: dev.cfg.progress == ProgressMode::Hybrid,
             dev: Arc::downgrade(&dev),
-            qps: Mutex::new(Arc::new(Vec::new())),
+            qps: QpList::new(),
             polls: PollCount::new(),
             event_driven: AtomicBool::new(false),
             _entries: entries,
@@ -285,30 +287,26 @@ impl CqShared {
 
     /// Adds a QP that sends or receives into this CQ.
     pub(crate) fn add_qp(&self, qp: &Arc<QpShared>) {
-        if let Ok(mut l) = self.qps.lock() {
-            let mut v: Vec<Arc<QpShared>> = l.iter().cloned().collect();
+        let old = self.qps.replace(|l| {
+            let mut v: Vec<Arc<QpShared>> = l.to_vec();
             v.push(qp.clone());
-            *l = Arc::new(v);
-        }
+            v
+        });
+        drop(old);
     }
 
     /// Forgets a QP whose `Qp` is being dropped.
     pub(crate) fn remove_qp(&self, qp: &Arc<QpShared>) {
-        let old = match self.qps.lock() {
-            Ok(mut l) => {
-                let v: Vec<Arc<QpShared>> =
-                    l.iter().filter(|q| !Arc::ptr_eq(q, qp)).cloned().collect();
-                std::mem::replace(&mut *l, Arc::new(v))
-            }
-            Err(_) => return,
-        };
+        let old = self
+            .qps
+            .replace(|l| l.iter().filter(|q| !Arc::ptr_eq(q, qp)).cloned().collect());
         // The list's references go after the lock: the last one may end a QP (and its
         // hold on this CQ).
         drop(old);
     }
 
     fn qp_list(&self) -> Arc<Vec<Arc<QpShared>>> {
-        self.qps.lock().map(|l| l.clone()).unwrap_or_default()
+        self.qps.get()
     }
 
     /// The QPs receiving into this CQ.
@@ -392,23 +390,28 @@ impl CqShared {
     /// users take it without holding a QP's.)
     fn drive(&self) -> (bool, bool) {
         let ready = self.polls.drive();
-        let Ok(guard) = self.qps.try_lock() else {
-            return (false, false);
-        };
-        let engine_reads = guard.len() > CONSUMER_READS_MAX_QPS;
-        let mut any = false;
-        if engine_reads {
-            let list = Arc::clone(&guard);
-            drop(guard);
-            for qp in list.iter() {
-                any |= qp.consumer_progress(ready, engine_reads);
+        let few = self.qps.try_with(|list| {
+            if list.len() > CONSUMER_READS_MAX_QPS {
+                // Many QPs: the list is taken out and the lock given back first.
+                return Err(Arc::clone(list));
             }
-            return (any, engine_reads);
+            let mut any = false;
+            for qp in list.iter() {
+                any |= qp.consumer_progress(ready, false);
+            }
+            Ok(any)
+        });
+        match few {
+            None => (false, false),
+            Some(Ok(any)) => (any, false),
+            Some(Err(list)) => {
+                let mut any = false;
+                for qp in list.iter() {
+                    any |= qp.consumer_progress(ready, true);
+                }
+                (any, true)
+            }
         }
-        for qp in guard.iter() {
-            any |= qp.consumer_progress(ready, engine_reads);
-        }
-        (any, engine_reads)
     }
 
     /// The consumer goes to sleep on this CQ's events: the engines take back the

@@ -49,6 +49,7 @@ mod close;
 pub mod cm;
 pub mod cq;
 pub mod cq_notify;
+pub mod cq_qps;
 pub mod cq_ring;
 pub mod device;
 mod engine;
