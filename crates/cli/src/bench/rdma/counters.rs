@@ -39,6 +39,7 @@ pub(in crate::bench) fn stats_line(stats: impl Iterator<Item = QpStats>, msgs: u
         t.rx_direct_bytes += s.rx_direct_bytes;
         t.rx_copied_bytes += s.rx_copied_bytes;
         t.rx_syscalls += s.rx_syscalls;
+        t.rx_idle_yields += s.rx_idle_yields;
         t.tx_syscalls += s.tx_syscalls;
         t.tx_fpdus += s.tx_fpdus;
         t.tx_engine_syscalls += s.tx_engine_syscalls;
@@ -53,13 +54,14 @@ pub(in crate::bench) fn stats_line(stats: impl Iterator<Item = QpStats>, msgs: u
         }
     };
     format!(
-        "{msgs} msgs: {}, {} (by engines {}, octets {} of {}), {}, rx_direct_bytes {}, rx_copied_bytes {}",
+        "{msgs} msgs: {}, {} (by engines {}, octets {} of {}), {}, {}, rx_direct_bytes {}, rx_copied_bytes {}",
         c("tx_fpdus", t.tx_fpdus),
         c("tx_syscalls", t.tx_syscalls),
         t.tx_engine_syscalls,
         t.tx_engine_bytes,
         t.tx_bytes,
         c("rx_syscalls", t.rx_syscalls),
+        c("rx_idle_yields", t.rx_idle_yields),
         t.rx_direct_bytes,
         t.rx_copied_bytes
     )
