@@ -266,7 +266,7 @@ pub(crate) fn transmit(
     if conn.tx.blocked {
         // Driven with the socket full: a turn held for a peer that does not read goes
         // to a waiting QP (`tx_turns.rs`).
-        watch_stall(qp, engine, &mut conn.tx, dev);
+        conn.tx.turn.watch(qp, engine, dev);
     }
     let moved = transmit_stream(qp, engine, core, conn, stats, dev);
     let tx = &mut conn.tx;
@@ -425,7 +425,7 @@ fn transmit_stream(
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 tx.blocked = true;
-                watch_stall(qp, engine, tx, dev);
+                tx.turn.watch(qp, engine, dev);
                 break;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -437,16 +437,6 @@ fn transmit_stream(
         }
     }
     moved
-}
-
-/// The socket is full: a QP holding a turn others wait for has its engine look again
-/// in a while, and gives the turn up if its peer read nothing meanwhile (`tx_turns.rs`).
-fn watch_stall(qp: QpId, engine: usize, tx: &mut TxQueue, dev: &Shared) {
-    if let Some(at) = tx.turn.watch_stall(crate::engine::now)
-        && let Some(e) = dev.engines.get(engine)
-    {
-        e.arm_timer(at, qp);
-    }
 }
 
 /// Resolves an FPDU's payload to live regions and computes its trailer; `None` if a

@@ -4,17 +4,19 @@
 //! 256 sources, 256 targets and up to 256 receive windows of data in flight, far beyond
 //! the caches: each side's kernel copy then reads or writes cold memory, and 256 QPs
 //! moved 0.80-0.91x one QP's rate (session 13). A hardware RNIC serves a few QPs at a
-//! time from its context cache; here, when [`crate::DeviceConfig::tx_turns`] is set, at
-//! most that many QPs hold a *turn* to send FPDUs from registered memory. A QP keeps its
-//! turn while its socket is full (the reader drains it meanwhile) and gives it up at
-//! the end of a message once it has sent [`crate::DeviceConfig::tx_turn_quantum`]
-//! octets and another QP waits, or when it has nothing large left to send. Waiting QPs
-//! are served first come, first served: each is handed the turn of the QP that gives one
-//! up and is driven by its engine (a timer due now), so none starves.
+//! time from its context cache; here at most [`crate::DeviceConfig::tx_turns`] QPs (2
+//! by default; 0 turns this off) hold a *turn* to send FPDUs from registered memory. A
+//! QP keeps its turn while its socket is full (the reader drains it meanwhile) and
+//! gives it up at the end of a message once it has sent
+//! [`crate::DeviceConfig::tx_turn_quantum`] octets and another QP waits, or when it has
+//! nothing large left to send. Waiting QPs are served first come, first served: each is
+//! handed the turn of the QP that gives one up and is driven by its engine (a timer due
+//! now), so none starves.
 //!
-//! A holder whose socket stays full for [`TURN_STALL`] while others wait gives its turn
-//! up too: its peer is not reading (a stopped process, an SRQ limit holding the socket
-//! back), and the QPs behind it must not wait for that peer. It asks for a turn again
+//! A holder whose socket stays full, nothing sent, for a whole stall period
+//! ([`crate::DeviceConfig::tx_turn_stall`]) while others wait gives its turn up too:
+//! its peer is not reading (a stopped process, an SRQ limit holding the socket back),
+//! and the QPs behind it must not wait for that peer. It asks for a turn again
 //! once its socket has room.
 //!
 //! Small FPDUs (gathered and copied, `TX_GATHER_MAX`) never wait for a turn, nor does
@@ -240,6 +242,16 @@ impl Turn {
                 self.stall = Some((at, self.sent));
                 Some(at)
             }
+        }
+    }
+
+    /// The socket is full: [`Turn::watch_stall`], with `engine` asked to drive `qp`
+    /// for the next look.
+    pub(crate) fn watch(&mut self, qp: QpId, engine: usize, dev: &Shared) {
+        if let Some(at) = self.watch_stall(crate::engine::now)
+            && let Some(e) = dev.engines.get(engine)
+        {
+            e.arm_timer(at, qp);
         }
     }
 

@@ -162,11 +162,11 @@ pub struct BenchArgs {
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub socket_send_budget: Option<usize>,
     /// QPs of a device that send large messages at once, the others waiting their turn
-    /// (0: all at once) [default: the device default].
+    /// (0: all at once) [default: the device default, 2].
     #[arg(long, value_name = "N")]
     pub tx_turns: Option<usize>,
     /// Octets a QP sends in its turn before a waiting QP goes (e.g. 4M) [default: the
-    /// device default].
+    /// device default, 16M].
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub tx_turn_quantum: Option<usize>,
     /// softrnic's kernel TCP connections to this host: `tuned` (no BBR, a fixed
