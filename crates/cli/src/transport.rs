@@ -276,6 +276,10 @@ impl Net {
                 t.cwnd_limited_us += s.tcp.cwnd_limited_us;
                 t.rwnd_limited_us += s.tcp.rwnd_limited_us;
                 t.sndbuf_limited_us += s.tcp.sndbuf_limited_us;
+                let k = c.stacks.get_or_insert_with(StackThreads::default);
+                k.turns += s.stack_thread_turns;
+                k.polled_pumps += s.polled_pumps;
+                k.busy_handovers += s.busy_handovers;
             }
         }
         c
@@ -289,6 +293,20 @@ pub struct Counters {
     pub tcp: Option<TcpStats>,
     /// The simulated wire's (`None` without one).
     pub wire: Option<SimWireStats>,
+    /// The own TCP stacks' threads (both sides added up; `None` on kernel TCP).
+    pub stacks: Option<StackThreads>,
+}
+
+/// What the own TCP's stacks did beside TCP (both sides added up): who did their
+/// timed work and how often a packet handed over found a stack busy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StackThreads {
+    /// Wake-ups of the stack threads.
+    pub turns: u64,
+    /// Timed work done by threads that poll a connection instead.
+    pub polled_pumps: u64,
+    /// Packets handed over while another thread held the receiving stack.
+    pub busy_handovers: u64,
 }
 
 impl Counters {
@@ -329,7 +347,15 @@ impl Counters {
             }),
             (a, _) => a,
         };
-        Counters { tcp, wire }
+        let stacks = match (self.stacks, before.stacks) {
+            (Some(a), Some(b)) => Some(StackThreads {
+                turns: a.turns - b.turns,
+                polled_pumps: a.polled_pumps - b.polled_pumps,
+                busy_handovers: a.busy_handovers - b.busy_handovers,
+            }),
+            (a, _) => a,
+        };
+        Counters { tcp, wire, stacks }
     }
 
     /// As JSON fields: `own_tcp` and `sim_wire` objects, when there are such counters.
@@ -355,6 +381,16 @@ impl Counters {
                     "cwnd_limited_us": t.cwnd_limited_us,
                     "rwnd_limited_us": t.rwnd_limited_us,
                     "sndbuf_limited_us": t.sndbuf_limited_us,
+                }),
+            );
+        }
+        if let (Some(k), Value::Object(m)) = (&self.stacks, &mut v) {
+            m.insert(
+                "own_tcp_stacks".into(),
+                json!({
+                    "turns": k.turns,
+                    "polled_pumps": k.polled_pumps,
+                    "busy_handovers": k.busy_handovers,
                 }),
             );
         }

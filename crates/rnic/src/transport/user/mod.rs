@@ -191,4 +191,7 @@ pub struct UserTcpStats {
     /// Stacks pumped by threads that poll a connection, for timers and held-back
     /// packets that fell due (work the stack thread would otherwise wake up for).
     pub polled_pumps: u64,
+    /// Hand-overs of packets (on a SimNet, inline from the sender's thread) that
+    /// found the stack held by another thread: they waited in the backlog for it.
+    pub busy_handovers: u64,
 }

@@ -134,3 +134,25 @@ fn a_large_payload_is_copied_out_with_the_stack_free_and_the_window_reopens_afte
     );
     drop(reader);
 }
+
+#[test]
+fn a_packet_handed_to_a_stack_another_thread_holds_is_counted() {
+    let net = SimNet::default();
+    let a = stack(&net, A, 3);
+    let b = stack(&net, B, 4);
+    let (id_a, id_b) = connect(&a.stack, &b.stack);
+    let before = b.stack.stats().busy_handovers;
+    {
+        let _held = b.stack.lock().unwrap();
+        let mut g = a.stack.lock().unwrap();
+        assert_eq!(g.stack.send(id_a, b"x").unwrap(), 1);
+        a.stack.after(&mut g, id_a);
+    }
+    assert!(b.stack.stats().busy_handovers > before);
+    // And it was not lost: the stack took it once let go.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.stack.lock().unwrap().stack.readable(id_b) < 1 {
+        assert!(Instant::now() < deadline, "the octet never arrived");
+        std::thread::yield_now();
+    }
+}

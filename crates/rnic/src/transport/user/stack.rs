@@ -310,6 +310,9 @@ pub(crate) struct UserStack {
     pub(super) turns: AtomicU64,
     /// Pumps by polling threads for work that fell due ([`UserStack::serve_due`]).
     pub(super) polled_pumps: AtomicU64,
+    /// Packets handed to this stack inline that found it held by another thread
+    /// (left in the backlog).
+    pub(super) busy_handovers: AtomicU64,
     /// The stack thread's timer: it wakes when this expires, to the microsecond (a
     /// loss probe due after two round trips of microseconds, or a packet the simulated
     /// network holds back 200 us, must not wait for epoll's whole milliseconds).
@@ -440,6 +443,7 @@ impl UserStack {
             due,
             turns: AtomicU64::new(0),
             polled_pumps: AtomicU64::new(0),
+            busy_handovers: AtomicU64::new(0),
             timer,
             #[cfg(test)]
             gate: Mutex::new(()),
@@ -525,6 +529,7 @@ impl UserStack {
     /// holder will not take them (the stack thread must be woken).
     fn try_pump(&self) -> bool {
         let Ok(mut g) = self.inner.try_lock() else {
+            self.busy_handovers.fetch_add(1, Ordering::Relaxed);
             self.backlog.store(true, Ordering::SeqCst);
             // Handled if the holder looks again before it lets go.
             return self.taker.load(Ordering::SeqCst);
@@ -622,6 +627,7 @@ impl UserStack {
                 tcp: g.stack.tcp_totals(),
                 stack_thread_turns: self.turns.load(Ordering::Relaxed),
                 polled_pumps: self.polled_pumps.load(Ordering::Relaxed),
+                busy_handovers: self.busy_handovers.load(Ordering::Relaxed),
                 link: self
                     .link_stats
                     .as_ref()
