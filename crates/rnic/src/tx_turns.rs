@@ -13,11 +13,12 @@
 //! handed the turn of the QP that gives one up and is driven by its engine (a timer due
 //! now), so none starves.
 //!
-//! A holder whose socket stays full, nothing sent, for a whole stall period
-//! ([`crate::DeviceConfig::tx_turn_stall`]) while others wait gives its turn up too:
-//! its peer is not reading (a stopped process, an SRQ limit holding the socket back),
-//! and the QPs behind it must not wait for that peer. It asks for a turn again
-//! once its socket has room.
+//! A holder whose socket is full after a whole stall period
+//! ([`crate::DeviceConfig::tx_turn_stall`]) of others waiting gives its turn up too,
+//! mid-message if need be: its peer reads slowly or not at all (a stopped process, an
+//! SRQ limit holding the socket back, a hostile peer reading a little now and then),
+//! and the QPs behind it must not wait for that peer longer than one period. It asks
+//! for a turn again once its socket has room.
 //!
 //! Small FPDUs (gathered and copied, `TX_GATHER_MAX`) never wait for a turn, nor does
 //! a QP whose socket a polling consumer holds (the consumer drives it on every poll,
@@ -41,10 +42,9 @@ pub(crate) const DEFAULT_TX_TURNS: usize = 2;
 /// 1 MiB, so each QP's buffers are warm for most of its turn.
 pub(crate) const DEFAULT_TX_TURN_QUANTUM: u64 = 16 << 20;
 
-/// How long a turn holder's socket may stay full, with nothing sent, while other QPs
-/// wait, before it gives the turn up, by default ([`crate::DeviceConfig::tx_turn_stall`]).
-/// A reader that keeps up drains a socket in well under a millisecond; this only
-/// catches a peer that does not read.
+/// A turn holder's slice while other QPs wait: a socket full at its end gives the turn
+/// up, by default ([`crate::DeviceConfig::tx_turn_stall`]). A reader that keeps up takes
+/// a quantum in a few milliseconds; this catches a peer that reads slowly or not at all.
 pub(crate) const TURN_STALL: Duration = Duration::from_millis(10);
 
 /// A QP neither holds nor waits for a turn.
@@ -148,9 +148,9 @@ pub(crate) struct Turn {
     flag: Arc<AtomicU8>,
     /// Octets sent in the turn held now.
     sent: u64,
-    /// While it holds a turn others wait for with its socket full: when to look
-    /// whether it sent anything since, and `sent` then.
-    stall: Option<(Duration, u64)>,
+    /// While it holds a turn others wait for with its socket full: when its slice
+    /// ends (a full socket then gives the turn up).
+    stall: Option<Duration>,
     /// The QP and its engine, once it asked for a turn.
     me: Option<QpId>,
 }
@@ -191,8 +191,8 @@ impl Turn {
             return true;
         }
         if s.queue.is_empty() {
-            // The first to wait: each holder looks at its socket, and one whose peer
-            // reads nothing gives way ([`Turn::watch_stall`]); a holder that is sending
+            // The first to wait: each holder looks at its socket, and its slice starts
+            // if the socket is full ([`Turn::watch_stall`]); a holder that is sending
             // keeps being driven by its socket's room anyway.
             for &(q, e) in &s.holders {
                 turns.drive_now(q, e);
@@ -219,11 +219,13 @@ impl Turn {
         self.sent += n as u64;
     }
 
-    /// Its socket is full: while it holds a turn others wait for, it watches whether
-    /// its peer reads. Once per stall period ([`crate::DeviceConfig::tx_turn_stall`]) it
-    /// looks: if nothing was sent in the whole period, it gives the turn up (and asks
-    /// again once its socket has room). Returns when to drive the QP for the next
-    /// look, if one is to be scheduled now.
+    /// Its socket is full: while it holds a turn others wait for, its slice runs. The
+    /// first time, the slice ends one stall period
+    /// ([`crate::DeviceConfig::tx_turn_stall`]) on; a full socket seen at or after that
+    /// gives the turn up (it asks again once its socket has room), whatever it sent
+    /// meanwhile: a peer that reads a little in every period must not keep the turn
+    /// from the QPs behind it. Returns when to drive the QP for the look, if one is to
+    /// be scheduled now.
     pub(crate) fn watch_stall(&mut self, now: impl FnOnce() -> Duration) -> Option<Duration> {
         let turns = self.turns.as_ref()?;
         if turns.waiting.load(Ordering::Relaxed) == 0 || self.flag.load(Ordering::Relaxed) != HELD {
@@ -232,14 +234,14 @@ impl Turn {
         }
         let now = now();
         match self.stall {
-            Some((at, _)) if now < at => None,
-            Some((_, sent)) if sent == self.sent => {
+            Some(at) if now < at => None,
+            Some(_) => {
                 self.release();
                 None
             }
-            _ => {
+            None => {
                 let at = now + turns.stall;
-                self.stall = Some((at, self.sent));
+                self.stall = Some(at);
                 Some(at)
             }
         }
@@ -356,7 +358,7 @@ mod tests {
     }
 
     #[test]
-    fn a_holder_whose_socket_stays_full_gives_way_only_if_others_wait() {
+    fn a_holder_whose_socket_is_full_when_its_slice_ends_gives_way_only_if_others_wait() {
         let (turns, mut q) = with_turns(1, 1 << 30);
         let t0 = Duration::from_secs(1);
         assert!(ask(&mut q[0], 0));
@@ -366,14 +368,15 @@ mod tests {
         assert_eq!(at, t0 + TURN_STALL);
         assert_eq!(q[0].watch_stall(|| at - Duration::from_nanos(1)), None);
         assert!(held(&q[0]), "not yet due");
-        // Octets went in the period: it keeps the turn and looks again a period on.
+        // Its peer read a little in the period (octets went), but the socket is full
+        // again when the slice ends: a slow reader does not keep the turn either.
         q[0].sent(100);
-        let next = q[0].watch_stall(|| at).expect("the next look");
-        assert!(held(&q[0]));
-        // A whole period with nothing sent: the turn passes on.
-        assert_eq!(q[0].watch_stall(|| next), None);
+        assert_eq!(q[0].watch_stall(|| at), None);
         assert!(!held(&q[0]) && held(&q[1]));
         assert_eq!(turns.counts(), (1, 0));
+        // The new holder's slice starts when its own socket first fills.
+        assert!(!ask(&mut q[0], 0));
+        assert_eq!(q[1].watch_stall(|| at), Some(at + TURN_STALL));
     }
 
     #[test]

@@ -109,8 +109,9 @@ pub struct DeviceConfig {
     /// Octets a QP sends in its turn before it gives the turn to a waiting QP, at the
     /// end of a message. Default 16 MiB.
     pub tx_turn_quantum: u64,
-    /// How long a turn holder's socket may stay full, nothing sent, while other QPs
-    /// wait, before it gives the turn up (its peer is not reading).
+    /// A turn holder's slice while other QPs wait: if its socket is full when the slice
+    /// ends it gives the turn up, mid-message if need be (its peer reads slowly or not
+    /// at all). Default 10 ms.
     pub tx_turn_stall: std::time::Duration,
     /// Run connections over softrnic's own TCP on this link instead of kernel TCP
     /// (`None`, the default): `connect` and `listen` then use the device's address
