@@ -190,7 +190,20 @@ impl Turn {
             self.sent = 0;
             return true;
         }
-        if s.queue.is_empty() {
+        let first = s.queue.is_empty();
+        self.flag.store(QUEUED, Ordering::Relaxed);
+        s.queue.push_back(Waiter {
+            qp,
+            engine,
+            flag: self.flag.clone(),
+        });
+        // Counted before the holders are driven below: a holder's engine may drive it
+        // at once, and a look that still read no waiter would start no slice and arm
+        // no timer, leaving a holder whose peer reads nothing with the turn for good
+        // (seen once in CI: `a_turn_holder_whose_peer_does_not_read_gives_way` timed
+        // out). The engine's timer lock orders this store before that look.
+        turns.waiting.store(s.queue.len(), Ordering::Relaxed);
+        if first {
             // The first to wait: each holder looks at its socket, and its slice starts
             // if the socket is full ([`Turn::watch_stall`]); a holder that is sending
             // keeps being driven by its socket's room anyway.
@@ -198,13 +211,6 @@ impl Turn {
                 turns.drive_now(q, e);
             }
         }
-        self.flag.store(QUEUED, Ordering::Relaxed);
-        s.queue.push_back(Waiter {
-            qp,
-            engine,
-            flag: self.flag.clone(),
-        });
-        turns.waiting.store(s.queue.len(), Ordering::Relaxed);
         false
     }
 
