@@ -2,20 +2,16 @@
 //! to what that thread just sent, most often) are taken by the holder before it lets
 //! go, not left for the stack thread to wake up for.
 
-use super::stack::{UserStack, UserStackHandle};
-use super::{SimNet, UserTcp};
-use crate::engine::now;
-use softrnic_tcp::{ConnId, ListenerId, RxMode, State};
+use super::SimNet;
+use super::pair_fixture::{self, stack};
+use super::stack::UserStack;
+use softrnic_tcp::ConnId;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 const PORT: u16 = 7000;
-
-fn stack(net: &SimNet, addr: Ipv4Addr, serial: u32) -> UserStackHandle {
-    UserStack::start(&UserTcp::sim(net, addr), Duration::from_secs(3600), serial).unwrap()
-}
 
 /// Waits on `s`'s condition variable until `done` holds of its stack.
 fn wait_for<T>(s: &UserStack, mut done: impl FnMut(&mut softrnic_tcp::Stack) -> Option<T>) -> T {
@@ -34,26 +30,7 @@ fn wait_for<T>(s: &UserStack, mut done: impl FnMut(&mut softrnic_tcp::Stack) -> 
 
 /// A connection from `a` to `b`, established at both ends.
 fn connect(a: &UserStack, b: &UserStack) -> (ConnId, ConnId) {
-    let lis: ListenerId = b
-        .lock()
-        .unwrap()
-        .stack
-        .listen(SocketAddrV4::new(B, PORT), 4, RxMode::Stream)
-        .unwrap();
-    let id_a = {
-        let mut g = a.lock().unwrap();
-        let id = g
-            .stack
-            .connect(now(), Some(A), SocketAddrV4::new(B, PORT), RxMode::Stream)
-            .unwrap();
-        a.after(&mut g, id);
-        id
-    };
-    wait_for(a, |st| {
-        (st.state(id_a).unwrap() == State::Established).then_some(())
-    });
-    let id_b = wait_for(b, |st| st.accept(lis).unwrap());
-    (id_a, id_b)
+    pair_fixture::connect(a, b, A, SocketAddrV4::new(B, PORT))
 }
 
 #[test]

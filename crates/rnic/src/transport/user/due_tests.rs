@@ -4,10 +4,11 @@
 //! are kept from taking a turn here, so only the poller can have done it.
 
 use super::due::TIMER_SLACK;
-use super::stack::{UserStack, UserStackHandle};
-use super::{Impairments, SimNet, UserTcp};
+use super::pair_fixture::{self, stack};
+use super::stack::UserStack;
+use super::{Impairments, SimNet};
 use crate::engine::now;
-use softrnic_tcp::{ConnId, ListenerId, RxMode, State};
+use softrnic_tcp::ConnId;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
@@ -16,47 +17,9 @@ const A: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
 const PORT: u16 = 7001;
 
-fn stack(net: &SimNet, addr: Ipv4Addr, serial: u32) -> UserStackHandle {
-    UserStack::start(&UserTcp::sim(net, addr), Duration::from_secs(3600), serial).unwrap()
-}
-
-/// A connection from `a` to `b`, established at both ends (by the stack threads).
+/// A connection from `a` to `b`, established at both ends.
 fn connect(a: &UserStack, b: &UserStack) -> (ConnId, ConnId) {
-    let lis: ListenerId = b
-        .lock()
-        .unwrap()
-        .stack
-        .listen(SocketAddrV4::new(B, PORT), 4, RxMode::Stream)
-        .unwrap();
-    let id_a = {
-        let mut g = a.lock().unwrap();
-        let id = g
-            .stack
-            .connect(now(), Some(A), SocketAddrV4::new(B, PORT), RxMode::Stream)
-            .unwrap();
-        a.after(&mut g, id);
-        id
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut g = a.lock().unwrap();
-    while g.stack.state(id_a).unwrap() != State::Established {
-        g = a
-            .wait_until(g, deadline)
-            .unwrap()
-            .expect("no handshake in 60 s");
-    }
-    drop(g);
-    let mut g = b.lock().unwrap();
-    let id_b = loop {
-        if let Some(id) = g.stack.accept(lis).unwrap() {
-            break id;
-        }
-        g = b
-            .wait_until(g, deadline)
-            .unwrap()
-            .expect("no accept in 60 s");
-    };
-    (id_a, id_b)
+    pair_fixture::connect(a, b, A, SocketAddrV4::new(B, PORT))
 }
 
 /// Keeps a stack's thread from taking a turn (it waits at the start of its next one).

@@ -29,6 +29,8 @@ pub(crate) mod link;
 pub(crate) mod listener;
 pub(crate) mod netlink;
 #[cfg(test)]
+mod pair_fixture;
+#[cfg(test)]
 mod piece_tests;
 pub(crate) mod report;
 #[cfg(test)]

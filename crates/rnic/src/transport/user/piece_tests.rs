@@ -4,12 +4,13 @@
 //! (ACKs, SACKs, the repair of a hole). Under the lock, the whole receiving TCP waited
 //! for that thread.
 
-use super::stack::{UserStack, UserStackHandle};
+use super::SimNet;
+use super::pair_fixture::{self, stack};
+use super::stack::UserStack;
 use super::transport::UserTransport;
-use super::{SimNet, UserTcp};
 use crate::engine::now;
 use crate::transport::Transport;
-use softrnic_tcp::{ConnId, ListenerId, RxMode, State};
+use softrnic_tcp::ConnId;
 use std::cell::RefCell;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
@@ -28,41 +29,9 @@ fn note_copy(s: &UserStack) {
     LOCKED_AT_COPY.with(|v| v.borrow_mut().push(locked));
 }
 
-fn stack(net: &SimNet, addr: Ipv4Addr, serial: u32) -> UserStackHandle {
-    UserStack::start(&UserTcp::sim(net, addr), Duration::from_secs(3600), serial).unwrap()
-}
-
 /// A connection from `a` to `b`, established at both ends.
 fn connect(a: &UserStack, b: &UserStack) -> (ConnId, ConnId) {
-    let lis: ListenerId = b
-        .lock()
-        .unwrap()
-        .stack
-        .listen(SocketAddrV4::new(B, PORT), 4, RxMode::Stream)
-        .unwrap();
-    let id_a = {
-        let mut g = a.lock().unwrap();
-        let id = g
-            .stack
-            .connect(now(), Some(A), SocketAddrV4::new(B, PORT), RxMode::Stream)
-            .unwrap();
-        a.after(&mut g, id);
-        id
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut g = a.lock().unwrap();
-    while g.stack.state(id_a).unwrap() != State::Established {
-        g = a.wait_until(g, deadline).unwrap().expect("no handshake");
-    }
-    drop(g);
-    let mut g = b.lock().unwrap();
-    let id_b = loop {
-        if let Some(id) = g.stack.accept(lis).unwrap() {
-            break id;
-        }
-        g = b.wait_until(g, deadline).unwrap().expect("no accept");
-    };
-    (id_a, id_b)
+    pair_fixture::connect(a, b, A, SocketAddrV4::new(B, PORT))
 }
 
 #[test]
