@@ -488,3 +488,59 @@ fn shared_buffers_are_labelled() {
     let (plain, _) = run_json(&["write_bw", "--loopback", "-n", "5", "-s", "64", "--json"]);
     assert!(plain[0].get("shared_buffers").is_none());
 }
+
+/// `--pairs N` (an extra measurement): after each size's headline, N pairs of short
+/// busy-polling TCP and softrnic sub-runs, each with its share of the iterations; the
+/// headline keeps its iterations and ratios, and every size's pairs run (the server
+/// ends only after the last size's last sub-run).
+#[test]
+fn pairs_follow_each_headline_and_leave_it_unchanged() {
+    for test in ["write_bw", "send_bw"] {
+        let (lines, rows) = run_json(&[
+            test,
+            "--loopback",
+            "-n",
+            "40",
+            "-s",
+            "4K,64K",
+            "--baseline",
+            "tcp",
+            "--pairs",
+            "3",
+            "--json",
+            "--quiet",
+        ]);
+        let soft: Vec<&Value> = lines
+            .iter()
+            .filter(|v| v["transport"] == "softrnic")
+            .collect();
+        assert_eq!(soft.len(), 2, "{test}: {lines:?}");
+        for v in soft {
+            assert_eq!(v["iterations"], 40, "{test}: the headline keeps -n");
+            assert!(v["ratios_vs_tcp"]["busy_poll"].as_f64().is_some(), "{v}");
+            let p = &v["paired"];
+            assert_eq!(p["baseline"], "busy_poll", "{test}");
+            assert_eq!(p["sub_iterations"], 13, "{test}");
+            let arr = |k: &str| -> Vec<f64> {
+                p[k].as_array()
+                    .unwrap_or_else(|| panic!("{k} in {p}"))
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect()
+            };
+            let (t, s, r) = (arr("tcp_bw"), arr("softrnic_bw"), arr("ratios"));
+            assert_eq!((t.len(), s.len(), r.len()), (3, 3, 3), "{test}: {p}");
+            for i in 0..3 {
+                assert!(t[i] > 0.0 && s[i] > 0.0, "{test}: {p}");
+                assert!((r[i] - s[i] / t[i]).abs() < 1e-9, "{test}: {p}");
+            }
+            let mut sorted = r.clone();
+            sorted.sort_by(f64::total_cmp);
+            assert_eq!(p["median_ratio"].as_f64(), Some(sorted[1]), "{test}: {p}");
+        }
+        assert!(
+            rows.iter()
+                .all(|r| r.paired.as_ref().is_some_and(|p| p.runs.len() == 3))
+        );
+    }
+}

@@ -50,6 +50,8 @@ pub struct BenchConfig {
     pub baseline: Option<Baseline>,
     /// TCP baseline stream with TCP_NODELAY.
     pub tcp_nodelay: bool,
+    /// Alternating sub-run pairs after each size's headline (an extra measurement).
+    pub pairs: u32,
     /// JSON lines output.
     pub json: bool,
     /// Largest FPDU.
@@ -187,6 +189,9 @@ impl BenchConfig {
                 return Err("-e cannot be combined with -R or --server-poll".into());
             }
         }
+        if a.pairs > 0 {
+            super::pairs::check(test, a)?;
+        }
         let mode = match (&a.address, a.loopback) {
             (_, true) => Mode::Loopback,
             (Some(addr), false) => Mode::Client(addr.clone()),
@@ -213,6 +218,7 @@ impl BenchConfig {
             markers: a.markers,
             baseline: a.baseline,
             tcp_nodelay: a.tcp_nodelay,
+            pairs: a.pairs,
             json: a.json,
             fpdu: a.fpdu,
             progress_mode: match a.progress_mode {

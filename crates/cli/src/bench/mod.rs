@@ -18,6 +18,7 @@ mod args;
 mod config;
 pub mod cqs;
 pub mod meta;
+mod pairs;
 pub mod perftest;
 pub mod placement;
 pub mod rdma;
@@ -366,7 +367,8 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
         tcp_addr = Some(tl.local_addr().map_err(|e| e.to_string())?);
         tcp_sockets::listening(&tl, cfg.same_host_tcp);
         let policy = cfg.same_host_tcp;
-        let rounds = cfg.sizes.len() * cfg.tcp_kinds().len() * cfg.qp_counts.len();
+        let per_size = cfg.tcp_kinds().len() + cfg.pairs as usize;
+        let rounds = cfg.sizes.len() * per_size * cfg.qp_counts.len();
         tcp_server = Some(
             std::thread::Builder::new()
                 .name("bench-tcp-server".into())
@@ -539,7 +541,7 @@ fn client_rounds(
         let sampler = watch.map(|w| placement::Sampler::start(w.threads()));
         let softrnic = {
             let _report = watch.map(StallReport::install);
-            rdma::client_round(cfg, dev, addr, size, last)?
+            rdma::client_round(cfg, dev, addr, size, last && cfg.pairs == 0)?
         };
         if let Some(s) = sampler {
             rep.ran(size, &s.finish());
@@ -554,6 +556,23 @@ fn client_rounds(
         }
         let mut row = ResultRow::new(cfg.test, size, softrnic, baselines);
         row.baseline_sockets = sockets;
+        if let (Some(t), true) = (tcp_addr, cfg.pairs > 0) {
+            let sub = pairs::sub_config(cfg, cfg.pairs);
+            let p = pairs::run(
+                &sub,
+                cfg.pairs,
+                |c| {
+                    tcp::client_round(c, t, size, pairs::KIND)
+                        .map(|(m, _)| m)
+                        .map_err(|e| format!("TCP baseline ({}): {e}", pairs::KIND.label()))
+                },
+                |c, final_sub| {
+                    let _report = watch.map(StallReport::install);
+                    rdma::client_round(c, dev, addr, size, last && final_sub)
+                },
+            )?;
+            row.paired = Some(p);
+        }
         rep.row(&row).map_err(|e| e.to_string())?;
         rows.push(row);
     }

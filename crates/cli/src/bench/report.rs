@@ -279,6 +279,9 @@ impl<'a> Reporter<'a> {
                         a.insert("lat_ratios_vs_tcp".into(), Value::Object(tails));
                     }
                 }
+                if let Some(p) = &r.paired {
+                    a.insert("paired".into(), p.json());
+                }
                 if let Some((Value::Object(x), _)) = self.annotation.take() {
                     a.extend(x);
                 }
@@ -329,6 +332,9 @@ impl<'a> Reporter<'a> {
         writeln!(o)?;
         if let Some((_, Some(text))) = self.annotation.take() {
             writeln!(o, "   {text}")?;
+        }
+        if let Some(p) = &r.paired {
+            writeln!(o, "   {}", p.text())?;
         }
         o.flush()
     }

@@ -65,6 +65,8 @@ pub struct ResultRow {
     pub baselines: Vec<(TcpKind, Measured)>,
     /// How the baselines' first socket was set, read back from it.
     pub baseline_sockets: Option<Settings>,
+    /// `--pairs`: the alternating sub-runs after the headline (an extra measurement).
+    pub paired: Option<super::pairs::Paired>,
 }
 
 /// Whether `a` is a stronger result than `b`: more bandwidth, or less typical latency.
@@ -100,6 +102,7 @@ impl ResultRow {
             tcp_kind: best.map(|b| b.0),
             baselines,
             baseline_sockets: None,
+            paired: None,
         }
     }
 

@@ -1,0 +1,280 @@
+//! `--pairs N`: an extra measurement beside the headline, never instead of it.
+//!
+//! The busy-polling TCP stream at 64 KiB swings by up to 25% between rounds on this
+//! machine (session 15: 6.7-8.7 GB/s) while softrnic's own rate, measured a few seconds
+//! later, does not follow it, so one headline ratio per round mostly reads the
+//! baseline's swing. After a size's headline, `--pairs N` runs the busy-polling stream
+//! (same discipline, sockets, sizes and buffers as the headline's) and softrnic in N
+//! pairs of short sub-runs, alternating which goes first (TCP, softrnic, softrnic, TCP,
+//! ...) so that a slow drift of the machine favours neither, and reports each pair's
+//! ratio and their median.
+
+use super::{BenchArgs, BenchConfig, Measured, TcpKind, Test};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// The baseline the pairs measure against: the busy-polling stream of the target.
+pub const KIND: TcpKind = TcpKind::BusyPoll;
+
+/// Refuses `--pairs` where it has nothing to pair with.
+pub fn check(test: Test, a: &BenchArgs) -> Result<(), String> {
+    if !test.is_bw() {
+        return Err("--pairs: bandwidth tests only".into());
+    }
+    if a.baseline.is_none() || a.events || a.rdma_cm {
+        return Err(
+            "--pairs needs --baseline tcp, without -e or -R (it pairs softrnic with \
+                    the busy-polling TCP stream)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The configuration of one sub-run: a 1/`n` share of the headline's duration, or of its
+/// iterations (at least one).
+pub fn sub_config(cfg: &BenchConfig, n: u32) -> BenchConfig {
+    let n = n.max(1);
+    BenchConfig {
+        duration: cfg.duration.map(|d| d / n),
+        iters: (cfg.iters / u64::from(n)).max(1),
+        ..cfg.clone()
+    }
+}
+
+/// Whether softrnic goes first in pair `i` (0-based): TCP first, then softrnic first, ...
+pub fn softrnic_first(i: u32) -> bool {
+    i % 2 == 1
+}
+
+/// The pairs of one size: average bandwidth (octets a second) of TCP and softrnic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Paired {
+    /// Each sub-run's length (duration, or iterations per QP).
+    pub sub_duration: Option<Duration>,
+    pub sub_iters: u64,
+    /// (TCP, softrnic) average bandwidth of each pair, in the order run.
+    pub runs: Vec<(f64, f64)>,
+}
+
+impl Paired {
+    /// softrnic / TCP of each pair.
+    pub fn ratios(&self) -> Vec<f64> {
+        self.runs
+            .iter()
+            .map(|&(t, s)| if t > 0.0 { s / t } else { f64::NAN })
+            .collect()
+    }
+
+    /// The median of the pairs' ratios.
+    pub fn median_ratio(&self) -> Option<f64> {
+        let mut r: Vec<f64> = self
+            .ratios()
+            .into_iter()
+            .filter(|x| x.is_finite())
+            .collect();
+        r.sort_by(f64::total_cmp);
+        super::stats::median(&r)
+    }
+
+    /// As the JSON field `paired` of softrnic's result.
+    pub fn json(&self) -> Value {
+        let mb = |x: f64| x / (1u64 << 20) as f64;
+        json!({
+            "extra": "not the headline: alternating sub-runs, TCP first in even pairs",
+            "baseline": KIND.name(),
+            "sub_seconds": self.sub_duration.map(|d| d.as_secs_f64()),
+            "sub_iterations": self.sub_duration.is_none().then_some(self.sub_iters),
+            "tcp_bw": self.runs.iter().map(|r| mb(r.0)).collect::<Vec<_>>(),
+            "softrnic_bw": self.runs.iter().map(|r| mb(r.1)).collect::<Vec<_>>(),
+            "bw_unit": "MB/sec",
+            "ratios": self.ratios(),
+            "median_ratio": self.median_ratio(),
+        })
+    }
+
+    /// The line under the row in text mode.
+    pub fn text(&self) -> String {
+        let each = match self.sub_duration {
+            Some(d) => format!("{:.2} s", d.as_secs_f64()),
+            None => format!("{} iterations", self.sub_iters),
+        };
+        let ratios: Vec<String> = self.ratios().iter().map(|x| format!("{x:.2}")).collect();
+        let median = self
+            .median_ratio()
+            .map_or_else(|| "-".to_string(), |m| format!("{m:.2}"));
+        format!(
+            "paired (extra, not the headline): softrnic/{} TCP in {} alternating sub-runs of \
+             {each}: {}; median {median}",
+            KIND.label(),
+            self.runs.len(),
+            ratios.join(" ")
+        )
+    }
+}
+
+/// Runs `n` pairs of sub-runs with `sub`: `tcp` runs the baseline, `softrnic(last)` the
+/// RDMA side (`last`: its final sub-run of the size).
+pub fn run(
+    sub: &BenchConfig,
+    n: u32,
+    mut tcp: impl FnMut(&BenchConfig) -> Result<Measured, String>,
+    mut softrnic: impl FnMut(&BenchConfig, bool) -> Result<Measured, String>,
+) -> Result<Paired, String> {
+    let bw = |m: Measured| match m {
+        Measured::Bw(b) => Ok(b.avg_bps),
+        Measured::Lat(_) => Err("--pairs: a latency result in a bandwidth test".to_string()),
+    };
+    let mut runs = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let last = i + 1 == n;
+        let pair = if softrnic_first(i) {
+            let s = bw(softrnic(sub, last)?)?;
+            (bw(tcp(sub)?)?, s)
+        } else {
+            let t = bw(tcp(sub)?)?;
+            (t, bw(softrnic(sub, last)?)?)
+        };
+        runs.push(pair);
+    }
+    Ok(Paired {
+        sub_duration: sub.duration,
+        sub_iters: sub.iters,
+        runs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{BenchCommand, BwResult};
+    use std::cell::RefCell;
+
+    fn cfg(argv: &[&str]) -> Result<BenchConfig, String> {
+        BenchCommand::parse_from(argv.iter().copied())
+            .map_err(|e| e.to_string())?
+            .config()
+    }
+
+    fn bw(avg_bps: f64) -> Measured {
+        Measured::Bw(BwResult {
+            bytes: 65536,
+            iterations: 1,
+            elapsed: Duration::from_secs(1),
+            clock: None,
+            peak_bps: avg_bps,
+            avg_bps,
+            msg_rate: 0.0,
+            cpu: None,
+            per_qp: None,
+        })
+    }
+
+    /// The pairs alternate which side goes first, the softrnic side is told its last
+    /// sub-run, and each ratio is softrnic over the TCP run of its own pair.
+    #[test]
+    fn pairs_alternate_and_take_the_median_of_their_own_ratios() {
+        let c = cfg(&[
+            "write_bw",
+            "--loopback",
+            "--baseline",
+            "tcp",
+            "-D",
+            "2",
+            "--pairs",
+            "4",
+        ])
+        .unwrap();
+        assert_eq!(c.pairs, 4);
+        let sub = sub_config(&c, c.pairs);
+        assert_eq!(sub.duration, Some(Duration::from_millis(500)));
+        let order = RefCell::new(Vec::new());
+        let tcp_bw = RefCell::new([100.0, 200.0, 100.0, 50.0].into_iter());
+        let soft_bw = RefCell::new([90.0, 220.0, 130.0, 50.0].into_iter());
+        let p = run(
+            &sub,
+            c.pairs,
+            |s| {
+                assert_eq!(s.duration, sub.duration);
+                order.borrow_mut().push("tcp");
+                Ok(bw(tcp_bw.borrow_mut().next().unwrap()))
+            },
+            |_, last| {
+                order
+                    .borrow_mut()
+                    .push(if last { "softrnic last" } else { "softrnic" });
+                Ok(bw(soft_bw.borrow_mut().next().unwrap()))
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            order.into_inner(),
+            [
+                "tcp",
+                "softrnic",
+                "softrnic",
+                "tcp",
+                "tcp",
+                "softrnic",
+                "softrnic last",
+                "tcp"
+            ]
+        );
+        assert_eq!(
+            p.runs,
+            [(100.0, 90.0), (200.0, 220.0), (100.0, 130.0), (50.0, 50.0)]
+        );
+        assert_eq!(p.ratios(), [0.9, 1.1, 1.3, 1.0]);
+        // Median of 0.9, 1.0, 1.1, 1.3.
+        assert!((p.median_ratio().unwrap() - 1.05).abs() < 1e-12);
+        assert!(p.text().contains("0.90 1.10 1.30 1.00; median 1.05"));
+        assert_eq!(p.json()["median_ratio"], json!(p.median_ratio().unwrap()));
+    }
+
+    /// Without a duration each sub-run takes a share of the iterations, at least one.
+    #[test]
+    fn a_sub_run_takes_a_share_of_the_iterations() {
+        let c = cfg(&[
+            "send_bw",
+            "--loopback",
+            "--baseline",
+            "tcp",
+            "-n",
+            "10",
+            "--pairs",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(sub_config(&c, 3).iters, 3);
+        assert_eq!(sub_config(&c, 30).iters, 1);
+        assert_eq!(sub_config(&c, 3).duration, None);
+    }
+
+    /// `--pairs` needs the busy-polling baseline and a bandwidth test.
+    #[test]
+    fn pairs_are_refused_without_a_busy_polling_baseline() {
+        for argv in [
+            &["write_bw", "--loopback", "--pairs", "2"][..],
+            &[
+                "write_lat",
+                "--loopback",
+                "--baseline",
+                "tcp",
+                "--pairs",
+                "2",
+            ],
+            &[
+                "read_bw",
+                "--loopback",
+                "--baseline",
+                "tcp",
+                "-e",
+                "--pairs",
+                "2",
+            ],
+        ] {
+            assert!(cfg(argv).is_err(), "{argv:?}");
+        }
+        assert!(cfg(&["read_bw", "--loopback", "--baseline", "tcp", "--pairs", "2"]).is_ok());
+    }
+}
