@@ -41,7 +41,7 @@ use std::time::Duration;
 pub use args::*;
 pub use config::*;
 pub use result_row::*;
-pub use stats::{BwResult, CpuClock, CpuUse, LatResult, LatStats};
+pub use stats::{BwResult, CpuClock, CpuUse, LatResult, LatStats, StreamCalls};
 pub use tcp::TcpKind;
 
 /// The six tests.

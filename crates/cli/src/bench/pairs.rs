@@ -167,6 +167,7 @@ mod tests {
             msg_rate: 0.0,
             cpu: None,
             per_qp: None,
+            calls: None,
         })
     }
 

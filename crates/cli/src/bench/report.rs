@@ -383,6 +383,9 @@ impl<'a> Reporter<'a> {
                 if let (Some(f), Value::Object(a)) = (b.per_qp, &mut v) {
                     a.insert("per_qp_completions".into(), f.json());
                 }
+                if let (Some(k), Value::Object(a)) = (b.calls, &mut v) {
+                    a.insert("calls".into(), k.json(b.iterations));
+                }
                 v
             }
             Measured::Lat(l) => json!({

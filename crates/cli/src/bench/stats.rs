@@ -172,6 +172,7 @@ impl BwMeter {
             msg_rate,
             cpu: None,
             per_qp: None,
+            calls: None,
         }
     }
 }
@@ -269,6 +270,38 @@ pub struct BwResult {
     pub cpu: Option<CpuUse>,
     /// With more than one QP: how the completed messages spread over the QPs.
     pub per_qp: Option<PerQpCompletions>,
+    /// A one-stream TCP baseline's system calls (write_bw, send_bw): what a round's
+    /// speed went with.
+    pub calls: Option<StreamCalls>,
+}
+
+/// The system calls of a one-stream TCP bandwidth baseline, counted on both sides (the
+/// counting is an integer add beside each call; the calls are the discipline's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StreamCalls {
+    /// The reader's calls that returned octets, and the octets.
+    pub reads: u64,
+    pub read_octets: u64,
+    /// The reader's calls that found the socket empty (busy-poll only).
+    pub empty_reads: u64,
+    /// The writer's calls that took octets, and those that found the socket full
+    /// (busy-poll only; the batching writer is not counted).
+    pub sends: u64,
+    pub full_sends: u64,
+}
+
+impl StreamCalls {
+    /// Per message of the run (`msgs`), as JSON.
+    pub fn json(&self, msgs: u64) -> serde_json::Value {
+        let per = |x: u64| x as f64 / msgs.max(1) as f64;
+        serde_json::json!({
+            "reads_per_msg": per(self.reads),
+            "octets_per_read": self.read_octets as f64 / self.reads.max(1) as f64,
+            "empty_reads_per_msg": per(self.empty_reads),
+            "sends_per_msg": per(self.sends),
+            "full_sends_per_msg": per(self.full_sends),
+        })
+    }
 }
 
 /// Fairness of a many-QP bandwidth run: messages completed per QP, when the run's

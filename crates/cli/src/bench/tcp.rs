@@ -24,7 +24,8 @@
 //!   one epoll set per side ([`super::tcp_streams`]), beside softrnic's N QPs.
 //!
 //! A 32-octet header from the client starts each connection: magic `SRNT`, test code,
-//! flags (bit 0: `TCP_NODELAY`), discipline ([`TcpKind::code`]; 0, from older clients:
+//! flags (bit 0: `TCP_NODELAY`; bit 1: the one-stream write_bw/send_bw reader answers
+//! its count of octets with its reads and empty reads too, [`StreamCalls`]), discipline ([`TcpKind::code`]; 0, from older clients:
 //! blocking for bandwidth, busy-poll for latency), 1 reserved, size (u64), messages (u64,
 //! 0: duration mode), duration in ms (u32), streams (u32; 0 from older clients: one);
 //! network byte order. The other streams of a run connect right after the first and
@@ -34,9 +35,10 @@
 //! control, receive buffer, `--same-host-tcp`), and all of them read and write through
 //! softrnic's direct system calls, not glibc's wrappers ([`super::tcp_sockets`]).
 
-use super::stats::{BwMeter, CpuClock, LatStats, Progress};
+use super::stats::{BwMeter, CpuClock, LatStats, Progress, StreamCalls};
 use super::tcp_sockets::{self, Direct, Settings};
 use super::{BenchConfig, LatResult, Measured, Mode, Test, tcp_streams};
+use calls::{Reads, Sends, stream_calls};
 use softrnic_rnic::SameHostTcp;
 use std::io::{self, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -156,6 +158,8 @@ struct Header {
     msgs: u64,
     duration_ms: u32,
     nodelay: bool,
+    /// The reader answers with its call counts too.
+    counts: bool,
     /// Streams in the run (1: one).
     streams: u32,
 }
@@ -165,7 +169,7 @@ impl Header {
         let mut b = [0u8; HEADER_LEN];
         b[0..4].copy_from_slice(MAGIC);
         b[4] = self.test.code();
-        b[5] = u8::from(self.nodelay);
+        b[5] = u8::from(self.nodelay) | (u8::from(self.counts) << 1);
         b[6] = self.kind.code();
         b[8..16].copy_from_slice(&self.size.to_be_bytes());
         b[16..24].copy_from_slice(&self.msgs.to_be_bytes());
@@ -197,6 +201,7 @@ impl Header {
             msgs: u64_at(16),
             duration_ms: u32::from_be_bytes([b[24], b[25], b[26], b[27]]),
             nodelay: b[5] & 1 != 0,
+            counts: b[5] & 2 != 0,
             streams: u32::from_be_bytes([b[28], b[29], b[30], b[31]]).max(1),
         })
     }
@@ -232,9 +237,14 @@ fn serve_one(mut s: TcpStream, listener: &TcpListener, policy: SameHostTcp) -> i
         Test::WriteBw | Test::SendBw => {
             let mut buf = vec![0u8; read_len(h.kind, size)];
             s.set_nonblocking(spin)?;
-            let total = read_to_end_counting(&s, &mut buf, |_| {})?;
+            let r = read_to_end_counting(&s, &mut buf, |_| {})?;
             s.set_nonblocking(false)?;
-            s.write_all(&total.to_be_bytes())?;
+            let mut ack = r.octets.to_be_bytes().to_vec();
+            if h.counts {
+                ack.extend(r.reads.to_be_bytes());
+                ack.extend(r.empty.to_be_bytes());
+            }
+            s.write_all(&ack)?;
         }
         Test::ReadBw => {
             let buf = vec![0x5au8; size];
@@ -283,10 +293,10 @@ fn read_len(kind: TcpKind, size: usize) -> usize {
     }
 }
 
-/// The sending side of a bandwidth baseline: a message per call, blocking or spinning,
-/// or through a buffered writer.
+/// The sending side of a bandwidth baseline: a message per call, blocking or spinning
+/// (its calls counted), or through a buffered writer.
 enum Writer<'a> {
-    Direct(&'a TcpStream),
+    Direct(&'a TcpStream, Sends),
     Buffered(BufWriter<Direct<'a>>),
 }
 
@@ -295,21 +305,34 @@ impl<'a> Writer<'a> {
         s.set_nonblocking(kind == TcpKind::BusyPoll)?;
         Ok(match kind {
             TcpKind::Batching => Writer::Buffered(BufWriter::with_capacity(BATCH_WRITE, Direct(s))),
-            _ => Writer::Direct(s),
+            _ => Writer::Direct(s, Sends::default()),
         })
     }
 
     fn write_msg(&mut self, m: &[u8]) -> io::Result<()> {
         match self {
-            Writer::Direct(s) => write_all_spin(s, m),
+            Writer::Direct(s, n) => {
+                let (ok, full) = write_all_spin(s, m)?;
+                n.ok += ok;
+                n.full += full;
+                Ok(())
+            }
             Writer::Buffered(w) => w.write_all(m),
+        }
+    }
+
+    /// The calls counted so far (not for the buffered writer).
+    fn sends(&self) -> Option<Sends> {
+        match self {
+            Writer::Direct(_, n) => Some(*n),
+            Writer::Buffered(_) => None,
         }
     }
 
     /// Flushes what is buffered and leaves the socket blocking.
     fn finish(self) -> io::Result<()> {
         let s = match self {
-            Writer::Direct(s) => s,
+            Writer::Direct(s, _) => s,
             Writer::Buffered(w) => w.into_inner().map_err(|e| e.into_error())?.0,
         };
         s.set_nonblocking(false)
@@ -317,39 +340,51 @@ impl<'a> Writer<'a> {
 }
 
 /// Reads until the end of the stream (spinning if the socket is non-blocking), calling
-/// `tick` with the total so far after each read; returns the total.
+/// `tick` with the total so far after each read; returns the total and the calls.
 fn read_to_end_counting(
     s: &TcpStream,
     buf: &mut [u8],
     mut tick: impl FnMut(u64),
-) -> io::Result<u64> {
-    let mut total: u64 = 0;
+) -> io::Result<Reads> {
+    let mut r = Reads::default();
     loop {
         match Direct(s).read(buf) {
-            Ok(0) => return Ok(total),
+            Ok(0) => return Ok(r),
             Ok(n) => {
-                total += n as u64;
-                tick(total);
+                r.octets += n as u64;
+                r.reads += 1;
+                tick(r.octets);
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                r.empty += 1;
+                std::hint::spin_loop()
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
 }
 
-/// Writes everything, spinning while a non-blocking socket would block.
-fn write_all_spin(s: &TcpStream, mut b: &[u8]) -> io::Result<()> {
+/// Writes everything, spinning while a non-blocking socket would block; returns the
+/// calls that took octets and those that found the socket full.
+fn write_all_spin(s: &TcpStream, mut b: &[u8]) -> io::Result<(u64, u64)> {
+    let (mut ok, mut full) = (0, 0);
     while !b.is_empty() {
         match Direct(s).write(b) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => b = &b[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Ok(n) => {
+                b = &b[n..];
+                ok += 1;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                full += 1;
+                std::hint::spin_loop()
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok((ok, full))
 }
 
 /// Fills `buf`, spinning while a non-blocking socket would block; false on a clean end
@@ -408,6 +443,7 @@ pub fn client_round(
         },
         duration_ms: cfg.duration.map_or(0, |d| d.as_millis() as u32),
         nodelay,
+        counts: matches!(test, Test::WriteBw | Test::SendBw) && n == 1,
         streams: u32::from(n),
     };
     (&s).write_all(&h.encode())?;
@@ -459,13 +495,19 @@ pub fn client_round(
                     _ => {}
                 }
             }
+            let sends = w.sends();
             w.finish()?;
             s.shutdown(std::net::Shutdown::Write)?;
             let mut ack = [0u8; 8];
             (&s).read_exact(&mut ack)?;
             let end = Instant::now();
             check_ack(ack, ops, size)?;
-            Measured::Bw(meter.finish(end, ops, size))
+            // The reader's counts follow (none from a server that does not count).
+            let mut more = Vec::new();
+            (&s).read_to_end(&mut more)?;
+            let mut b = meter.finish(end, ops, size);
+            b.calls = stream_calls(u64::from_be_bytes(ack), &more, sends);
+            Measured::Bw(b)
         }
         Test::ReadBw => {
             let mut buf = vec![0u8; read_len(kind, size)];
@@ -477,7 +519,8 @@ pub fn client_round(
                 let ops = total / size as u64;
                 meter.record(now, ops);
                 progress.tick(now, ops);
-            })?;
+            })?
+            .octets;
             let end = Instant::now();
             Measured::Bw(meter.finish(end, bytes / size as u64, size))
         }
@@ -543,5 +586,6 @@ fn check_ack(ack: [u8; 8], ops: u64, size: usize) -> io::Result<()> {
     Ok(())
 }
 
+mod calls;
 #[cfg(test)]
 mod tests;

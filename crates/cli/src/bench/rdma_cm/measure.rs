@@ -12,6 +12,7 @@ pub(super) fn from_report(r: &BwReport, gbits: bool) -> BwResult {
     BwResult {
         cpu: None,
         per_qp: None,
+        calls: None,
         bytes,
         iterations: r.iters,
         elapsed: Duration::ZERO,

@@ -15,6 +15,7 @@ fn header_round_trip() {
             msgs: 1100,
             duration_ms: 0,
             nodelay: true,
+            counts: test == Test::WriteBw,
             streams: 1,
         };
         assert_eq!(Header::decode(&h.encode()).unwrap(), h);
@@ -26,6 +27,7 @@ fn header_round_trip() {
         msgs: 1100,
         duration_ms: 0,
         nodelay: true,
+        counts: false,
         streams: 1,
     };
     // Many streams travel; an older client's 0 means one.
@@ -55,6 +57,7 @@ fn legacy_headers_keep_their_discipline() {
         msgs: 10,
         duration_ms: 0,
         nodelay: false,
+        counts: false,
         streams: 1,
     }
     .encode();
@@ -77,4 +80,49 @@ fn baselines_per_test() {
     );
     assert_eq!(TcpKind::for_test(Test::ReadBw, true), [Blocking, Batching]);
     assert_eq!(TcpKind::for_test(Test::ReadLat, true), [Blocking]);
+}
+
+/// A one-stream write_bw/send_bw baseline reports both sides' calls: every octet the
+/// reader got in its reads, each message in at least one send; only the busy-polling
+/// sides count empty reads and full sends (the blocking ones sleep instead), and the
+/// buffered writer is not counted.
+#[test]
+fn a_one_stream_baseline_counts_its_calls() {
+    use super::super::BenchCommand;
+    const N: u64 = 300;
+    const SIZE: usize = 65536;
+    for test in ["write_bw", "send_bw"] {
+        for kind in [TcpKind::BusyPoll, TcpKind::Blocking, TcpKind::Batching] {
+            let argv = [test, "--loopback", "-s", "64K", "-n", "300"];
+            let cfg = BenchCommand::parse_from(argv).unwrap().config().unwrap();
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let server =
+                std::thread::spawn(move || serve(&l, Some(1), SameHostTcp::Tuned).unwrap());
+            let (m, _) = client_round(&cfg, addr, SIZE, kind).unwrap();
+            server.join().unwrap();
+            let Measured::Bw(b) = m else { panic!() };
+            assert_eq!(b.iterations, N);
+            let Some(c) = b.calls else {
+                assert_eq!(
+                    kind,
+                    TcpKind::Batching,
+                    "{test}: only batching is not counted"
+                );
+                continue;
+            };
+            assert_eq!(c.read_octets, N * SIZE as u64, "{test} {kind:?}");
+            // Each read takes at most a message (the reader's buffer).
+            assert!(c.reads >= N, "{test} {kind:?}: {c:?}");
+            assert!(c.sends >= N, "{test} {kind:?}: {c:?}");
+            if kind == TcpKind::Blocking {
+                assert_eq!((c.empty_reads, c.full_sends), (0, 0), "{test}: {c:?}");
+            }
+            let j = c.json(N);
+            assert_eq!(
+                j["octets_per_read"],
+                serde_json::json!(c.read_octets as f64 / c.reads as f64)
+            );
+        }
+    }
 }
