@@ -537,6 +537,11 @@ fn pairs_follow_each_headline_and_leave_it_unchanged() {
             let mut sorted = r.clone();
             sorted.sort_by(f64::total_cmp);
             assert_eq!(p["median_ratio"].as_f64(), Some(sorted[1]), "{test}: {p}");
+            let pooled = s.iter().sum::<f64>() / t.iter().sum::<f64>();
+            assert!(
+                (p["pooled_ratio"].as_f64().unwrap() - pooled).abs() < 1e-9,
+                "{p}"
+            );
         }
         assert!(
             rows.iter()

@@ -7,7 +7,7 @@
 //! (same discipline, sockets, sizes and buffers as the headline's) and softrnic in N
 //! pairs of short sub-runs, alternating which goes first (TCP, softrnic, softrnic, TCP,
 //! ...) so that a slow drift of the machine favours neither, and reports each pair's
-//! ratio and their median.
+//! ratio, their median, and the ratio of all sub-runs pooled.
 
 use super::{BenchArgs, BenchConfig, Measured, TcpKind, Test};
 use serde_json::{Value, json};
@@ -77,6 +77,18 @@ impl Paired {
         super::stats::median(&r)
     }
 
+    /// All sub-runs pooled: softrnic's summed bandwidths over TCP's. Each side runs as
+    /// often in each position of the alternation, so a rhythm of the machine that makes
+    /// every other sub-run slow (e.g. real-time throttling under `chrt`, 50 ms a second)
+    /// weighs on both alike.
+    pub fn pooled_ratio(&self) -> Option<f64> {
+        let (t, s) = self
+            .runs
+            .iter()
+            .fold((0.0, 0.0), |(t, s), r| (t + r.0, s + r.1));
+        (t > 0.0).then(|| s / t)
+    }
+
     /// As the JSON field `paired` of softrnic's result.
     pub fn json(&self) -> Value {
         let mb = |x: f64| x / (1u64 << 20) as f64;
@@ -90,6 +102,7 @@ impl Paired {
             "bw_unit": "MB/sec",
             "ratios": self.ratios(),
             "median_ratio": self.median_ratio(),
+            "pooled_ratio": self.pooled_ratio(),
         })
     }
 
@@ -100,12 +113,11 @@ impl Paired {
             None => format!("{} iterations", self.sub_iters),
         };
         let ratios: Vec<String> = self.ratios().iter().map(|x| format!("{x:.2}")).collect();
-        let median = self
-            .median_ratio()
-            .map_or_else(|| "-".to_string(), |m| format!("{m:.2}"));
+        let show = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |m| format!("{m:.2}"));
+        let (median, pooled) = (show(self.median_ratio()), show(self.pooled_ratio()));
         format!(
             "paired (extra, not the headline): softrnic/{} TCP in {} alternating sub-runs of \
-             {each}: {}; median {median}",
+             {each}: {}; median {median}, pooled {pooled}",
             KIND.label(),
             self.runs.len(),
             ratios.join(" ")
@@ -228,7 +240,12 @@ mod tests {
         assert_eq!(p.ratios(), [0.9, 1.1, 1.3, 1.0]);
         // Median of 0.9, 1.0, 1.1, 1.3.
         assert!((p.median_ratio().unwrap() - 1.05).abs() < 1e-12);
-        assert!(p.text().contains("0.90 1.10 1.30 1.00; median 1.05"));
+        // Pooled: (90 + 220 + 130 + 50) / (100 + 200 + 100 + 50).
+        assert!((p.pooled_ratio().unwrap() - 490.0 / 450.0).abs() < 1e-12);
+        assert!(
+            p.text()
+                .contains("0.90 1.10 1.30 1.00; median 1.05, pooled 1.09")
+        );
         assert_eq!(p.json()["median_ratio"], json!(p.median_ratio().unwrap()));
     }
 
