@@ -7,8 +7,10 @@
 // Prints the round trip of one cache line between CPU 0 and CPU 1, and the rate of an
 // ALU loop on CPU 0 while CPU 1 sleeps, spins with `pause`, or copies 1 MiB over and over.
 // Two vCPUs on sibling hyperthreads of one host core show a short round trip and an ALU
-// rate that falls when CPU 1 works; on separate cores the rate does not move. Run it on
-// a quiet machine (a busy CPU 1 "sleeps" into other work) between benchmark rounds.
+// rate that falls when CPU 1 works; so does a host whose clock drops with the cores in
+// use (turbo). Either makes a reader that spins cost its writer, and a blocking reader
+// look faster. On separate cores at a fixed clock the rate does not move. Run it on a
+// quiet machine (on a busy one CPU 1 "sleeps" into other work) between benchmark rounds.
 #define _GNU_SOURCE
 #include <immintrin.h>
 #include <pthread.h>
