@@ -16,39 +16,7 @@ use std::sync::atomic::Ordering;
 /// 400 took 7 or more).
 pub(super) const MAX_ROUNDS: usize = 8;
 
-/// Looks at a held stack lock before sleeping on it ([`UserStack::lock`]), with
-/// [`LOCK_SPIN_PAUSES`] pause instructions between looks: about 20 us on this machine
-/// (a `pause` is some 40 ns on the Xeon), several times the usual hold.
-pub(super) const LOCK_SPIN: usize = 128;
-const LOCK_SPIN_PAUSES: usize = 4;
-
 impl UserStack {
-    /// Locks the stack, spinning up to [`LOCK_SPIN`] looks before it sleeps on the lock.
-    ///
-    /// Why spin: the stack is held for a few microseconds at a time (a packet taken in,
-    /// a piece given back), mostly by the two polling threads of a transfer, each on
-    /// its own CPU. A thread that sleeps on the lock (a futex wait) instead costs
-    /// itself a wake-up and the holder a futex wake, an interprocessor interrupt on a
-    /// virtual machine, on its send or read path.
-    pub(crate) fn lock(&self) -> io::Result<MutexGuard<'_, Inner>> {
-        for _ in 0..LOCK_SPIN {
-            match self.inner.try_lock() {
-                Ok(g) => return Ok(g),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    #[cfg(test)]
-                    self.lock_looks.fetch_add(1, Ordering::SeqCst);
-                    for _ in 0..LOCK_SPIN_PAUSES {
-                        std::hint::spin_loop();
-                    }
-                }
-                Err(std::sync::TryLockError::Poisoned(_)) => break,
-            }
-        }
-        self.inner
-            .lock()
-            .map_err(|_| io::Error::other("the TCP stack's lock is poisoned"))
-    }
-
     /// Locks the stack for a call that takes what is handed over meanwhile before it
     /// lets go, so that the hand-over wakes no thread.
     pub(crate) fn lock_taking(&self) -> io::Result<Taking<'_>> {

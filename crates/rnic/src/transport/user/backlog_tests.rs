@@ -192,39 +192,3 @@ fn a_hand_over_while_an_inline_holder_arms_the_timer_is_taken_by_it_and_wakes_no
     drop(g);
     drop(hold_b);
 }
-
-#[test]
-fn a_thread_that_finds_the_stack_held_looks_again_before_it_sleeps_on_the_lock() {
-    use super::backlog::LOCK_SPIN;
-    use std::sync::atomic::Ordering;
-    let net = SimNet::new(Default::default());
-    let a = stack(&net, A, 1);
-    let s = a.stack.clone();
-    // a's stack thread takes no turn (it would lock the stack too).
-    let hold_thread = s.gate.lock().unwrap();
-    let held = s.lock().unwrap();
-    let looks = |s: &UserStack| s.lock_looks.load(Ordering::SeqCst);
-    assert_eq!(looks(&s), 0);
-    let locker = {
-        let s = s.clone();
-        std::thread::spawn(move || {
-            let g = s.lock().unwrap();
-            drop(g);
-        })
-    };
-    // The locker looks at the held lock again and again, and only then sleeps on it;
-    // it gets the stack once it is let go.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while looks(&s) < LOCK_SPIN {
-        assert!(
-            Instant::now() < deadline,
-            "the locker looked {} times at the held stack, not {LOCK_SPIN}",
-            looks(&s)
-        );
-        std::thread::yield_now();
-    }
-    drop(held);
-    locker.join().unwrap();
-    assert_eq!(looks(&s), LOCK_SPIN, "it looked again after it had slept");
-    drop(hold_thread);
-}

@@ -325,9 +325,6 @@ pub(crate) struct UserStack {
     /// over while a holder arms the stack thread's timer).
     #[cfg(test)]
     pub(super) on_plan: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-    /// Tests: looks at a held lock by [`UserStack::lock`] before it slept on it.
-    #[cfg(test)]
-    pub(super) lock_looks: std::sync::atomic::AtomicUsize,
 }
 
 /// The device's handle: stops the stack thread when the device closes.
@@ -456,8 +453,6 @@ impl UserStack {
             gate: Mutex::new(()),
             #[cfg(test)]
             on_plan: Mutex::new(None),
-            #[cfg(test)]
-            lock_looks: std::sync::atomic::AtomicUsize::new(0),
         });
         if let Some(net) = sim {
             let weak = Arc::downgrade(&me);
@@ -485,6 +480,12 @@ impl UserStack {
             stack: me,
             thread: Mutex::new(Some(thread)),
         })
+    }
+
+    pub(crate) fn lock(&self) -> io::Result<MutexGuard<'_, Inner>> {
+        self.inner
+            .lock()
+            .map_err(|_| io::Error::other("the TCP stack's lock is poisoned"))
     }
 
     /// The stack thread: serve the link and the timers until the device closes.
