@@ -275,6 +275,7 @@ impl Net {
                 t.undone_reductions += s.tcp.undone_reductions;
                 t.cwnd_limited_us += s.tcp.cwnd_limited_us;
                 t.rwnd_limited_us += s.tcp.rwnd_limited_us;
+                t.rwnd_hole_limited_us += s.tcp.rwnd_hole_limited_us;
                 t.sndbuf_limited_us += s.tcp.sndbuf_limited_us;
                 let k = c.stacks.get_or_insert_with(StackThreads::default);
                 k.turns += s.stack_thread_turns;
@@ -329,6 +330,7 @@ impl Counters {
                 undone_reductions: a.undone_reductions - b.undone_reductions,
                 cwnd_limited_us: a.cwnd_limited_us - b.cwnd_limited_us,
                 rwnd_limited_us: a.rwnd_limited_us - b.rwnd_limited_us,
+                rwnd_hole_limited_us: a.rwnd_hole_limited_us - b.rwnd_hole_limited_us,
                 sndbuf_limited_us: a.sndbuf_limited_us - b.sndbuf_limited_us,
                 ..TcpStats::default()
             }),
@@ -380,6 +382,7 @@ impl Counters {
                     "undone_reductions": t.undone_reductions,
                     "cwnd_limited_us": t.cwnd_limited_us,
                     "rwnd_limited_us": t.rwnd_limited_us,
+                    "rwnd_hole_limited_us": t.rwnd_hole_limited_us,
                     "sndbuf_limited_us": t.sndbuf_limited_us,
                 }),
             );

@@ -40,7 +40,13 @@
 //! [--first SEED] [--loss P] [--reorder P] [--reorder-us D] [--delay-us T] [--queue]
 //! [--timer-us G]
 //! [--stall-every-us E --stall-us S [--stall-rx | --stall-reader]] [--rto-min-us F] [--rx-cpu]
-//! [--batch B] [--trace]`
+//! [--batch B] [--records A,B] [--trace]`
+//!
+//! `--records A,B`: the sender queues records of A and B octets in turn (a message's
+//! FPDUs; `--records 65492,84` is a 64 KiB Write on the in-process network, whose
+//! 16-bit MPA length leaves every such Write a small second FPDU in a segment of its
+//! own, so the wire carries twice the packets, and twice the losses and reorderings,
+//! per octet).
 
 use softrnic_tcp::sim::{End, Impairments, Wire};
 use softrnic_tcp::{Config, Connection, Reassembly, SeqNum, Stats};
@@ -131,6 +137,10 @@ struct Threads {
     /// The receiver's reader copies at the sender's rate, so reading takes time and
     /// the window reopens only as it reads (as the QP's copy into region memory does).
     rx_cpu: bool,
+    /// The sender queues records of these two sizes in turn, each as room comes (a
+    /// message's FPDUs: a 64 KiB Write on the in-process network is one FPDU of
+    /// 65492 octets and one of 84, each alone in its segment).
+    records: Option<(usize, usize)>,
 }
 
 /// The receiver's reader: with `rx_cpu` it copies at [`RATE`], one slice at a time,
@@ -204,8 +214,19 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
     let mut now = Duration::ZERO;
     let mut packet = vec![0u8; 65535];
     let mut read = vec![0u8; 1 << 20];
+    let mut small_next = false;
     while got < total {
-        if threads.batch == 0 {
+        if let Some((r0, r1)) = threads.records {
+            while queued < total {
+                let size = if small_next { r1 } else { r0 };
+                let n = size.min(total - queued).min(data.len());
+                if a.send_record(&data[..n]).is_err() {
+                    break;
+                }
+                small_next = !small_next;
+                queued += n;
+            }
+        } else if threads.batch == 0 {
             while queued < total {
                 let n = (total - queued).min(data.len());
                 match a.send(&data[..n]) {
@@ -406,6 +427,9 @@ fn main() {
         rto_min: Duration::from_micros(arg(&args, "--rto-min-us", RTO_MIN.as_micros() as u64)),
         rx_cpu: args.iter().any(|a| a == "--rx-cpu"),
         batch: arg(&args, "--batch", 0),
+        records: arg::<String>(&args, "--records", String::new())
+            .split_once(',')
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))),
         buffer: arg(&args, "--buffer-kib", 8192) << 10,
     };
     let total = mb * 1_000_000;

@@ -128,6 +128,10 @@ fn time_held_back_by_the_peers_window_is_counted() {
     n.run_until(60_000 * MS, |n| n.b.got.len() == 100_000);
     assert_bytes(&n.b.got, &pattern(100_000, 5));
     let s = n.a.conn.stats();
+    assert_eq!(
+        s.rwnd_hole_limited_us, 0,
+        "nothing was lost: the reader, not a hole, held the window"
+    );
     assert!(
         s.rwnd_limited_us >= before + 3_000_000
             && s.rwnd_limited_us + s.cwnd_limited_us + s.sndbuf_limited_us
@@ -135,6 +139,42 @@ fn time_held_back_by_the_peers_window_is_counted() {
         "{} us held back by the window ({before} before it closed) in {:?}",
         s.rwnd_limited_us,
         n.now
+    );
+}
+
+#[test]
+fn time_the_peers_window_is_held_by_a_hole_is_counted_as_such() {
+    // b offers 4 KiB: four segments. The first is lost, and its first three
+    // retransmissions too (a loss probe, then timeouts from 50 ms on), while b holds
+    // the three after it: the window counts from the hole, so a waits for it, and
+    // for nothing else (b reads at once).
+    let small = Config {
+        recv_buffer: 4096,
+        ..cfg()
+    };
+    let mut n = Net::new(cfg(), small);
+    n.established();
+    let mut first: Option<softrnic_tcp::SeqNum> = None;
+    let mut dropped = 0;
+    n.filter = Some(Box::new(move |from, seg| {
+        if from != Side::A || seg.payload.is_empty() {
+            return Verdict::Pass;
+        }
+        let lost = *first.get_or_insert(seg.seq) == seg.seq && dropped < 4;
+        dropped += usize::from(lost);
+        if lost { Verdict::Drop } else { Verdict::Pass }
+    }));
+    n.a.outbox.extend(pattern(20_000, 12));
+    n.run_until(60_000 * MS, |n| n.b.got.len() == 20_000);
+    assert_bytes(&n.b.got, &pattern(20_000, 12));
+    let s = n.a.conn.stats();
+    assert!(
+        s.rwnd_hole_limited_us >= 100_000
+            && s.rwnd_hole_limited_us <= s.rwnd_limited_us
+            && s.rwnd_hole_limited_us >= s.rwnd_limited_us * 9 / 10,
+        "{} us held back by a hole, {} by the window",
+        s.rwnd_hole_limited_us,
+        s.rwnd_limited_us
     );
 }
 

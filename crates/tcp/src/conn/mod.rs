@@ -139,6 +139,10 @@ pub struct Stats {
     pub cwnd_limited_us: u64,
     /// Microseconds new data waited for the peer's window (SndLimTimeRwnd).
     pub rwnd_limited_us: u64,
+    /// Of `rwnd_limited_us`, the time during which the peer held octets above a hole
+    /// (SACKed): the window counts from the hole, so it was the hole, not the peer's
+    /// reader, that held new data back.
+    pub rwnd_hole_limited_us: u64,
     /// Microseconds everything queued was sent and the send buffer had no room for
     /// more (unacknowledged octets fill it: a hole the peer has not reported filled).
     pub sndbuf_limited_us: u64,
@@ -207,6 +211,9 @@ pub struct Connection {
     lent: Option<Lent>,
     /// What holds new data back since when (`None`: nothing, or nothing to send).
     limited: Option<(Limit, Duration)>,
+    /// While `limited` by the peer's window: the peer holds SACKed octets above a hole
+    /// (a change of this starts a new interval).
+    limited_by_hole: bool,
     /// The user's last send found no room (and none succeeded since).
     send_refused: bool,
     /// The latest time the connection was given (its calls that take no time).
@@ -268,6 +275,7 @@ impl Connection {
             lending: false,
             lent: None,
             limited: None,
+            limited_by_hole: false,
             send_refused: false,
             clock: Duration::ZERO,
         }
@@ -364,18 +372,25 @@ impl Connection {
     /// What holds new data back from `now` on; the time under the previous reason is
     /// added to its counter.
     fn set_limit(&mut self, now: Duration, limit: Option<Limit>) {
-        if self.limited.map(|(l, _)| l) == limit {
+        let hole = limit == Some(Limit::Rwnd) && self.tx.scoreboard.bytes() > 0;
+        if self.limited.map(|(l, _)| l) == limit && hole == self.limited_by_hole {
             return;
         }
         if let Some((l, since)) = self.limited {
             let us = now.saturating_sub(since).as_micros() as u64;
             match l {
                 Limit::Cwnd => self.stats.cwnd_limited_us += us,
-                Limit::Rwnd => self.stats.rwnd_limited_us += us,
+                Limit::Rwnd => {
+                    self.stats.rwnd_limited_us += us;
+                    if self.limited_by_hole {
+                        self.stats.rwnd_hole_limited_us += us;
+                    }
+                }
                 Limit::SendBuffer => self.stats.sndbuf_limited_us += us,
             }
         }
         self.limited = limit.map(|l| (l, now));
+        self.limited_by_hole = hole;
     }
 
     /// Queues `record` whole, or nothing: segments hold whole records when they fit

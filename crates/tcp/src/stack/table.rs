@@ -128,6 +128,7 @@ pub(super) fn add_stats(t: &mut Stats, s: &Stats) {
         resets_out,
         cwnd_limited_us,
         rwnd_limited_us,
+        rwnd_hole_limited_us,
         sndbuf_limited_us,
     } = s;
     t.segments_in += segments_in;
@@ -158,5 +159,6 @@ pub(super) fn add_stats(t: &mut Stats, s: &Stats) {
     t.resets_out += resets_out;
     t.cwnd_limited_us += cwnd_limited_us;
     t.rwnd_limited_us += rwnd_limited_us;
+    t.rwnd_hole_limited_us += rwnd_hole_limited_us;
     t.sndbuf_limited_us += sndbuf_limited_us;
 }

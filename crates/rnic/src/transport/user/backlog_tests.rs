@@ -141,3 +141,54 @@ fn a_holder_stops_taking_hand_overs_after_the_cap_and_leaves_them_to_the_stack_t
     );
     assert_eq!(got, sent);
 }
+
+#[test]
+fn a_hand_over_while_an_inline_holder_arms_the_timer_is_taken_by_it_and_wakes_no_thread() {
+    use std::sync::Arc;
+    const C: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
+    let net = SimNet::new(Default::default());
+    let a = stack(&net, A, 1);
+    let b = stack(&net, B, 2);
+    let c = stack(&net, C, 3);
+    let (id_a, _) = connect(&a.stack, &b.stack);
+    let (id_c, id_cb) =
+        pair_fixture::connect(&c.stack, &b.stack, C, SocketAddrV4::new(B, PORT + 1));
+    let first: Vec<u8> = (0..3000u32).map(|i| (i * 3) as u8).collect();
+    let second: Vec<u8> = (0..2000u32).map(|i| (i * 5 + 1) as u8).collect();
+
+    // b's stack thread takes no turn: only a holder can take what is handed over.
+    let hold_b = b.stack.gate.lock().unwrap();
+    b.stack.wake.clear().unwrap();
+    // While a's packet is taken into b in a's sending thread (b was free), that holder
+    // arms b's timer; right then c hands b a packet.
+    let (c_stack, data) = (Arc::clone(&c.stack), second.clone());
+    *b.stack.on_plan.lock().unwrap() = Some(Box::new(move || {
+        let mut gc = c_stack.lock().unwrap();
+        assert_eq!(gc.stack.send(id_c, &data).unwrap(), data.len());
+        c_stack.after(&mut gc, id_c);
+    }));
+    {
+        let mut ga = a.stack.lock().unwrap();
+        assert_eq!(ga.stack.send(id_a, &first).unwrap(), first.len());
+        a.stack.after(&mut ga, id_a);
+    }
+    assert!(
+        b.stack.on_plan.lock().unwrap().is_none(),
+        "b's inline holder armed no timer"
+    );
+    assert!(
+        !b.stack.wake.wait_readable(Some(Duration::ZERO)).unwrap(),
+        "c's hand-over woke b's stack thread: the holder had stopped promising to take it"
+    );
+    let mut g = b.stack.lock().unwrap();
+    assert_eq!(
+        g.stack.readable(id_cb),
+        second.len(),
+        "the holder let b go with c's packet in the backlog"
+    );
+    let mut got = vec![0u8; second.len()];
+    assert_eq!(g.stack.read(id_cb, &mut got).unwrap(), second.len());
+    assert_eq!(got, second);
+    drop(g);
+    drop(hold_b);
+}

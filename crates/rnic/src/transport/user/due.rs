@@ -66,9 +66,9 @@ impl UserStack {
         if g.pump(now()) {
             self.cv.notify_all();
         }
-        self.release(&mut g);
         let next = g.next_wake();
         self.plan(&mut g, next);
+        self.release(&mut g);
         true
     }
 
@@ -78,6 +78,10 @@ impl UserStack {
     /// packet the network held back and each send that started a timer woke the stack
     /// thread once to plan and once more when the time came.
     pub(crate) fn plan(&self, g: &mut Inner, next: Option<Duration>) {
+        #[cfg(test)]
+        if let Some(f) = self.on_plan.lock().ok().and_then(|mut f| f.take()) {
+            f();
+        }
         let Some(at) = next else {
             // Armed once per stack-thread turn: a stack with no timer running (a
             // receiver's, most of a clean run) plans nothing on each packet it takes.
