@@ -328,6 +328,19 @@ pub(crate) fn set_keepalive(fd: RawFd, idle: Duration) {
     }
 }
 
+/// Octets the kernel holds for a socket: received and not yet read (`FIONREAD`), and
+/// sent and not yet acknowledged, or not yet sent (`SIOCOUTQ`). For a hang report: data
+/// sitting unread while its reader waits means the reader was not run, or not told.
+pub(crate) fn queued(fd: RawFd) -> Option<(usize, usize)> {
+    let ask = |request| {
+        let mut v: libc::c_int = 0;
+        // SAFETY: a valid socket fd; both requests write one int into `v`.
+        let r = unsafe { libc::ioctl(fd, request, &mut v as *mut libc::c_int) };
+        (r == 0).then(|| usize::try_from(v).unwrap_or(0))
+    };
+    Some((ask(libc::FIONREAD)?, ask(libc::TIOCOUTQ)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -77,6 +77,18 @@ impl Transport for SocketTransport {
     fn abort(&mut self) {
         sys::socket::set_linger_zero(self.sock.as_raw_fd());
     }
+
+    /// What the kernel holds for the socket: octets that arrived and wait to be read
+    /// (a reader that waits while they sit there was not run, or not told), and octets
+    /// not yet sent or acknowledged.
+    fn stall_report(&self) -> String {
+        match sys::socket::queued(self.sock.as_raw_fd()) {
+            Some((unread, unsent)) => {
+                format!("kernel socket: {unread} octets unread, {unsent} unsent or unacknowledged")
+            }
+            None => "kernel socket: queues unknown".to_string(),
+        }
+    }
 }
 
 source_via!(SocketTransport, sock);
@@ -197,6 +209,50 @@ mod tests {
         assert_eq!(buffers.share(), 1 << 20);
         assert_eq!(t.send(b"y").unwrap(), 1);
         assert_eq!(send_buffer(&t), 2 << 20);
+    }
+
+    #[test]
+    fn the_hang_report_tells_the_octets_waiting_in_the_kernel() {
+        let buffers = SocketBuffers::new(0, crate::SameHostTcp::System);
+        let (mut t, mut peer) = transport(&buffers);
+        assert_eq!(
+            t.stall_report(),
+            "kernel socket: 0 octets unread, 0 unsent or unacknowledged"
+        );
+        peer.write_all(b"hello").unwrap();
+        // Readable: the five octets have arrived (one segment on loopback).
+        let mut pfd = libc::pollfd {
+            fd: t.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, and its count.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, -1) }, 1);
+        assert!(
+            t.stall_report()
+                .starts_with("kernel socket: 5 octets unread, "),
+            "{}",
+            t.stall_report()
+        );
+        // The peer reads nothing: what this side sends fills the peer's window, and
+        // the rest waits in this side's send queue.
+        let chunk = vec![7u8; 1 << 16];
+        let mut sent = 0usize;
+        loop {
+            match t.send(&chunk) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+        let report = t.stall_report();
+        let unsent: usize = report
+            .split(", ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{report}"));
+        assert!(unsent > 0 && unsent <= sent, "{unsent} of {sent}: {report}");
     }
 
     #[test]
