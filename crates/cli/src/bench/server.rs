@@ -24,6 +24,7 @@ use super::rdma::{
     CREDIT_CHECK, CREDIT_LEN, CREDIT_SLOTS, WAIT, Watch, credit_every, e2s, engines_line, next_tag,
     recv_wr, stats_line,
 };
+use super::stall::StallWatch;
 use super::{MAX_SIZE, Test};
 use softrnic_rnic::{
     Access, Completion, ConnRequest, Device, Listener, Mr, Qp, QpId, QpInit, SendOp, SendWr,
@@ -384,18 +385,25 @@ fn serve_round(
 }
 
 /// Watches a round's QPs for traffic: the octets they placed and the FPDUs they sent.
+/// The idle time is counted over its checks, each gap at most [`IDLE_GAP_CAP`], so a
+/// server thread that waited seconds for a CPU does not drop a live round
+/// (`stall.rs`).
 struct Idle {
     limit: Duration,
     moved: u64,
-    since: Instant,
+    since: StallWatch,
 }
+
+/// The most one gap between two idle checks counts: the checks come after a sleep of
+/// at most a second, or after 256-1024 polls.
+const IDLE_GAP_CAP: Duration = Duration::from_secs(2);
 
 impl Idle {
     fn new(limit: Duration, qps: &[&Qp]) -> Idle {
         Idle {
             limit,
             moved: Idle::count(qps.iter().copied()),
-            since: Instant::now(),
+            since: StallWatch::with_gap_cap(Instant::now(), limit, IDLE_GAP_CAP),
         }
     }
 
@@ -410,12 +418,13 @@ impl Idle {
     /// An error once the QPs have moved nothing for the limit.
     fn check<'a>(&mut self, qps: impl Iterator<Item = &'a Qp>) -> Result<(), String> {
         let moved = Idle::count(qps);
+        let now = Instant::now();
         if moved != self.moved {
             self.moved = moved;
-            self.since = Instant::now();
+            self.since.progressed(now);
             return Ok(());
         }
-        if self.since.elapsed() >= self.limit {
+        if self.since.nothing(now) {
             return Err(format!("no traffic for {:?}; round dropped", self.limit));
         }
         Ok(())

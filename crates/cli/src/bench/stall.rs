@@ -25,6 +25,8 @@ pub(crate) const GAP_CAP: Duration = Duration::from_millis(250);
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StallWatch {
     limit: Duration,
+    /// The most one gap counts ([`GAP_CAP`] unless given).
+    cap: Duration,
     /// Waiting counted since the last progress.
     waited: Duration,
     /// The last look.
@@ -34,8 +36,15 @@ pub(crate) struct StallWatch {
 impl StallWatch {
     /// A watch that calls a wait of `limit` a stall; the loop starts looking at `now`.
     pub(crate) fn new(now: Instant, limit: Duration) -> StallWatch {
+        StallWatch::with_gap_cap(now, limit, GAP_CAP)
+    }
+
+    /// [`StallWatch::new`] for a loop that looks less often (the server's idle check
+    /// after a sleep of up to a second): one gap counts up to `cap`.
+    pub(crate) fn with_gap_cap(now: Instant, limit: Duration, cap: Duration) -> StallWatch {
         StallWatch {
             limit,
+            cap,
             waited: Duration::ZERO,
             last: now,
         }
@@ -50,7 +59,7 @@ impl StallWatch {
     /// A look at `now` (the clock read right after an empty poll) found nothing;
     /// returns whether the loop has now waited its limit.
     pub(crate) fn nothing(&mut self, now: Instant) -> bool {
-        self.waited += now.saturating_duration_since(self.last).min(GAP_CAP);
+        self.waited += now.saturating_duration_since(self.last).min(self.cap);
         self.last = now;
         self.waited > self.limit
     }
@@ -138,5 +147,22 @@ mod tests {
             }
         };
         assert_eq!(at, Duration::from_millis(10_100));
+    }
+
+    /// The server's idle check looks after sleeps of up to a second: with its cap of
+    /// 2 s those count whole, and a 20 s wait for a CPU counts 2 s.
+    #[test]
+    fn a_larger_cap_counts_longer_sleeps_whole() {
+        let t0 = Instant::now();
+        let limit = Duration::from_secs(30);
+        let mut w = StallWatch::with_gap_cap(t0, limit, Duration::from_secs(2));
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        for n in 1..=10 {
+            assert!(!w.nothing(s(n)));
+        }
+        assert!(!w.nothing(s(30)), "20 s off the CPU count as 2 s");
+        assert_eq!(w.waited(), Duration::from_secs(12));
+        let at = (31..).find(|&n| w.nothing(s(n)));
+        assert_eq!(at, Some(49));
     }
 }
