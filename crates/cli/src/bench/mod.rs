@@ -26,6 +26,7 @@ pub mod rdma_cm;
 pub mod report;
 mod result_row;
 pub mod server;
+mod stall;
 pub mod stats;
 pub mod tcp;
 pub mod tcp_sockets;

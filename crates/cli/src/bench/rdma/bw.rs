@@ -3,6 +3,7 @@
 
 use super::{Ep, Prober, ReadTarget, STALL, bw_op, check_wc, closing_read, post_window};
 use crate::bench::cqs::CqSet;
+use crate::bench::stall::StallWatch;
 use crate::bench::stats::{BwMeter, BwResult, PerQpCompletions, Progress, Spread};
 use crate::bench::{BenchConfig, Test};
 use softrnic_rnic::{Completion, QpId, SendWr};
@@ -30,7 +31,7 @@ pub(super) fn bw_client(
     // Completions per QP when the duration was up (fairness, in the JSON output).
     let mut at_deadline = None;
     let mut total: u64 = 0;
-    let mut last_activity = start;
+    let mut watch = StallWatch::new(start, STALL);
     // Write and Send: delivery is confirmed by Reads (see the module notes). Read: a
     // completion means the data has landed here.
     let probing = test != Test::ReadBw;
@@ -90,11 +91,15 @@ pub(super) fn bw_client(
                 meter.record(now, total);
             }
             progress.tick(now, total);
-            last_activity = now;
-        } else if now.duration_since(last_activity) > STALL {
+            watch.progressed(now);
+        } else if watch.nothing(now) {
             let d: Vec<String> = eps.iter().map(Ep::diag).collect();
             let report = crate::bench::stall_report();
-            return Err(format!("client stalled: {}{report}", d.join("; ")));
+            return Err(format!(
+                "client stalled ({:?} of polling without progress): {}{report}",
+                watch.waited(),
+                d.join("; ")
+            ));
         }
         if let Some(d) = deadline
             && now >= d

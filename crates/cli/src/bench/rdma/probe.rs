@@ -3,6 +3,7 @@
 
 use super::{BARRIER_ID, PROBE_ID, check_wc};
 use crate::bench::cqs::CqSet;
+use crate::bench::stall::StallWatch;
 use crate::bench::stats::BwMeter;
 use softrnic_rnic::{Completion, Qp, SendWr, Sge};
 use std::time::{Duration, Instant};
@@ -125,7 +126,7 @@ pub(in crate::bench) fn closing_read(
             .map_err(|e| format!("post closing Read: {e} ({})", diag()))?;
     }
     let mut got = 0;
-    let mut last = Instant::now();
+    let mut watch = StallWatch::new(Instant::now(), stall);
     loop {
         let n = cq.next(wcs, BwMeter::WINDOW);
         let now = Instant::now();
@@ -139,10 +140,14 @@ pub(in crate::bench) fn closing_read(
             return Ok(now);
         }
         if n > 0 {
-            last = now;
-        } else if now.duration_since(last) > stall {
+            watch.progressed(now);
+        } else if watch.nothing(now) {
             let report = crate::bench::stall_report();
-            return Err(format!("closing Read stalled: {}{report}", diag()));
+            return Err(format!(
+                "closing Read stalled ({:?} of polling): {}{report}",
+                watch.waited(),
+                diag()
+            ));
         }
     }
 }

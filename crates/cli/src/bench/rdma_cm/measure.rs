@@ -2,6 +2,7 @@
 //! latency ping-pongs.
 
 use super::*;
+use crate::bench::stall::StallWatch;
 
 /// A bandwidth result from a peer's report (bandwidths in the reporting unit). It was
 /// not timed here: no clock, and no elapsed time (none is back-computed).
@@ -46,7 +47,7 @@ pub(super) fn bw_client(
     let start = Instant::now();
     let mut meter = BwMeter::start(start);
     let mut total = 0u64;
-    let mut last_activity = start;
+    let mut watch = StallWatch::new(start, STALL);
     let probing = closing_read_used(test, s.side, s.softrnic_peer);
     let mut prober = Prober::new(start);
     loop {
@@ -94,8 +95,8 @@ pub(super) fn bw_client(
                 meter.record(now, total);
             }
             progress.tick(now, total);
-            last_activity = now;
-        } else if now.duration_since(last_activity) > STALL {
+            watch.progressed(now);
+        } else if watch.nothing(now) {
             let d: Vec<String> = s.qps.iter().map(TestQp::diag).collect();
             return Err(format!("client stalled: {}", d.join("; ")));
         }
@@ -153,7 +154,7 @@ pub(super) fn write_bw_server(
     let mut wcs = vec![Completion::default(); 16];
     let mut meter: Option<BwMeter> = None;
     let mut seen = 0u64;
-    let mut last_activity = Instant::now();
+    let mut watch = StallWatch::new(Instant::now(), STALL);
     loop {
         let n = s.cq.poll(&mut wcs);
         for c in &wcs[..n] {
@@ -173,8 +174,8 @@ pub(super) fn write_bw_server(
             let m = meter.get_or_insert_with(|| BwMeter::start(now));
             m.record(now, placed / size);
             progress.tick(now, placed / size);
-            last_activity = now;
-        } else if now.duration_since(last_activity) > STALL {
+            watch.progressed(now);
+        } else if watch.nothing(now) {
             return Err(format!(
                 "server: {seen} of {want} Write octets placed, then nothing for {STALL:?}"
             ));
@@ -204,7 +205,7 @@ pub(super) fn send_bw_server(
     let mut slot = vec![0usize; s.qps.len()];
     let mut total = 0u64;
     let mut meter: Option<BwMeter> = None;
-    let mut last_activity = Instant::now();
+    let mut watch = StallWatch::new(Instant::now(), STALL);
     while total < want {
         let n = s.cq.poll(&mut wcs);
         let now = Instant::now();
@@ -230,8 +231,8 @@ pub(super) fn send_bw_server(
             let m = meter.get_or_insert_with(|| BwMeter::start(now));
             m.record(now, total);
             progress.tick(now, total);
-            last_activity = now;
-        } else if now.duration_since(last_activity) > STALL {
+            watch.progressed(now);
+        } else if watch.nothing(now) {
             let d: Vec<String> = s.qps.iter().map(TestQp::diag).collect();
             return Err(format!("server stalled: {}", d.join("; ")));
         }
