@@ -41,6 +41,14 @@ pub(crate) const TX_BUF_LEN: usize = 64 * 1024;
 /// the socket takes it), or of the Read Responses queued (8 of 64 KiB).
 pub(crate) const TX_BATCH: usize = 16;
 
+/// With CRC on, the large FPDUs of several Writes and Sends are prepared (their CRCs
+/// computed back to back) and sent together, up to this many octets: a CRC that follows
+/// the kernel's copy of the previous message runs 1.3-1.5x slower (the copy's dirty
+/// lines are written back while it reads) and the send after it finds its own state
+/// pushed out of the cache (ARCHITECTURE.md, "CRC on: why the CRC in place is
+/// slower"). Small enough that what was checksummed is still in L2 when it is copied.
+pub(crate) const TX_AHEAD_BYTES: usize = 256 * 1024;
+
 /// Gather-list entries of one FPDU at most: header, payload pieces, trailer.
 const FPDU_IOVECS: usize = softrnic_proto::MAX_SGE + 2;
 
@@ -62,7 +70,8 @@ struct PendingTx {
 #[derive(Default)]
 pub(crate) struct TxQueue {
     /// Large FPDUs, sent from registered memory, in order; only the last may
-    /// complete something (see [`TX_BATCH`]).
+    /// complete something (see [`TX_BATCH`]), except with CRC on, where several
+    /// messages may wait here (see [`TX_AHEAD_BYTES`]).
     pending: VecDeque<PendingTx>,
     /// Gathered small FPDUs (see [`TX_GATHER_MAX`]); `sent` octets of it are out. Empty
     /// and unallocated when nothing waits (see [`TX_BUF_LEN`]).
@@ -294,9 +303,16 @@ fn transmit_stream(
         // many as may go in one call (those of one message, up to the one that
         // completes it). The core builds each in the reused scratch header (nothing
         // allocated per small FPDU).
+        // With CRC on (and no markers) the FPDUs of the next messages may be polled
+        // behind a message's last one (see `TX_AHEAD_BYTES`).
+        let ahead = core.params().crc && !core.params().markers_tx;
         let room = match tx.pending.back() {
             None => true,
-            Some(p) => !p.fpdu.completes && tx.pending.len() < TX_BATCH,
+            Some(p) => {
+                tx.pending.len() < TX_BATCH
+                    && (!p.fpdu.completes
+                        || (ahead && pending_octets(&tx.pending) < TX_AHEAD_BYTES))
+            }
         };
         if room && core.may_transmit() {
             // First the small messages at the head of the queue, many in one core
@@ -310,10 +326,10 @@ fn transmit_stream(
                 stats.tx_fpdus += taken as u64;
                 moved |= taken > 0;
             }
-            let mut has = core.poll_transmit(&mut tx.scratch);
+            let mut has = poll(core, ahead, &mut tx.scratch);
             if !has && tx.pending.is_empty() {
                 core.run_local_ops(&dev.tpt);
-                has = core.poll_transmit(&mut tx.scratch);
+                has = poll(core, ahead, &mut tx.scratch);
             }
             if has {
                 let total = tx.scratch.wire_len();
@@ -437,6 +453,21 @@ fn transmit_stream(
         }
     }
     moved
+}
+
+/// The core's next FPDU, past a finished message's last one when `ahead`.
+#[inline]
+fn poll(core: &mut Core, ahead: bool, out: &mut TxFpdu) -> bool {
+    if ahead {
+        core.poll_transmit_ahead(out)
+    } else {
+        core.poll_transmit(out)
+    }
+}
+
+/// Octets of the queued large FPDUs not yet written.
+fn pending_octets(pending: &VecDeque<PendingTx>) -> usize {
+    pending.iter().map(|p| p.total - p.written).sum()
 }
 
 /// Resolves an FPDU's payload to live regions and computes its trailer; `None` if a
