@@ -310,8 +310,7 @@ fn transmit_stream(
             None => true,
             Some(p) => {
                 tx.pending.len() < TX_BATCH
-                    && (!p.fpdu.completes
-                        || (ahead && pending_octets(&tx.pending) < TX_AHEAD_BYTES))
+                    && (!p.fpdu.completes || (ahead && may_go_ahead(&tx.pending)))
             }
         };
         if room && core.may_transmit() {
@@ -465,9 +464,13 @@ fn poll(core: &mut Core, ahead: bool, out: &mut TxFpdu) -> bool {
     }
 }
 
-/// Octets of the queued large FPDUs not yet written.
-fn pending_octets(pending: &VecDeque<PendingTx>) -> usize {
-    pending.iter().map(|p| p.total - p.written).sum()
+/// Whether the next message's FPDUs may be prepared behind the queued ones: they hold
+/// less than [`TX_AHEAD_BYTES`] and none of them is partly written. After a partial
+/// write the socket is full, and a large message that follows would be cut at the
+/// budget into more calls (at 1 MiB: 2.25 `sendmsg` per message instead of 2.0).
+fn may_go_ahead(pending: &VecDeque<PendingTx>) -> bool {
+    pending.front().is_some_and(|p| p.written == 0)
+        && pending.iter().map(|p| p.total).sum::<usize>() < TX_AHEAD_BYTES
 }
 
 /// Resolves an FPDU's payload to live regions and computes its trailer; `None` if a
