@@ -41,12 +41,14 @@ pub(crate) const TX_BUF_LEN: usize = 64 * 1024;
 /// the socket takes it), or of the Read Responses queued (8 of 64 KiB).
 pub(crate) const TX_BATCH: usize = 16;
 
-/// With CRC on, the large FPDUs of several Writes and Sends are prepared (their CRCs
-/// computed back to back) and sent together, up to this many octets: a CRC that follows
-/// the kernel's copy of the previous message runs 1.3-1.5x slower (the copy's dirty
-/// lines are written back while it reads) and the send after it finds its own state
-/// pushed out of the cache (ARCHITECTURE.md, "CRC on: why the CRC in place is
-/// slower"). Small enough that what was checksummed is still in L2 when it is copied.
+/// Without markers, the large FPDUs of several Writes and Sends are prepared (with
+/// CRC on, their CRCs computed back to back) and sent together, up to this many
+/// octets: a CRC that follows the kernel's copy of the previous message runs 1.3-1.5x
+/// slower (the copy's dirty lines are written back while it reads) and the send after
+/// it finds its own state pushed out of the cache (ARCHITECTURE.md, "CRC on: why the
+/// CRC in place is slower"); without CRC one `sendmsg` for several messages saves the
+/// calls and the turns between them. Small enough that what was checksummed is still
+/// in L2 when it is copied.
 pub(crate) const TX_AHEAD_BYTES: usize = 256 * 1024;
 
 /// Gather-list entries of one FPDU at most: header, payload pieces, trailer.
@@ -70,7 +72,7 @@ struct PendingTx {
 #[derive(Default)]
 pub(crate) struct TxQueue {
     /// Large FPDUs, sent from registered memory, in order; only the last may
-    /// complete something (see [`TX_BATCH`]), except with CRC on, where several
+    /// complete something (see [`TX_BATCH`]), except without markers, where several
     /// messages may wait here (see [`TX_AHEAD_BYTES`]).
     pending: VecDeque<PendingTx>,
     /// Gathered small FPDUs (see [`TX_GATHER_MAX`]); `sent` octets of it are out. Empty
@@ -91,6 +93,10 @@ pub(crate) struct TxQueue {
     pub(crate) keep: bool,
     /// Its turn to send large FPDUs among the device's QPs (`tx_turns.rs`).
     turn: Turn,
+    /// An FPDU polled behind messages queued ahead could not be prepared (a region
+    /// gone): the QP fails once those are out, so they complete as they would have
+    /// without the look-ahead instead of being flushed with it.
+    failed_behind: bool,
 }
 
 impl TxQueue {
@@ -303,16 +309,25 @@ fn transmit_stream(
         // many as may go in one call (those of one message, up to the one that
         // completes it). The core builds each in the reused scratch header (nothing
         // allocated per small FPDU).
-        // With CRC on (and no markers) the FPDUs of the next messages may be polled
-        // behind a message's last one (see `TX_AHEAD_BYTES`).
-        let ahead = core.params().crc && !core.params().markers_tx;
-        let room = match tx.pending.back() {
-            None => true,
-            Some(p) => {
-                tx.pending.len() < TX_BATCH
-                    && (!p.fpdu.completes || (ahead && may_go_ahead(&tx.pending)))
-            }
-        };
+        // Without markers the FPDUs of the next messages may be polled behind a
+        // message's last one (see `TX_AHEAD_BYTES`). A lone message in flight (an
+        // 8-octet ping-pong) is untouched: its FPDU is gathered into `buf` and done at
+        // once, so nothing is ever queued to go ahead of, and with one request posted
+        // there is no next message to poll.
+        let ahead = !core.params().markers_tx;
+        if tx.failed_behind && tx.pending.is_empty() {
+            tx.failed_behind = false;
+            core.to_error();
+            continue;
+        }
+        let room = !tx.failed_behind
+            && match tx.pending.back() {
+                None => true,
+                Some(p) => {
+                    tx.pending.len() < TX_BATCH
+                        && (!p.fpdu.completes || (ahead && may_go_ahead(&tx.pending)))
+                }
+            };
         if room && core.may_transmit() {
             // First the small messages at the head of the queue, many in one core
             // call; then whatever stopped the run goes the general way, one FPDU at a
@@ -362,7 +377,12 @@ fn transmit_stream(
                 let Some(mut p) = prepare(std::mem::take(&mut tx.scratch), &mut tx.payload, dev)
                 else {
                     // As for a failed gather: the octets queued before still go out.
-                    core.to_error();
+                    // Messages queued ahead of this one complete first.
+                    if tx.pending.iter().any(|p| p.fpdu.completes) {
+                        tx.failed_behind = true;
+                    } else {
+                        core.to_error();
+                    }
                     continue;
                 };
                 if p.fpdu.completes && core.read_response_in_flight() {
