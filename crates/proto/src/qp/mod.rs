@@ -370,7 +370,21 @@ impl Qp {
             return self.poll_transmit_marked(out);
         }
         let sending = matches!(self.state, QpState::Rts | QpState::Closing);
-        self.tx.poll(sending, out)
+        self.tx.poll(sending, false, out)
+    }
+
+    /// [`Qp::poll_transmit`] that may go on past a Write's or Send's last FPDU: the next
+    /// Writes and Sends are polled behind it (nothing else until those ahead are done),
+    /// so that an I/O layer can prepare several messages (their CRCs back to back)
+    /// before it writes them in one call. Every FPDU that
+    /// [`completes`](TxFpdu::completes) something then needs its own
+    /// [`Qp::transmit_done`] once written, in the order polled. Without markers only.
+    pub fn poll_transmit_ahead(&mut self, out: &mut TxFpdu) -> bool {
+        if self.params.markers_tx {
+            return self.poll_transmit_marked(out);
+        }
+        let sending = matches!(self.state, QpState::Rts | QpState::Closing);
+        self.tx.poll(sending, true, out)
     }
 
     /// [`Qp::poll_transmit`] with markers: the FPDU gets its position, where the
@@ -380,7 +394,7 @@ impl Qp {
     #[inline(never)]
     fn poll_transmit_marked(&mut self, out: &mut TxFpdu) -> bool {
         let sending = matches!(self.state, QpState::Rts | QpState::Closing);
-        let has = self.tx.poll(sending, out);
+        let has = self.tx.poll(sending, false, out);
         if has {
             out.marker_pos = Some(self.tx_marked_pos);
             self.tx_marked_pos += out.wire_len() as u64;

@@ -84,6 +84,10 @@ pub(crate) struct TxState {
     /// Transmission held until the peer's RTR arrives.
     pub(crate) hold_for_rtr: bool,
     in_flight: InFlight,
+    /// Writes and Sends at the head of the send queue whose last FPDU was polled ahead
+    /// (see [`TxState::poll`]) and is not yet written: the oldest finish first, at
+    /// their `transmit_done`, before anything in `in_flight`.
+    ahead: usize,
     /// The send queue's room before [`TxState::shrink_idle`] gave it back: a QP that
     /// streams bursts (post 128, send, empty, post 128 ...) takes it again in one
     /// allocation on its next post, instead of regrowing by doubling (6 reallocations
@@ -98,6 +102,7 @@ impl std::fmt::Debug for TxState {
             .field("orq", &self.orq.len())
             .field("irq", &self.irq.len())
             .field("in_flight", &self.in_flight)
+            .field("ahead", &self.ahead)
             .finish()
     }
 }
@@ -120,6 +125,7 @@ impl Default for TxState {
             rtr: None,
             hold_for_rtr: false,
             in_flight: InFlight::Nothing,
+            ahead: 0,
             sq_room: 0,
         }
     }
@@ -225,7 +231,7 @@ impl TxState {
             && (self.terminate.is_some()
                 || self.rtr.is_some()
                 || !self.irq.is_empty()
-                || !self.sq.is_empty())
+                || self.sq.len() > self.ahead)
     }
 
     pub(crate) fn queue_terminate(&mut self, cause: TerminateCause, copied: CopiedHeaders) {
@@ -249,6 +255,7 @@ impl TxState {
                 .map(|e| (e.seq, e.wr_id, wc_opcode(&e.op))),
         );
         self.irq.clear();
+        self.ahead = 0;
         if self.in_flight == InFlight::SqHead || self.in_flight == InFlight::ReadResponseDone {
             self.in_flight = InFlight::Nothing;
         }
@@ -303,22 +310,31 @@ impl TxState {
     /// Fills `out` with the next FPDU to send; false when there is nothing to send now.
     /// `sending`: the QP is in a state that transmits (RTS or Closing); a Terminate goes
     /// out regardless. One FPDU is in flight at a time (until [`TxState::transmit_done`]),
-    /// which keeps completion ordering exact.
-    pub(crate) fn poll(&mut self, sending: bool, out: &mut TxFpdu) -> bool {
-        let has = self.poll_next(sending, out);
+    /// which keeps completion ordering exact. With `ahead`, the last FPDU of a Write or
+    /// Send does not hold the queue: the next Writes and Sends may be polled behind it
+    /// (and nothing else until the ones ahead are done), so an I/O layer can prepare
+    /// several messages before it writes them; their `transmit_done` calls come in
+    /// the order the FPDUs were polled.
+    pub(crate) fn poll(&mut self, sending: bool, ahead: bool, out: &mut TxFpdu) -> bool {
+        let before = self.ahead;
+        let has = self.poll_next(sending, ahead, out);
         // The FPDU that puts something in flight is the one whose full write
         // `transmit_done` must wait for; the FPDUs before it complete nothing.
-        out.completes = has && self.in_flight != InFlight::Nothing;
+        out.completes = has && (self.in_flight != InFlight::Nothing || self.ahead > before);
         has
     }
 
-    fn poll_next(&mut self, sending: bool, out: &mut TxFpdu) -> bool {
+    fn poll_next(&mut self, sending: bool, ahead: bool, out: &mut TxFpdu) -> bool {
         let tx = self;
         if tx.in_flight != InFlight::Nothing {
             return false;
         }
         out.chunks.clear();
         out.crc = tx.crc;
+        if tx.ahead > 0 {
+            // Only further Writes and Sends go behind messages polled ahead.
+            return sending && tx.poll_sq(ahead, out);
+        }
         if let Some((cause, copied)) = tx.terminate.take() {
             let h = DdpRepr {
                 last: true,
@@ -426,12 +442,29 @@ impl TxState {
             }
             return true;
         }
-        let Some(e) = tx.sq.front_mut() else {
+        tx.poll_sq(ahead, out)
+    }
+
+    /// The next FPDU of the send queue (after the messages polled ahead, which only
+    /// Writes and Sends may follow).
+    fn poll_sq(&mut self, ahead: bool, out: &mut TxFpdu) -> bool {
+        let tx = self;
+        let behind = tx.ahead > 0;
+        let Some(e) = tx.sq.get_mut(tx.ahead) else {
             return false;
         };
         if e.fence && !tx.orq.is_empty() {
             return false;
         }
+        if behind && !matches!(e.op, SendOp::Send { .. } | SendOp::Write { .. }) {
+            return false;
+        }
+        // Where a message's last FPDU puts it: ahead, or in flight.
+        let finish = if ahead {
+            InFlight::Nothing
+        } else {
+            InFlight::SqHead
+        };
         match e.op {
             SendOp::Read { remote_addr, rkey } => {
                 if tx.orq.len() >= tx.ord {
@@ -497,7 +530,7 @@ impl TxState {
                 out.set_header(&h, &[], n as usize);
                 e.sent += n;
                 if last {
-                    tx.in_flight = InFlight::SqHead;
+                    tx.finish_polled(finish);
                 }
                 true
             }
@@ -517,7 +550,7 @@ impl TxState {
                 out.set_header(&h, &[], n as usize);
                 e.sent += n;
                 if last {
-                    tx.in_flight = InFlight::SqHead;
+                    tx.finish_polled(finish);
                 }
                 true
             }
@@ -525,6 +558,16 @@ impl TxState {
                 // Reached the head: execute it here, then go on with the queue.
                 false
             }
+        }
+    }
+
+    /// A Write's or Send's last FPDU was polled: it goes ahead (`Nothing`: more may be
+    /// polled behind it) or in flight (`SqHead`).
+    fn finish_polled(&mut self, finish: InFlight) {
+        if finish == InFlight::Nothing {
+            self.ahead += 1;
+        } else {
+            self.in_flight = finish;
         }
     }
 
@@ -537,6 +580,14 @@ impl TxState {
     /// The FPDU from the last [`TxState::poll`] has been written completely; returns
     /// the send-queue request it finished, if any: (seq, wr_id, opcode, octets, signaled).
     pub(crate) fn transmit_done(&mut self) -> Option<(u64, u64, WcOpcode, u32, bool)> {
+        if self.ahead > 0 {
+            // The oldest message polled ahead: its FPDUs were polled before any in flight.
+            self.ahead -= 1;
+            let e = self.sq.front()?;
+            let done = (e.seq, e.wr_id, wc_opcode(&e.op), e.total, e.signaled);
+            self.sq.pop_front();
+            return Some(done);
+        }
         match std::mem::replace(&mut self.in_flight, InFlight::Nothing) {
             InFlight::Nothing | InFlight::Rtr => None,
             InFlight::Terminate => {
@@ -561,7 +612,7 @@ impl TxState {
     /// The local invalidate at the head of the send queue, removed, if it may run now
     /// (nothing in flight, no fence waiting on Reads): (seq, wr_id, stag, signaled).
     pub(crate) fn next_local_op(&mut self) -> Option<(u64, u64, STag, bool)> {
-        if self.in_flight != InFlight::Nothing {
+        if self.in_flight != InFlight::Nothing || self.ahead > 0 {
             return None;
         }
         let e = self.sq.front()?;

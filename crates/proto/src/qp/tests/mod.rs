@@ -811,6 +811,7 @@ fn terminate_carries_the_offending_headers() {
     }
 }
 
+mod ahead;
 mod closing;
 mod hostile;
 mod markers;

@@ -33,6 +33,7 @@ impl TxState {
     /// nothing is in flight.
     fn run_may_start(&self) -> bool {
         self.in_flight == InFlight::Nothing
+            && self.ahead == 0
             && self.terminate.is_none()
             && self.rtr.is_none()
             && !self.hold_for_rtr
