@@ -156,7 +156,12 @@ impl CqShared {
     /// one would raise (one event per arm), only after the last of them instead of
     /// after the first that matched. While the overflow list is in use, or the ring
     /// has no room for the whole run, they go one by one.
-    pub(crate) fn push_run(self: &Arc<Self>, run: &[Completion]) {
+    ///
+    /// `claimed`: the QP pushing holds a polling consumer's claim (under its lock), so
+    /// no consumer of this CQ can be armed and sleeping (`QpShared::claim` refuses an
+    /// armed CQ, and an arm releases the claims after it): the arm is not looked at,
+    /// one atomic read-modify-write less on the way to a busy-polling consumer.
+    pub(crate) fn push_run(self: &Arc<Self>, run: &[Completion], claimed: bool) {
         let solicited = |c: &Completion| c.solicited || c.status != WcStatus::Success;
         let first = if self.overflowed.load(Ordering::Acquire) {
             None
@@ -169,6 +174,9 @@ impl CqShared {
             }
             return;
         };
+        if claimed {
+            return;
+        }
         let last = first.wrapping_add(run.len() - 1);
         let later = || self.ring.claimed_after(last);
         if self.arm.completion_added(run.iter().any(solicited), later) {
@@ -432,6 +440,11 @@ impl CqShared {
         }
     }
 
+    /// No consumer is armed on this CQ (a claim may be taken, see `QpShared::claim`).
+    pub(crate) fn disarmed(&self) -> bool {
+        self.arm.armed() == Armed::No
+    }
+
     fn consumer_sleeps(&self) {
         if !self.hybrid {
             return;
@@ -555,6 +568,13 @@ impl Cq {
         self.shared.note_event_driven();
         self.shared.consumer_sleeps();
         self.shared.arm.arm(solicited_only);
+        // A claim taken after the release above (another thread's drive) but before
+        // the arm would hide this arm from the claimed QP's completions (their pushes
+        // do not look at it, see `push_run`): its claim is released now. The fence
+        // pairs with the claimer's (`QpShared::claim`): either it sees this arm and
+        // gives the claim up, or this sees its claim.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.shared.consumer_sleeps();
     }
 
     /// What the CQ is armed for now.

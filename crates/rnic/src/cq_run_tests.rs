@@ -32,13 +32,13 @@ fn drain(cq: &Cq) -> Vec<u64> {
 fn a_run_raises_one_event_per_arm_and_keeps_its_order() {
     let dev = Device::open(DeviceConfig::default()).unwrap();
     let cq = dev.create_cq(16).unwrap();
-    cq.shared.push_run(&[plain(1), plain(2)]);
+    cq.shared.push_run(&[plain(1), plain(2)], false);
     assert_eq!(cq.event_counts().raised, 0, "not armed");
     cq.req_notify(false);
-    cq.shared.push_run(&[plain(3), plain(4), plain(5)]);
+    cq.shared.push_run(&[plain(3), plain(4), plain(5)], false);
     assert_eq!(cq.event_counts().raised, 1);
     assert_eq!(cq.armed(), Armed::No, "the run took the arm");
-    cq.shared.push_run(&[plain(6)]);
+    cq.shared.push_run(&[plain(6)], false);
     assert_eq!(cq.event_counts().raised, 1);
     assert_eq!(drain(&cq), vec![1, 2, 3, 4, 5, 6]);
 }
@@ -48,15 +48,19 @@ fn a_solicited_arm_is_taken_by_a_run_holding_a_solicited_or_failed_completion() 
     let dev = Device::open(DeviceConfig::default()).unwrap();
     let cq = dev.create_cq(16).unwrap();
     cq.req_notify(true);
-    cq.shared.push_run(&[plain(1), plain(2), plain(3)]);
+    cq.shared.push_run(&[plain(1), plain(2), plain(3)], false);
     assert_eq!(cq.event_counts().raised, 0);
     assert_eq!(cq.armed(), Armed::Solicited);
-    cq.shared
-        .push_run(&[plain(4), comp(5, true, WcStatus::Success), plain(6)]);
+    cq.shared.push_run(
+        &[plain(4), comp(5, true, WcStatus::Success), plain(6)],
+        false,
+    );
     assert_eq!(cq.event_counts().raised, 1);
     cq.req_notify(true);
-    cq.shared
-        .push_run(&[plain(7), comp(8, false, WcStatus::LocalLengthError)]);
+    cq.shared.push_run(
+        &[plain(7), comp(8, false, WcStatus::LocalLengthError)],
+        false,
+    );
     assert_eq!(cq.event_counts().raised, 2);
     assert_eq!(drain(&cq), (1..=8).collect::<Vec<_>>());
 }
@@ -67,11 +71,11 @@ fn a_solicited_arm_is_taken_by_a_run_holding_a_solicited_or_failed_completion() 
 fn a_run_that_does_not_fit_overflows_in_order() {
     let dev = Device::open(DeviceConfig::default()).unwrap();
     let cq = dev.create_cq(4).unwrap();
-    cq.shared.push_run(&[plain(1), plain(2), plain(3)]);
-    cq.shared.push_run(&[plain(4), plain(5), plain(6)]);
+    cq.shared.push_run(&[plain(1), plain(2), plain(3)], false);
+    cq.shared.push_run(&[plain(4), plain(5), plain(6)], false);
     let events: Vec<AsyncEvent> = std::iter::from_fn(|| dev.poll_event()).collect();
     assert_eq!(events, vec![AsyncEvent::CqOverflow { cq: cq.id() }]);
-    cq.shared.push_run(&[plain(7)]);
+    cq.shared.push_run(&[plain(7)], false);
     assert_eq!(drain(&cq), (1..=7).collect::<Vec<_>>());
 }
 

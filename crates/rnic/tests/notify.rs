@@ -262,6 +262,28 @@ fn a_cq_without_handler_wakes_wait_notify_even_when_raised_before_the_wait() {
     assert_eq!((c.raised, c.delivered, c.acked), (1, 1, 1));
 }
 
+/// A consumer that arms its CQ and then keeps polling it, never waiting, drives its
+/// QP as often as a busy-polling one that would claim the socket. It must not claim
+/// it while armed: a claimed QP's completions do not look at the arm (one atomic
+/// operation less per completion), so the completion its polls find would raise no
+/// event, and whoever waits for the arm's event would never get it.
+#[test]
+fn an_armed_cq_polled_busily_still_raises_its_event() {
+    let (a, b) = end().progress(ProgressMode::Hybrid).queues(64, 64).pair();
+    let _bufs = recvs(&b, 2, 8);
+    let src = a.pd.alloc_mr(8, Access::empty()).unwrap();
+    b.cq.req_notify(false);
+    // Many more empty polls than a consumer drives before it claims (64).
+    for _ in 0..1_000 {
+        assert!(b.cq.poll_one().is_none());
+    }
+    let c = deliver_one(&a, &b, &src, 1, false);
+    assert_eq!((c.wr_id, c.status), (0, WcStatus::Success));
+    assert!(b.cq.wait_notify(Duration::ZERO), "the arm's event");
+    let n = b.cq.event_counts();
+    assert_eq!((n.raised, n.delivered), (1, 1));
+}
+
 /// The consumer's loop of every verbs program that sleeps: poll until empty, arm, poll
 /// once more, and only then wait for an event (an event may come early: an arm whose
 /// completion that poll found still raises one). A sender posts random bursts with

@@ -170,6 +170,11 @@ impl QpShared {
         })
     }
 
+    /// Neither of the QP's CQs is armed.
+    fn cqs_disarmed(&self) -> bool {
+        self.send_cq.disarmed() && self.recv_cq.disarmed()
+    }
+
     /// The polls of the QP's CQs so far.
     fn polls(&self) -> u64 {
         let s = self.send_cq.polls().polls();
@@ -183,8 +188,12 @@ impl QpShared {
     /// Gives the socket to the polling consumer: out of the engine's epoll set, with a
     /// lease the engine checks at `lease_at`. Only while connected (the engine sees a
     /// close through).
-    fn claim(&self, g: &mut QpInner, dev: &Shared, lease_at: Duration) {
-        if g.core.state() != QpState::Rts || g.core.transport_closed() {
+    ///
+    /// Never while one of the QP's CQs is armed: a claimed QP's completions do not look
+    /// at the arm (`CqShared::push_run`). An arm that races with the claim is seen after
+    /// it (the fence pairs with `Cq::req_notify`'s), and the claim given up.
+    fn claim(self: &Arc<Self>, g: &mut QpInner, dev: &Shared, lease_at: Duration) {
+        if g.core.state() != QpState::Rts || g.core.transport_closed() || !self.cqs_disarmed() {
             return;
         }
         let (Some(conn), Some(e)) = (g.conn.as_mut(), dev.engines.get(self.engine())) else {
@@ -195,6 +204,11 @@ impl QpShared {
         }
         g.owner.claimed(lease_at, self.polls());
         self.claimed.store(true, Ordering::Release);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if !self.cqs_disarmed() {
+            self.release(g, dev);
+            return;
+        }
         e.arm_timer(lease_at, self.id);
         // The consumer reads and sends on every poll while it holds the socket: the
         // staging and gather buffers stay with the QP until it is released, instead of

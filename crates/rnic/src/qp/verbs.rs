@@ -113,7 +113,8 @@ impl Qp {
                 // (nothing else may wake this QP), so the peer learns.
                 self.shared.progress_locked(&mut g, &dev);
             } else {
-                self.shared.deliver(&mut g, &dev);
+                // Usually a no-op: a receive posted to a working QP releases nothing.
+                self.shared.deliver_if_output(&mut g, &dev);
             }
         }
         let spare = self.shared.end_pass(&mut g, dev);
