@@ -21,6 +21,7 @@ import re
 import statistics as st
 import subprocess
 import sys
+import shutil
 import tempfile
 from collections import defaultdict
 
@@ -71,6 +72,7 @@ def split(evs):
 
 
 def main():
+    tmp = None
     if sys.argv[1:2] == ['--trace']:
         trace = sys.argv[2]
     else:
@@ -87,7 +89,12 @@ def main():
         with open(trace, 'w') as f:
             subprocess.run(['perf', 'script', '-i', data, '--ns'], check=True, stdout=f,
                            stderr=subprocess.DEVNULL)
-    path, wire, spin = split(events(trace))
+    try:
+        path, wire, spin = split(events(trace))
+    finally:
+        # The perf data and its script take 1-2 GB a run: nothing of them is kept.
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     med = lambda x: st.median(x) if x else float('nan')
     rows = defaultdict(list)
     for k in sorted(path):
