@@ -2,6 +2,7 @@
 
 use super::{Ep, STALL, WAIT, check_wc, e2s, next_tag, recv_wr};
 use crate::bench::cqs::CqSet;
+use crate::bench::stall::StallWatch;
 use crate::bench::stats::{LatResult, LatStats, Progress};
 use crate::bench::{BenchConfig, Test};
 use softrnic_rnic::{Completion, SendOp, SendWr, WcOpcode};
@@ -49,6 +50,7 @@ pub(super) fn lat_client(
         ep.qp
             .post_send(SendWr::new(i, wr, ep.local.sge(0, size)))
             .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
+        let mut watch = StallWatch::new(t0, STALL);
         let mut spins = 0u32;
         let t1 = loop {
             let n = cq.next(&mut wcs, WAIT);
@@ -79,7 +81,7 @@ pub(super) fn lat_client(
                 break Instant::now();
             }
             spins = spins.wrapping_add(1);
-            if (spins.is_multiple_of(4096) || cq.sleeps()) && t0.elapsed() > STALL {
+            if (spins.is_multiple_of(4096) || cq.sleeps()) && watch.nothing(Instant::now()) {
                 return Err(format!("no reply to iteration {i}: {}", ep.diag()));
             }
         };

@@ -320,7 +320,7 @@ pub(super) fn write_lat(
     let mut posts = Vec::with_capacity(cfg.iters as usize);
     let t = &s.qps[0];
     let wait = |tag: u8, wcs: &mut [Completion]| -> Result<(), String> {
-        let start = Instant::now();
+        let mut watch = StallWatch::new(Instant::now(), STALL);
         let mut spins = 0u32;
         loop {
             let mut b = [0u8];
@@ -330,7 +330,7 @@ pub(super) fn write_lat(
             }
             reap(&s.cq, wcs, name)?;
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(4096) && start.elapsed() > STALL {
+            if spins.is_multiple_of(4096) && watch.nothing(Instant::now()) {
                 return Err(format!("{name}: no Write with tag {tag}: {}", t.diag()));
             }
         }
@@ -375,7 +375,7 @@ pub(super) fn send_lat(
     let recv_buf = t.recv.as_ref().ok_or("no receive buffer")?;
     let mut posted_recvs = u64::from(cfg.rx_depth).min(cfg.iters).max(1);
     let mut wait_recv = |wcs: &mut [Completion]| -> Result<(), String> {
-        let start = Instant::now();
+        let mut watch = StallWatch::new(Instant::now(), STALL);
         let mut spins = 0u32;
         loop {
             let (_, got) = reap(&s.cq, wcs, name)?;
@@ -388,7 +388,7 @@ pub(super) fn send_lat(
                 return Ok(());
             }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(4096) && start.elapsed() > STALL {
+            if spins.is_multiple_of(4096) && watch.nothing(Instant::now()) {
                 return Err(format!("{name}: no Send arrived: {}", t.diag()));
             }
         }
@@ -433,6 +433,7 @@ pub(super) fn read_lat(
             },
             size,
         )?;
+        let mut watch = StallWatch::new(t0, STALL);
         let mut spins = 0u32;
         let t1 = loop {
             let n = s.cq.poll(&mut wcs);
@@ -445,7 +446,7 @@ pub(super) fn read_lat(
                 break Instant::now();
             }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(4096) && t0.elapsed() > STALL {
+            if spins.is_multiple_of(4096) && watch.nothing(Instant::now()) {
                 return Err(format!("no Read response for iteration {k}: {}", t.diag()));
             }
         };
