@@ -78,3 +78,46 @@ fn after_three_unanswered_probes_the_timer_repairs_with_backoff() {
     assert_eq!(s.timeouts, 1, "{s:?}");
     assert!(n.now - from >= 100 * MS, "{:?}", n.now - from);
 }
+
+/// A lone message lost once and repaired by its probe: the acknowledgment covers
+/// exactly the probe, with no duplicate reported, so the probe's episode waits for an
+/// acknowledgment beyond it (RFC 8985 7.4), and none comes until the next message
+/// (a Read Response after another). That next message, lost once too, still gets a
+/// probe of its own instead of waiting for the retransmission timer.
+#[test]
+fn a_message_after_one_its_probe_repaired_gets_a_probe_of_its_own() {
+    let (mut n, dropped) = lossy_after_warm_up(0);
+    // Drop the first sending of each of the next two messages, not their probes.
+    let d = dropped.clone();
+    let mut sendings = 0u32;
+    n.filter = Some(Box::new(move |from, seg| {
+        if from == Side::A && !seg.payload.is_empty() {
+            sendings += 1;
+            if sendings == 1 || sendings == 3 {
+                d.set(d.get() + 1);
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    }));
+    n.a.outbox.extend(pattern(100, 2));
+    n.run_until(10_000 * MS, |n| {
+        n.b.got.len() == 1100 && n.a.conn.unacknowledged() == 0
+    });
+    assert_eq!(n.a.conn.stats().loss_probes, 1);
+    let from = n.now;
+    n.a.outbox.extend(pattern(100, 3));
+    n.run_until(10_000 * MS, |n| {
+        n.b.got.len() == 1200 && n.a.conn.unacknowledged() == 0
+    });
+    assert_eq!(dropped.get(), 2);
+    assert_bytes(&n.b.got[1000..1100], &pattern(100, 2));
+    assert_bytes(&n.b.got[1100..], &pattern(100, 3));
+    let s = n.a.conn.stats();
+    assert_eq!(s.timeouts, 0, "{s:?}");
+    assert_eq!(s.loss_probes, 2, "{s:?}");
+    // The first probe was the only copy of its message that arrived: that is settled
+    // when the second probe goes (the second's episode waits for a later message).
+    assert_eq!(s.probe_recoveries, 1, "{s:?}");
+    assert!(n.now - from < 30 * MS, "{:?}", n.now - from);
+}

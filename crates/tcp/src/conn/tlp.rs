@@ -46,7 +46,7 @@ impl Connection {
         let may = t.sack_ok
             && t.flight() > 0
             && !t.rto_recovery
-            && t.tlp.is_none()
+            && t.tlp.is_none_or(|p| p.end <= t.una)
             && (t.sent.lost_bytes() == 0 || held_back)
             && self.timers.reo.is_none()
             && matches!(
@@ -102,6 +102,7 @@ impl Connection {
     /// The probe timer expired: a probe is due, and the retransmission timer starts
     /// again behind it.
     pub(super) fn on_probe_timeout(&mut self, now: Duration) {
+        self.settle_stale_probe();
         if self.tx.flight() == 0
             || self.tx.rto_recovery
             || self.tx.tlp.is_some_and(|p| p.sent >= MAX_PROBES)
@@ -110,6 +111,25 @@ impl Connection {
         }
         self.tlp_due = true;
         self.timers.rto = Some(now + self.tx.rtt.timeout());
+    }
+
+    /// Ends an episode whose octets are all acknowledged (its end at or below
+    /// `una`) but that no acknowledgment beyond its end has settled yet: a new flight
+    /// needs a probe of its own. No D-SACK came for the probe's range in the round
+    /// trips since (the probe timer ran at least two of them), so the probe was the
+    /// only copy that arrived and repaired a loss, as an acknowledgment beyond its end
+    /// would have said (RFC 8985 7.4.2).
+    pub(super) fn settle_stale_probe(&mut self) {
+        let Some(tlp) = self.tx.tlp.filter(|p| p.end <= self.tx.una) else {
+            return;
+        };
+        self.tx.tlp = None;
+        if tlp.resent.is_some() {
+            if !tlp.in_recovery {
+                self.tx.probe_repaired_loss();
+            }
+            self.stats.probe_recoveries += 1;
+        }
     }
 
     /// What an acknowledgment of `ack` says of the probe outstanding (RFC 8985 7.4):
