@@ -121,3 +121,41 @@ fn a_message_after_one_its_probe_repaired_gets_a_probe_of_its_own() {
     assert_eq!(s.probe_recoveries, 1, "{s:?}");
     assert!(n.now - from < 30 * MS, "{:?}", n.now - from);
 }
+
+/// In a fast recovery, the retransmission of a hole is lost while the window holds
+/// every new segment back (here the congestion window; on softrnic's in-process
+/// network often the peer's, counted from the hole), so nothing sent after it can show
+/// RACK the loss: the probe resends it. When that probe is lost too, the next
+/// probe repairs the hole, not the retransmission timer.
+#[test]
+fn a_retransmission_lost_with_its_probe_is_repaired_by_the_next_probe() {
+    let (mut n, dropped) = lossy_after_warm_up(0);
+    // The second segment of the transfer: its first sending, its retransmission (RACK
+    // sees that one lost by the segments sent after it and resends it again), that
+    // third sending, sent when the window holds the rest back, and the probe that
+    // resends it are lost.
+    let d = dropped.clone();
+    let mut hole = None;
+    n.filter = Some(Box::new(move |from, seg| {
+        if from == Side::A && !seg.payload.is_empty() {
+            let target = *hole.get_or_insert(seg.seq + 1000);
+            if seg.seq == target && d.get() < 4 {
+                d.set(d.get() + 1);
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    }));
+    let from = n.now;
+    n.a.outbox.extend(pattern(40_000, 2));
+    n.run_until(10_000 * MS, |n| {
+        n.b.got.len() == 41_000 && n.a.conn.unacknowledged() == 0
+    });
+    assert_eq!(dropped.get(), 4);
+    assert_bytes(&n.b.got[1000..], &pattern(40_000, 2));
+    let s = n.a.conn.stats();
+    assert_eq!(s.fast_retransmits, 1, "{s:?}");
+    assert_eq!(s.timeouts, 0, "{s:?}");
+    assert_eq!(s.loss_probes, 2, "{s:?}");
+    assert!(n.now - from < 100 * MS, "{:?}", n.now - from);
+}

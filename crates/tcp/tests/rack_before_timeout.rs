@@ -350,14 +350,25 @@ fn losses_the_window_holds_back_are_probed_when_the_acknowledgments_stop() {
     p.put(p.now + 200 * US, true, packet);
     // Before the retransmission timer (5 ms): a loss probe sends the next segment the
     // window held back, so that its answer (or a later probe's) lets the rest go.
-    p.run_until(|p| p.now >= sent + 4000 * US);
+    p.run_until(|p| p.a.stats().loss_probes > before.loss_probes);
+    assert!(p.now < sent + 2000 * US, "{:?}", p.now - sent);
     let s = p.a.stats();
     assert_eq!(s.timeouts, before.timeouts, "{s:?}");
     assert_eq!(s.fast_retransmits, before.fast_retransmits + 1, "{s:?}");
-    assert_eq!(s.loss_probes, before.loss_probes + 1, "{s:?}");
     assert_eq!(
         s.retransmitted_segments,
         before.retransmitted_segments + 2,
+        "{s:?}"
+    );
+    // b hears nothing (it is off the CPU): two more probes follow, backed off, each
+    // the next segment held back, and all before the timer.
+    p.run_until(|p| p.now >= sent + 4000 * US);
+    let s = p.a.stats();
+    assert_eq!(s.timeouts, before.timeouts, "{s:?}");
+    assert_eq!(s.loss_probes, before.loss_probes + 3, "{s:?}");
+    assert_eq!(
+        s.retransmitted_segments,
+        before.retransmitted_segments + 4,
         "{s:?}"
     );
 }

@@ -20,7 +20,9 @@
 //! timer acts. A small message lost together with its probe (or
 //! with the acknowledgments of both) is then repaired in a few round trips; the timer,
 //! whose floor must outlast a stalled thread on softrnic's in-process network, stays
-//! the last resort.
+//! the last resort. The same holds in a fast recovery: a retransmission lost while the
+//! window held everything after it back, and then its probe, is repaired by the next
+//! probe.
 
 use super::{Connection, State};
 use std::time::Duration;
@@ -82,9 +84,7 @@ impl Connection {
     /// place and its backoff). An acknowledgment meanwhile re-arms or stops the probe
     /// timer ([`Connection::arm_probe`]).
     pub(super) fn arm_next_probe(&mut self, now: Duration, sent: u32) {
-        if sent >= MAX_PROBES || self.tx.recovering() {
-            // (During a recovery one probe only, as before: the recovery's own
-            // retransmissions and the timer repair what it leaves.)
+        if sent >= MAX_PROBES || self.tx.rto_recovery {
             return;
         }
         // Twice the last wait, and at least an eighth, then a quarter, of the
