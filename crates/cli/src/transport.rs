@@ -265,6 +265,7 @@ impl Net {
                 t.retransmitted_bytes += s.tcp.retransmitted_bytes;
                 t.fast_retransmits += s.tcp.fast_retransmits;
                 t.timeouts += s.tcp.timeouts;
+                t.handshake_timeouts += s.tcp.handshake_timeouts;
                 t.spurious_timeouts += s.tcp.spurious_timeouts;
                 t.spurious_retransmits += s.tcp.spurious_retransmits;
                 t.sack_followup_acks += s.tcp.sack_followup_acks;
@@ -320,6 +321,7 @@ impl Counters {
                 retransmitted_bytes: a.retransmitted_bytes - b.retransmitted_bytes,
                 fast_retransmits: a.fast_retransmits - b.fast_retransmits,
                 timeouts: a.timeouts - b.timeouts,
+                handshake_timeouts: a.handshake_timeouts - b.handshake_timeouts,
                 spurious_timeouts: a.spurious_timeouts - b.spurious_timeouts,
                 spurious_retransmits: a.spurious_retransmits - b.spurious_retransmits,
                 sack_followup_acks: a.sack_followup_acks - b.sack_followup_acks,
@@ -372,6 +374,7 @@ impl Counters {
                     "retransmitted_bytes": t.retransmitted_bytes,
                     "fast_retransmits": t.fast_retransmits,
                     "timeouts": t.timeouts,
+                    "handshake_timeouts": t.handshake_timeouts,
                     "spurious_timeouts": t.spurious_timeouts,
                     "spurious_retransmits": t.spurious_retransmits,
                     "sack_followup_acks": t.sack_followup_acks,

@@ -457,7 +457,7 @@ fn main() {
         "rwnd",
         "sndbuf"
     );
-    let (mut ratios, mut rtos, mut clean_rtos) = (Vec::new(), 0, 0);
+    let (mut ratios, mut rtos, mut clean_rtos, mut syn_rtos) = (Vec::new(), 0, 0, 0);
     for seed in first..first + seeds {
         let clean = run(
             link(0.0, 0.0, reorder_delay, delay, queue),
@@ -476,6 +476,7 @@ fn main() {
         let ratio = lossy.goodput / clean.goodput;
         let s = &lossy.stats;
         rtos += s.timeouts;
+        syn_rtos += s.handshake_timeouts;
         clean_rtos += clean.stats.timeouts;
         ratios.push(ratio);
         println!(
@@ -499,7 +500,7 @@ fn main() {
     ratios.sort_by(f64::total_cmp);
     let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
     println!(
-        "ratio mean {mean:.3} median {:.3} min {:.3}; timeouts {rtos} lossy, {clean_rtos} clean, in {} runs each",
+        "ratio mean {mean:.3} median {:.3} min {:.3}; timeouts {rtos} lossy ({syn_rtos} of them in the handshake), {clean_rtos} clean, in {} runs each",
         ratios[ratios.len() / 2],
         ratios[0],
         ratios.len()

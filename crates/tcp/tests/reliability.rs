@@ -177,6 +177,7 @@ fn retransmission_timeouts_back_off_then_give_up() {
     assert_eq!(gaps, [50, 50, 100, 200, 400, 800, 1600].map(|m| m * MS));
     assert_eq!(n.a.conn.stats().loss_probes, 1);
     assert_eq!(n.a.conn.stats().timeouts, 7);
+    assert_eq!(n.a.conn.stats().handshake_timeouts, 0);
     assert_eq!(n.a.events, [Event::Established, Event::TimedOut]);
     assert_eq!(n.a.conn.state(), State::Closed);
     assert_eq!(n.sent(Side::A, |l| l.flags.contains(Flags::RST)).len(), 1);
@@ -225,6 +226,9 @@ fn syn_retransmissions_back_off_and_the_open_times_out() {
         .map(|l| l.at)
         .collect();
     assert_eq!(syns, [0, 100, 300, 700].map(|m| m * MS));
+    // Three timeouts resent the SYN, the fourth gave up: all in the handshake.
+    assert_eq!(n.a.conn.stats().timeouts, 4);
+    assert_eq!(n.a.conn.stats().handshake_timeouts, 4);
     assert_eq!(n.a.events, [Event::TimedOut]);
     assert_eq!(n.a.conn.state(), State::Closed);
     assert!(
@@ -248,6 +252,7 @@ fn a_lost_syn_ack_is_sent_again() {
     // Sent again both by b's timer and in answer to a's retransmitted SYN.
     assert!(n.sent(Side::B, |l| l.flags.contains(Flags::SYN)).len() >= 2);
     assert_eq!(n.b.conn.stats().timeouts, 1);
+    assert_eq!(n.b.conn.stats().handshake_timeouts, 1);
 }
 
 #[test]

@@ -99,6 +99,10 @@ pub struct Stats {
     pub fast_retransmits: u64,
     /// Retransmission timer expiries (SYN or data).
     pub timeouts: u64,
+    /// The part of `timeouts` that resent a SYN or SYN-ACK: in the handshake only the
+    /// timer repairs a loss (no data yet for loss probes or SACK), so these are not
+    /// steady-state timeouts.
+    pub handshake_timeouts: u64,
     /// Tail loss probes sent (RFC 8985 7).
     pub loss_probes: u64,
     /// Loss probes that proved a loss (the window was reduced for it).

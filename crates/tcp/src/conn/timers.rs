@@ -96,6 +96,7 @@ impl Connection {
         match self.state {
             State::SynSent | State::SynReceived => {
                 self.stats.timeouts += 1;
+                self.stats.handshake_timeouts += 1;
                 self.retries += 1;
                 if self.retries > self.cfg.syn_retries {
                     self.give_up();

@@ -108,6 +108,7 @@ pub(super) fn add_stats(t: &mut Stats, s: &Stats) {
         retransmitted_bytes,
         fast_retransmits,
         timeouts,
+        handshake_timeouts,
         loss_probes,
         probe_recoveries,
         spurious_retransmits,
@@ -139,6 +140,7 @@ pub(super) fn add_stats(t: &mut Stats, s: &Stats) {
     t.retransmitted_bytes += retransmitted_bytes;
     t.fast_retransmits += fast_retransmits;
     t.timeouts += timeouts;
+    t.handshake_timeouts += handshake_timeouts;
     t.loss_probes += loss_probes;
     t.probe_recoveries += probe_recoveries;
     t.spurious_retransmits += spurious_retransmits;
