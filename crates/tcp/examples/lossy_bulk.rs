@@ -40,7 +40,12 @@
 //! [--first SEED] [--loss P] [--reorder P] [--reorder-us D] [--delay-us T] [--queue]
 //! [--timer-us G]
 //! [--stall-every-us E --stall-us S [--stall-rx | --stall-reader]] [--rto-min-us F] [--rx-cpu]
-//! [--batch B] [--records A,B] [--trace]`
+//! [--batch B] [--records A,B] [--reply-every-kib K] [--trace]`
+//!
+//! `--reply-every-kib K`: the receiver sends a 24-octet record back (a Read Response
+//! to a delivery probe) each time K KiB more have arrived; the sender reads them. The
+//! summary then counts the replier's timeouts too: a lone message has no later
+//! segment for RACK to find its loss by, only loss probes.
 //!
 //! `--records A,B`: the sender queues records of A and B octets in turn (a message's
 //! FPDUs; `--records 65492,84` is a 64 KiB Write on the in-process network, whose
@@ -141,7 +146,13 @@ struct Threads {
     /// message's FPDUs: a 64 KiB Write on the in-process network is one FPDU of
     /// 65492 octets and one of 84, each alone in its segment).
     records: Option<(usize, usize)>,
+    /// The receiver sends a small record back each time this many more octets have
+    /// arrived (0: never).
+    reply_every: usize,
 }
+
+/// A reply from the receiver: the size of an RDMA Read Response to a delivery probe.
+const REPLY: [u8; 24] = [0x5a; 24];
 
 /// The receiver's reader: with `rx_cpu` it copies at [`RATE`], one slice at a time,
 /// and gives the window back when a slice is copied.
@@ -208,6 +219,9 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
     );
     let mut b = Connection::listen(config(threads.rto_min, threads.buffer), b_addr, SeqNum(2));
     let mut rb = Reassembly::for_connection(&b);
+    let mut ra = Reassembly::for_connection(&a);
+    let mut replies = vec![0u8; 4096];
+    let mut next_reply = threads.reply_every;
     let mut wire = Wire::new(imp, seed);
     let data: Vec<u8> = (0..1 << 16).map(|i| (i * 7 + 3) as u8).collect();
     let (mut queued, mut got) = (0usize, 0usize);
@@ -216,6 +230,12 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
     let mut read = vec![0u8; 1 << 20];
     let mut small_next = false;
     while got < total {
+        while threads.reply_every > 0 && got >= next_reply {
+            if b.send_record(&REPLY).is_err() {
+                break;
+            }
+            next_reply += threads.reply_every;
+        }
         if let Some((r0, r1)) = threads.records {
             while queued < total {
                 let size = if small_next { r1 } else { r0 };
@@ -325,7 +345,8 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
             if end == End::A && now < a_stalled_until {
                 a_inbox.push(p.to_vec());
             } else if end == End::A {
-                let _ = a.handle_packet(now, p, &mut softrnic_tcp::Refuse);
+                let _ = a.handle_packet(now, p, &mut ra);
+                read_all(&mut ra, &mut a, &mut replies);
                 if !paced {
                     send_a(&mut a, &mut wire, now, &mut packet, paced, &mut a_busy);
                 }
@@ -345,7 +366,8 @@ fn run(imp: Impairments, seed: u64, total: usize, trace: bool, threads: Threads)
             // (a's timers wait for its thread.)
         } else if !a_inbox.is_empty() {
             for p in a_inbox.drain(..) {
-                let _ = a.handle_packet(now, &p, &mut softrnic_tcp::Refuse);
+                let _ = a.handle_packet(now, &p, &mut ra);
+                read_all(&mut ra, &mut a, &mut replies);
             }
         }
         if now >= a_stalled_until && a.poll_timeout().is_some_and(|t| t <= now) {
@@ -431,6 +453,7 @@ fn main() {
             .split_once(',')
             .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?))),
         buffer: arg(&args, "--buffer-kib", 8192) << 10,
+        reply_every: arg::<usize>(&args, "--reply-every-kib", 0) << 10,
     };
     let total = mb * 1_000_000;
     println!(
@@ -458,6 +481,7 @@ fn main() {
         "sndbuf"
     );
     let (mut ratios, mut rtos, mut clean_rtos, mut syn_rtos) = (Vec::new(), 0, 0, 0);
+    let (mut replier_rtos, mut replier_syn_rtos) = (0, 0);
     for seed in first..first + seeds {
         let clean = run(
             link(0.0, 0.0, reorder_delay, delay, queue),
@@ -477,6 +501,8 @@ fn main() {
         let s = &lossy.stats;
         rtos += s.timeouts;
         syn_rtos += s.handshake_timeouts;
+        replier_rtos += lossy.rx.timeouts;
+        replier_syn_rtos += lossy.rx.handshake_timeouts;
         clean_rtos += clean.stats.timeouts;
         ratios.push(ratio);
         println!(
@@ -505,4 +531,9 @@ fn main() {
         ratios[0],
         ratios.len()
     );
+    if threads.reply_every > 0 {
+        println!(
+            "the replier's timeouts (lossy runs): {replier_rtos} ({replier_syn_rtos} of them in the handshake)"
+        );
+    }
 }
