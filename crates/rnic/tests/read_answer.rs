@@ -196,6 +196,11 @@ fn a_read_request_behind_a_held_stream_is_answered_before_the_writes_after_it_ar
         .unwrap_or(0);
     let total = c.to_server.bytes.len() as u64;
     assert!(
+        read_before >= rr_end,
+        "the response left after {read_before} octets were read, before its request's \
+         FPDU (CRC field included) ended at {rr_end}"
+    );
+    assert!(
         read_before < rr_end + 1024,
         "the response left after {read_before} octets were read; the request ends at \
          {rr_end}, the stream at {total} ({} octets of Writes read after the request first)",
