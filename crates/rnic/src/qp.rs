@@ -97,6 +97,9 @@ pub struct QpStats {
     pub tx_bytes: u64,
     /// Octets the socket took from an engine thread's send calls.
     pub tx_engine_bytes: u64,
+    /// Transmit passes a receive pass made in its middle, to answer a Read Request
+    /// without waiting for the pass to end (`receive::answer_reads`).
+    pub rx_read_answers: u64,
 }
 
 impl QpStats {

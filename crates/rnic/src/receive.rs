@@ -168,10 +168,18 @@ impl Staging {
     }
 }
 
+/// The QP a receive pass drives and the engine serving its socket: a Read Request's
+/// answer is transmitted from inside the pass (see [`answer_reads`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Driven {
+    pub(crate) qp: QpId,
+    pub(crate) engine: usize,
+}
+
 /// Reads the connection and feeds the core until the stream would block, ends, or the
 /// core stops receiving. Returns whether anything moved.
 pub(crate) fn receive(
-    qp: QpId,
+    at: Driven,
     core: &mut Core,
     conn: &mut Conn,
     stats: &mut QpStats,
@@ -183,14 +191,14 @@ pub(crate) fn receive(
         staging.release_if_drained(core);
         return false;
     }
-    let moved = receive_stream(qp, core, conn, stats, staging, dev, srq);
+    let moved = receive_stream(at, core, conn, stats, staging, dev, srq);
     staging.release_if_drained(core);
     moved
 }
 
 /// [`receive`], with the staging buffer taken as it is needed.
 fn receive_stream(
-    qp: QpId,
+    at: Driven,
     core: &mut Core,
     conn: &mut Conn,
     stats: &mut QpStats,
@@ -198,6 +206,7 @@ fn receive_stream(
     dev: &Shared,
     srq: Option<&SrqShared>,
 ) -> bool {
+    let qp = at.qp;
     let mut moved = false;
     if core.rx_need() == RxNeed::Wait {
         // Held back by the SRQ (back-pressure): ask again; still held back, the
@@ -229,6 +238,7 @@ fn receive_stream(
             };
             staging.start += used;
             moved |= used > 0;
+            answer_reads(at, core, conn, stats, dev);
             if used == 0 || matches!(core.rx_need(), RxNeed::Stopped | RxNeed::Wait) {
                 break;
             }
@@ -346,6 +356,25 @@ fn receive_stream(
         }
     }
     moved
+}
+
+/// Transmits at once when the octets just fed finished a Read Request whose response
+/// has not begun, instead of at the end of the pass: a pass reads until the stream
+/// would block, so the response would otherwise wait behind every Write read after its
+/// request (up to the socket's whole receive buffer, and more while the peer keeps
+/// sending). Only once the request's FPDU is whole: the core takes a request at its
+/// body, before the trailer, and with CRC on nothing may act on it before its CRC is
+/// checked. The order on the wire is the transmit path's as always (RFC 5040: a
+/// response goes out only after its request was delivered, here after every message
+/// before it in the stream; responses in the order of their requests; IRD enforced
+/// when the request was taken). A socket known to be full, or a QP waiting for its turn
+/// to send, is left to the pass's end and the readiness event.
+#[inline]
+fn answer_reads(at: Driven, core: &mut Core, conn: &mut Conn, stats: &mut QpStats, dev: &Shared) {
+    if core.read_response_unstarted() && !core.rx_mid_fpdu() && !conn.tx.waits_for_room() {
+        stats.rx_read_answers += 1;
+        crate::transmit::transmit(at.qp, at.engine, core, conn, stats, dev);
+    }
 }
 
 /// The receive context: the device's TPT, and the QP's SRQ if it has one.

@@ -410,6 +410,13 @@ impl Qp {
         self.tx.may_send()
     }
 
+    /// Whether a Read Request was taken whose response has not begun (none of its
+    /// FPDUs polled): an I/O layer in the middle of a receive pass may transmit now, so
+    /// that the response does not wait behind everything else the pass reads.
+    pub fn read_response_unstarted(&self) -> bool {
+        self.tx.read_response_unstarted()
+    }
+
     /// Whether the FPDU from the last [`Qp::poll_transmit`] is the last of a Read
     /// Response. Its [`Qp::transmit_done`] completes nothing the program sees (it frees
     /// the inbound Read's IRD slot), so an I/O layer that keeps the source memory alive

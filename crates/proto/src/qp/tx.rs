@@ -596,6 +596,12 @@ impl TxState {
         }
     }
 
+    /// Whether the newest inbound Read's response has not begun: none of its FPDUs
+    /// has been polled yet.
+    pub(crate) fn read_response_unstarted(&self) -> bool {
+        self.irq.back().is_some_and(|r| r.sent == 0)
+    }
+
     /// Whether the FPDU in flight is the last of a Read Response: its
     /// [`TxState::transmit_done`] frees an IRD slot and completes nothing.
     pub(crate) fn read_response_in_flight(&self) -> bool {

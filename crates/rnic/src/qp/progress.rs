@@ -4,7 +4,7 @@
 use super::{QpInner, QpShared};
 use crate::close::close_if_done;
 use crate::device::{AsyncEvent, Shared};
-use crate::receive::receive;
+use crate::receive::{Driven, receive};
 use crate::transmit::transmit;
 use softrnic_proto::qp::{CqSide, QpEvent};
 use softrnic_proto::{Completion, QpState};
@@ -99,7 +99,10 @@ impl QpShared {
         } = g;
         match conn.as_mut() {
             Some(conn) => receive(
-                self.id,
+                Driven {
+                    qp: self.id,
+                    engine: self.engine(),
+                },
                 core,
                 conn,
                 stats,
