@@ -4,6 +4,8 @@
 
 pub mod affinity;
 pub(crate) mod eventfd;
+#[cfg(not(loom))]
+pub(crate) mod futex;
 pub mod nofile;
 pub(crate) mod random;
 pub mod socket;
