@@ -362,16 +362,15 @@ fn receive_stream(
 /// has not begun, instead of at the end of the pass: a pass reads until the stream
 /// would block, so the response would otherwise wait behind every Write read after its
 /// request (up to the socket's whole receive buffer, and more while the peer keeps
-/// sending). Only once the request's FPDU is whole: the core takes a request at its
-/// body, before the trailer, and with CRC on nothing may act on it before its CRC is
-/// checked. The order on the wire is the transmit path's as always (RFC 5040: a
+/// sending). The core queues a response only once its request's FPDU is whole, CRC
+/// checked (`Receiver::deliver`). The order on the wire is the transmit path's as always (RFC 5040: a
 /// response goes out only after its request was delivered, here after every message
 /// before it in the stream; responses in the order of their requests; IRD enforced
 /// when the request was taken). A socket known to be full, or a QP waiting for its turn
 /// to send, is left to the pass's end and the readiness event.
 #[inline]
 fn answer_reads(at: Driven, core: &mut Core, conn: &mut Conn, stats: &mut QpStats, dev: &Shared) {
-    if core.read_response_unstarted() && !core.rx_mid_fpdu() && !conn.tx.waits_for_room() {
+    if core.read_response_unstarted() && !conn.tx.waits_for_room() {
         stats.rx_read_answers += 1;
         crate::transmit::transmit(at.qp, at.engine, core, conn, stats, dev);
     }

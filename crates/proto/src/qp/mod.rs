@@ -410,9 +410,10 @@ impl Qp {
         self.tx.may_send()
     }
 
-    /// Whether a Read Request was taken whose response has not begun (none of its
-    /// FPDUs polled): an I/O layer in the middle of a receive pass may transmit now, so
-    /// that the response does not wait behind everything else the pass reads.
+    /// Whether a Read Request was taken (its FPDU whole, CRC checked) whose response
+    /// has not begun (none of its FPDUs polled): an I/O layer in the middle of a receive
+    /// pass may transmit now, so that the response does not wait behind everything
+    /// else the pass reads.
     pub fn read_response_unstarted(&self) -> bool {
         self.tx.read_response_unstarted()
     }

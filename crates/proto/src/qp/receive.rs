@@ -62,6 +62,10 @@ pub(crate) struct Receiver {
     /// (back-pressure): (header, payload length). The stream reads nothing until
     /// [`Receiver::retry`] binds one.
     waiting: Option<(DdpRepr, usize)>,
+    /// A Read Request whose body was taken and checked (MSN, TPT, IRD): its response
+    /// is queued once its FPDU is whole, so that nothing is sent for a request whose
+    /// CRC then fails.
+    read_taken: Option<(ReadRequest, Chunk)>,
 }
 
 type Res = Result<(), Fatal>;
@@ -130,6 +134,7 @@ impl Receiver {
         self.stream.stop();
         self.deferred.clear();
         self.waiting = None;
+        self.read_taken = None;
     }
 
     pub(crate) fn untagged(&mut self) -> &mut Untagged {
@@ -386,15 +391,11 @@ impl Receiver {
                 };
                 self.untagged.read_request(msn).map_err(|c| self.fail(c))?;
                 let source = place::read_source(d.tpt, d.pd, &rr).map_err(|c| self.fail(c))?;
-                if self.await_rtr && rr.size == 0 {
-                    // RFC 6581 RTR as a zero-length Read: answered like any Read.
-                    self.await_rtr = false;
-                    d.tx.hold_for_rtr = false;
-                }
-                if !d.tx.push_inbound_read(&rr, source) {
+                if !d.tx.inbound_read_room() {
                     // More Read Requests than the IRD we advertised (with IRD 0, any).
                     return Err(self.fail(place::ddp_untagged(ddp_code::untagged::NO_BUFFER)));
                 }
+                self.read_taken = Some((rr, source));
             }
             Opcode::Terminate => {
                 let cause = softrnic_wire::terminate::received_cause(self.stream.body());
@@ -411,6 +412,19 @@ impl Receiver {
     /// delivered: complete what it finishes.
     fn deliver(&mut self, h: DdpRepr, len: usize, d: &mut RxDeps<'_>) -> Res {
         match h.opcode {
+            Opcode::ReadRequest => {
+                if let Some((rr, source)) = self.read_taken.take() {
+                    if self.await_rtr && rr.size == 0 {
+                        // RFC 6581 RTR as a zero-length Read: answered like any Read.
+                        self.await_rtr = false;
+                        d.tx.hold_for_rtr = false;
+                    }
+                    // Room was checked when its body was taken, and no other request
+                    // came in between.
+                    let queued = d.tx.push_inbound_read(&rr, source);
+                    debug_assert!(queued, "IRD checked at the request's body");
+                }
+            }
             Opcode::Write if self.await_rtr && len == 0 => {
                 // RFC 6581 RTR as a zero-length Write: the responder may now send.
                 self.await_rtr = false;

@@ -293,6 +293,11 @@ impl TxState {
         self.orq.pop_front().map(|r| (r.seq, r.wr_id, r.received))
     }
 
+    /// Whether IRD has room for one more inbound Read Request.
+    pub(crate) fn inbound_read_room(&self) -> bool {
+        self.irq.len() < self.ird
+    }
+
     /// An inbound Read Request, already checked against the TPT; false if IRD is full.
     pub(crate) fn push_inbound_read(&mut self, rr: &ReadRequest, source: Chunk) -> bool {
         if self.irq.len() >= self.ird {

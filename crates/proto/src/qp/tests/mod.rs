@@ -815,6 +815,7 @@ mod ahead;
 mod closing;
 mod hostile;
 mod markers;
+mod read_crc;
 mod runs;
 mod runs_vs_steps;
 mod segments;
