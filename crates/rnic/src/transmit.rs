@@ -329,7 +329,7 @@ fn transmit_stream(
                 }
             };
         if room && core.may_transmit() {
-            if core.packs_segments() && tx.is_flushed() && conn.transport.all_sent() {
+            if tx.is_flushed() && conn.transport.all_sent() {
                 // The own TCP sent everything: the next FPDU starts a segment.
                 core.segments_sent();
             }
