@@ -25,8 +25,6 @@ mod backlog_tests;
 pub(crate) mod due;
 #[cfg(test)]
 mod due_tests;
-#[cfg(test)]
-mod gather_tests;
 pub(crate) mod link;
 pub(crate) mod listener;
 pub(crate) mod netlink;
