@@ -64,7 +64,6 @@ pub mod listener;
 pub mod mr;
 mod placement;
 pub mod qp;
-pub mod qp_lock;
 mod receive;
 pub mod region;
 mod region_table;

@@ -25,7 +25,6 @@ use crate::cq::{Cq, CqShared};
 use crate::device::{AsyncEvent, Shared};
 use crate::error::{Error, Result};
 use crate::handoff::Owner;
-use crate::qp_lock::{QpGuard, QpLock};
 use crate::receive::{Staging, feed};
 use crate::srq::SrqShared;
 use crate::transmit::TxQueue;
@@ -37,7 +36,7 @@ use crate::transport::stream::ConnStream;
 use softrnic_proto::qp::{QpConfig, QpParams};
 use softrnic_proto::{PdId, QpId, QpState};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 pub use crate::receive::{RX_DIRECT_MIN, RX_STAGING_LEN};
@@ -152,7 +151,7 @@ pub(crate) struct QpShared {
     recv_cq: Arc<CqShared>,
     /// The shared receive queue its receive buffers come from, if any.
     pub(crate) srq: Option<Arc<SrqShared>>,
-    pub(crate) inner: QpLock<QpInner>,
+    pub(crate) inner: Mutex<QpInner>,
     /// The engine serving the socket: chosen when the connection is attached, by the
     /// receive CQ's vector, and changed (under the QP lock) when that CQ moves.
     engine: AtomicUsize,
@@ -196,7 +195,7 @@ impl QpShared {
             send_cq: init.send_cq.shared.clone(),
             recv_cq: init.recv_cq.shared.clone(),
             srq,
-            inner: QpLock::new(QpInner {
+            inner: Mutex::new(QpInner {
                 core,
                 conn: None,
                 stats: QpStats::default(),
@@ -275,7 +274,7 @@ impl QpShared {
         Ok(())
     }
 
-    pub(crate) fn lock(&self) -> Result<QpGuard<'_, QpInner>> {
+    pub(crate) fn lock(&self) -> Result<std::sync::MutexGuard<'_, QpInner>> {
         Ok(self.inner.lock()?)
     }
 

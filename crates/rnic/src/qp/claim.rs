@@ -21,7 +21,7 @@ impl QpShared {
     /// engine keeps the socket and reads it: the consumer only sends what is queued,
     /// and gives back a socket it had claimed.
     pub(crate) fn consumer_progress(self: &Arc<Self>, ready: bool, engine_reads: bool) -> bool {
-        let Some(Ok(mut g)) = self.inner.try_lock() else {
+        let Ok(mut g) = self.inner.try_lock() else {
             return false;
         };
         let Some(dev) = self.pass_dev(&mut g) else {

@@ -3,17 +3,14 @@
 //! got, who drives its connection, and the connection's own line where the transport
 //! has one.
 
-use super::{QpInner, QpShared};
-use std::time::Duration;
-
-/// How long a report waits for the QP's lock, as the transport's report does.
-const PATIENCE: Duration = Duration::from_millis(200);
+use super::QpShared;
+use crate::transport::user::report::with_lock;
 
 impl QpShared {
     /// See the module notes. Waits at most a moment for the QP's lock: a lock that
     /// stays held is reported as such.
     pub(crate) fn stall_report(&self) -> String {
-        let body = self.with_lock_patiently(|g| {
+        let body = with_lock(&self.inner, |g| {
             let conn = g.conn.as_ref().map_or("no connection".to_string(), |c| {
                 format!(
                     "transmit queue {} octets flushed {}, transport {}",
@@ -39,20 +36,5 @@ impl QpShared {
             body.as_deref()
                 .unwrap_or("its lock is held (not released in 200 ms)")
         )
-    }
-
-    /// `f` on the QP's state, if its lock comes free within [`PATIENCE`] (tried, never
-    /// waited for: a hang may hold it for good).
-    fn with_lock_patiently<R>(&self, f: impl FnOnce(&QpInner) -> R) -> Option<R> {
-        let until = std::time::Instant::now() + PATIENCE;
-        loop {
-            if let Some(Ok(g)) = self.inner.try_lock() {
-                return Some(f(&g));
-            }
-            if std::time::Instant::now() >= until {
-                return None;
-            }
-            std::thread::yield_now();
-        }
     }
 }

@@ -4,8 +4,6 @@
 
 pub mod affinity;
 pub(crate) mod eventfd;
-#[cfg(not(loom))]
-pub(crate) mod futex;
 pub mod nofile;
 pub(crate) mod random;
 pub mod socket;
