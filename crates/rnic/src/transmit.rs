@@ -262,6 +262,24 @@ pub(crate) fn send_gathered(
     }
 }
 
+/// After a post and its [`send_gathered`]: whether the transmit pass that would follow
+/// has nothing to do, because every gathered octet is out, no large FPDU waits and the
+/// core has nothing more to send (no queued request, Read Response, Terminate or RTR).
+/// If so, the gather buffer goes back to the pool as that pass would give it (unless a
+/// polling consumer keeps it) and true is returned: the caller skips the pass.
+pub(crate) fn post_sent_all(core: &Core, conn: &mut Conn) -> bool {
+    let tx = &mut conn.tx;
+    if !tx.is_flushed() || core.may_transmit() || core.transport_closed() {
+        return false;
+    }
+    // No large FPDU waits, so no turn is needed (as the pass releases it).
+    if !tx.turn.is_waiting() {
+        tx.turn.release();
+    }
+    tx.release_if_sent();
+    true
+}
+
 /// Sends what the core has to send until the stream would block or the core has no
 /// more. Returns whether anything moved.
 /// `engine` serves the QP's socket: it drives the QP when a turn to send is handed to

@@ -69,6 +69,25 @@ impl QpShared {
         moved
     }
 
+    /// The pass after a post (a [`Pass::TransmitOnly`] one), cut to what a post that
+    /// sent everything it gathered leaves to do (`transmit::post_sent_all`): with no
+    /// close timer, no close under way and the timer as armed, only its completion is
+    /// delivered (an 8-octet ping-pong's reply: about 170 instructions less per
+    /// message). Anything else takes the whole pass.
+    pub(super) fn post_pass(&self, g: &mut QpInner, dev: &Shared) {
+        let quiet =
+            g.core.poll_timeout().is_none() && g.timer_armed.is_none() && !g.core.is_closing() && {
+                let QpInner { core, conn, .. } = &mut *g;
+                conn.as_mut()
+                    .is_some_and(|c| crate::transmit::post_sent_all(core, c))
+            };
+        if quiet {
+            self.deliver_if_output(g, dev);
+        } else {
+            self.progress_pass(g, dev, Pass::TransmitOnly);
+        }
+    }
+
     /// After a receive that queued nothing to send: whether it left the rest of the pass
     /// nothing to do (no completion or event released, the state as last delivered, no
     /// close under way, the timer as armed), as a placed Write does.

@@ -1,7 +1,6 @@
 //! The program's handle on a queue pair: its queries, the post verbs, disconnect and
 //! abort, and the abortive close when it is dropped.
 
-use super::progress::Pass;
 use super::{QpInner, QpShared, QpStats};
 use crate::close::drop_conn;
 use crate::device::{AsyncEvent, Shared};
@@ -99,7 +98,7 @@ impl Qp {
         let dev = self
             .shared
             .pass_dev(&mut g)
-            .ok_or(Error::BadState("device closed"))?;
+            .ok_or_else(|| Error::BadState("device closed"))?;
         let mut posted = Ok(());
         for wr in wrs {
             if let Err(e) = g.core.post_recv_ref(wr.borrow(), &dev.tpt) {
@@ -141,7 +140,7 @@ impl Qp {
         let dev = self
             .shared
             .pass_dev(&mut g)
-            .ok_or(Error::BadState("device closed"))?;
+            .ok_or_else(|| Error::BadState("device closed"))?;
         let mut posted = Ok(());
         let QpInner {
             core, conn, stats, ..
@@ -167,7 +166,7 @@ impl Qp {
             // without the receive path's `read(2)` (usually an empty one): what
             // arrives is for the engine, which sees the socket readable, or for the
             // polling consumer.
-            self.shared.progress_pass(&mut g, &dev, Pass::TransmitOnly);
+            self.shared.post_pass(&mut g, &dev);
         }
         let spare = self.shared.end_pass(&mut g, dev);
         drop(g);
