@@ -8,7 +8,7 @@
 //! overhead. `cargo bench -p softrnic-wire --bench codec`.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use softrnic_wire::crc::{crc32c, crc32c_append};
+use softrnic_wire::crc::{CrcImpl, crc32c, crc32c_append, crc32c_with};
 use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN};
 use softrnic_wire::mpa::{self, Deframer, MAX_FPDU_LEN, MAX_ULPDU_LEN};
 use softrnic_wire::rdmap::Opcode;
@@ -203,10 +203,16 @@ fn crc(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("append", size), |b| {
             b.iter(|| crc32c_append(black_box(0x1234_5678), black_box(&data)))
         });
-        // The crc32 instruction alone (the `crc32c` crate, used before), for comparison.
-        g.bench_function(BenchmarkId::new("crc32-instruction", size), |b| {
-            b.iter(|| ::crc32c::crc32c(black_box(&data)))
-        });
+        // Each implementation, whichever this CPU is given (`crc::implementation`).
+        for imp in [CrcImpl::CrcFast, CrcImpl::Crc32Instruction] {
+            let id = match imp {
+                CrcImpl::CrcFast => "crc-fast",
+                CrcImpl::Crc32Instruction => "crc32-instruction",
+            };
+            g.bench_function(BenchmarkId::new(id, size), |b| {
+                b.iter(|| crc32c_with(imp, black_box(&data)))
+            });
+        }
     }
     g.finish();
 }
