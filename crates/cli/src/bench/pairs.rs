@@ -6,8 +6,8 @@
 //! baseline's swing; TCP's own 8-octet ping-pong moves as much between runs (session 18:
 //! t_typical 5.0-8.1 us). After a size's headline, `--pairs N` runs the busy-polling
 //! baseline (same discipline, sockets, sizes and buffers as the headline's) and softrnic
-//! in N pairs of short sub-runs, alternating which goes first (TCP, softrnic, softrnic,
-//! TCP, ...) so that a slow drift of the machine favours neither, and reports each
+//! in N pairs of short sub-runs, alternating which goes first (..., softrnic, TCP, TCP,
+//! softrnic) so that a slow drift of the machine favours neither, and reports each
 //! pair's ratio, their median, and the ratio of all sub-runs pooled: bandwidth here,
 //! latency ([`lat`]: t_typical, t_avg and the 99%) in the sibling module.
 
@@ -56,9 +56,12 @@ pub fn sub_config(cfg: &BenchConfig, n: u32) -> BenchConfig {
     }
 }
 
-/// Whether softrnic goes first in pair `i` (0-based): TCP first, then softrnic first, ...
-pub fn softrnic_first(i: u32) -> bool {
-    i % 2 == 1
+/// Whether softrnic goes first in pair `i` (0-based) of `n`: the last pair TCP first,
+/// the one before it softrnic first, and so on back, so the round's last sub-run is
+/// always softrnic's: the one marked last, after which a standalone server ends (with
+/// the TCP sub-run after it, an even `n` found the server gone in client mode).
+pub fn softrnic_first(i: u32, n: u32) -> bool {
+    (n - 1 - i) % 2 == 1
 }
 
 /// The pairs of one size.
@@ -160,7 +163,7 @@ impl BwPairs {
     pub fn json(&self) -> Value {
         let mb = |x: f64| x / (1u64 << 20) as f64;
         json!({
-            "extra": "not the headline: alternating sub-runs, TCP first in even pairs",
+            "extra": "not the headline: alternating sub-runs, the last pair TCP first",
             "baseline": KIND.name(),
             "sub_seconds": self.sub_duration.map(|d| d.as_secs_f64()),
             "sub_iterations": self.sub_duration.is_none().then_some(self.sub_iters),
@@ -227,7 +230,7 @@ fn alternate<T>(
     let mut runs = Vec::with_capacity(n as usize);
     for i in 0..n {
         let last = i + 1 == n;
-        let pair = if softrnic_first(i) {
+        let pair = if softrnic_first(i, n) {
             let s = take(softrnic(sub, last)?)?;
             (take(tcp(sub)?)?, s)
         } else {
@@ -308,14 +311,14 @@ mod tests {
         assert_eq!(
             order.into_inner(),
             [
-                "tcp",
-                "softrnic",
                 "softrnic",
                 "tcp",
                 "tcp",
                 "softrnic",
-                "softrnic last",
-                "tcp"
+                "softrnic",
+                "tcp",
+                "tcp",
+                "softrnic last"
             ]
         );
         assert_eq!(
@@ -332,6 +335,38 @@ mod tests {
                 .contains("0.90 1.10 1.30 1.00; median 1.05, pooled 1.09")
         );
         assert_eq!(p.json()["median_ratio"], json!(p.median_ratio().unwrap()));
+    }
+
+    /// For any number of pairs the order alternates and softrnic's sub-run marked last
+    /// is the round's last run: a standalone server ends after it, so a TCP sub-run
+    /// after it would find no server (as with 2 pairs before, in client mode).
+    #[test]
+    fn the_last_sub_run_is_softrnics_marked_last() {
+        let c = cfg(&["write_bw", "--loopback", "--baseline", "tcp", "-n", "9"]).unwrap();
+        for n in 1..=7 {
+            let order = RefCell::new(Vec::new());
+            let p = run(
+                &c,
+                n,
+                |_| {
+                    order.borrow_mut().push(("tcp", false));
+                    Ok(bw(1.0))
+                },
+                |_, last| {
+                    order.borrow_mut().push(("softrnic", last));
+                    Ok(bw(1.0))
+                },
+            )
+            .unwrap();
+            assert_eq!(p.pairs(), n as usize);
+            let order = order.into_inner();
+            assert_eq!(order.last(), Some(&("softrnic", true)), "n = {n}");
+            assert_eq!(order.iter().filter(|o| o.1).count(), 1, "n = {n}");
+            // Each pair's first is the previous pair's second.
+            for w in order.chunks(2).collect::<Vec<_>>().windows(2) {
+                assert_eq!(w[0][1].0, w[1][0].0, "n = {n}: {order:?}");
+            }
+        }
     }
 
     /// Without a duration each sub-run takes a share of the iterations, at least one.

@@ -128,7 +128,7 @@ impl LatPairs {
             })
         };
         json!({
-            "extra": "not the headline: alternating sub-runs, TCP first in even pairs",
+            "extra": "not the headline: alternating sub-runs, the last pair TCP first",
             "baseline": KIND.name(),
             "sub_seconds": self.sub_duration.map(|d| d.as_secs_f64()),
             "sub_iterations": self.sub_duration.is_none().then_some(self.sub_iters),
@@ -256,7 +256,7 @@ mod tests {
         };
         assert_eq!(
             order.into_inner(),
-            ["tcp", "softrnic", "softrnic last", "tcp"]
+            ["softrnic", "tcp", "tcp", "softrnic last"]
         );
         assert_eq!(p.ratios(LatStat::Typical), [1.5, 1.0]);
         assert_eq!(p.ratios(LatStat::Avg), [0.75, 2.0]);
