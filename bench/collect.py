@@ -92,7 +92,7 @@ def softrnic(raw, cmd):
         if j.get("events"):
             r["label"] += " (events)"
         figures(j, r)
-        for k in ("ratio_vs_tcp", "ratio_baseline", "ratios_vs_tcp", "lat_ratios_vs_tcp"):
+        for k in ("ratio_vs_tcp", "ratio_baseline", "ratios_vs_tcp", "lat_ratios_vs_tcp", "paired"):
             if k in j:
                 r[k] = j[k]
         out.append(r)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Summarise `--pairs` runs: for each size of each JSON-lines file, the headline ratio to
 the busy-polling TCP stream beside the paired sub-runs' ratios, their median and the
-pooled ratio, and what the headline's busy-poll stream did per message (`calls`).
+pooled ratio, and what the headline's busy-poll stream did per message (`calls`);
+latency tests: t_typical, t_avg and 99% of the headline's ratio to the busy-polling
+ping-pong beside the pairs' median and pooled ratios of each.
 
     python3 bench/paired.py OUT/*.jsonl
 """
@@ -31,6 +33,9 @@ def main(paths):
             if r.get("transport") != "softrnic":
                 continue
             bp = tcp.pop(key, {})
+            if "t_typical_usec" in r:
+                print(latency(path, key, r, bp))
+                continue
             head = r.get("ratios_vs_tcp", {}).get("busy_poll")
             line = f"{path}: {key[0]} {key[1]} B softrnic {r['bw_average']:.0f}"
             line += f" busy-poll {bp.get('bw_average', 0):.0f}"
@@ -47,6 +52,26 @@ def main(paths):
                          f" {c['octets_per_read']:.0f} B, empty {c['empty_reads_per_msg']:.1f},"
                          f" full sends {c['full_sends_per_msg']:.2f}")
             print(line)
+
+
+def latency(path, key, r, bp):
+    """One latency size: headline ratios to the busy-poll ping-pong, then the pairs'."""
+    x = lambda v: f"x{v:.2f}" if isinstance(v, (int, float)) else "-"
+    head = r.get("lat_ratios_vs_tcp", {}).get("busy_poll", {})
+    line = (f"{path}: {key[0]} {key[1]} B softrnic t_typical {r['t_typical_usec']:.2f}"
+            f" busy-poll {bp.get('t_typical_usec', 0):.2f} us | headline")
+    stats = (("t_typical", "t_typical"), ("t_avg", "t_avg"), ("p99", "99%"))
+    for k, label in stats:
+        line += f" {label} {x(head.get(k))}"
+    p = r.get("paired")
+    if p:
+        line += f" | {len(p['tcp'])} pairs: median"
+        for k, label in stats:
+            line += f" {label} {x(p['median_ratio'].get(k))}"
+        line += ", pooled"
+        for k, label in stats:
+            line += f" {label} {x(p['pooled_ratio'].get(k))}"
+    return line
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@
 #   CPU_SERVER=0 CPU_CLIENT=1          the CPUs the two sides are pinned to
 #   PORT_BASE=18620     first of the TCP ports used (softrnic: +0, +1; fi_pingpong: +10;
 #                       ucx_perftest: +20)
+#   PAIRS=0             softrnic's polling runs (bandwidth and latency) add `--pairs N`:
+#                       after each size's headline, N alternating pairs of busy-polling
+#                       TCP and softrnic sub-runs (JSON `paired`; the raw output keeps
+#                       each pair's figures); the ratios that survive the machine's
+#                       drift between the headline's TCP and softrnic runs. 0: none
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,6 +32,7 @@ OUT="${OUT:-target/bench}"
 CPU_SERVER="${CPU_SERVER:-0}"
 CPU_CLIENT="${CPU_CLIENT:-1}"
 PORT_BASE="${PORT_BASE:-18620}"
+PAIRS="${PAIRS:-0}"
 SIZES=(64 4096 65536 1048576)
 SIZES_CSV="64,4K,64K,1M"
 
@@ -194,10 +200,15 @@ if want softrnic; then
     # Every test with its own TCP baselines (blocking, busy-polling and, for the
     # streams, batching), run right before each size; the ratio is against the
     # strongest of them.
+    # PAIRS=N adds the paired sub-runs after each headline (bandwidth and latency).
+    # They add about two headline runs per size (busy-polling TCP, softrnic): more time.
+    pairs=()
+    tmo="$(secs 20)"
+    if [ "$PAIRS" -gt 0 ]; then pairs=(--pairs "$PAIRS"); tmo="$(secs 28)"; fi
     for t in write_bw read_bw send_bw write_lat send_lat read_lat; do
-        cmd=(softrnic "$t" --loopback --baseline tcp --json --quiet -s "$SIZES_CSV" -D "$DURATION" -p "$P")
+        cmd=(softrnic "$t" --loopback --baseline tcp --json --quiet -s "$SIZES_CSV" -D "$DURATION" -p "$P" ${pairs[@]+"${pairs[@]}"})
         say "${cmd[*]}"
-        if timeout "$(secs 20)" "$BIN" "${cmd[@]:1}" >"$RAW/softrnic_$t.out" 2>"$RAW/softrnic_$t.err"; then
+        if timeout "$tmo" "$BIN" "${cmd[@]:1}" >"$RAW/softrnic_$t.out" 2>"$RAW/softrnic_$t.err"; then
             "$PY" bench/collect.py softrnic "$RAW/softrnic_$t.out" "$RESULTS" --cmd "${cmd[*]}"
         else
             skip "softrnic $t failed: $(tail -3 "$RAW/softrnic_$t.err" | tr '\n' ' ')"

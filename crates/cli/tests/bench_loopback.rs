@@ -66,7 +66,7 @@ fn send_lat_loopback_json() {
         assert!(num(v, k) >= 0.0, "{k} in {v}");
     }
     assert!(num(v, "t_min_usec") <= num(v, "t_max_usec"));
-    assert!(matches!(rows[0].softrnic, Measured::Lat(l) if l.iterations == 50));
+    assert!(matches!(&rows[0].softrnic, Measured::Lat(l) if l.iterations == 50));
 }
 
 /// The other four tests, several sizes, and the TCP baseline: every size gets a TCP
@@ -545,7 +545,7 @@ fn pairs_follow_each_headline_and_leave_it_unchanged() {
         }
         assert!(
             rows.iter()
-                .all(|r| r.paired.as_ref().is_some_and(|p| p.runs.len() == 3))
+                .all(|r| r.paired.as_ref().is_some_and(|p| p.pairs() == 3))
         );
     }
 }

@@ -148,7 +148,7 @@ fn bw(side: &Side) -> BwResult {
 
 /// A latency result's iteration count, which must be its sample count.
 fn lat(side: &Side) -> u64 {
-    match side.result {
+    match &side.result {
         Some(Measured::Lat(l)) => {
             assert!(l.stats.min <= l.stats.max);
             assert_eq!(l.stats.count as u64, l.iterations, "{}", side.text);

@@ -132,11 +132,13 @@ pub struct BenchArgs {
     /// its sockets) instead of leaving Nagle on.
     #[arg(long)]
     pub tcp_nodelay: bool,
-    /// An extra measurement beside the headline (bandwidth tests, with --baseline tcp):
-    /// after each size's headline, N pairs of sub-runs of the busy-polling TCP stream and
-    /// softrnic, each a 1/N share of the size's duration (or iterations), in the order
-    /// TCP, softrnic, softrnic, TCP, ...; reports each pair's ratio and their median.
-    /// The headline and its ratios are unchanged.
+    /// An extra measurement beside the headline (with --baseline tcp): after each size's
+    /// headline, N pairs of sub-runs of the busy-polling TCP baseline (stream or
+    /// ping-pong) and softrnic, each a 1/N share of the size's duration (or iterations;
+    /// latency: at least 1000, each after its own warm-up), in the order TCP, softrnic,
+    /// softrnic, TCP, ...; reports each pair's ratio (latency: of t_typical, t_avg and
+    /// the 99%), their median, and the ratio of all sub-runs pooled. The headline and
+    /// its ratios are unchanged.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub pairs: u32,
     /// One JSON object per result line on stdout, for scripts.

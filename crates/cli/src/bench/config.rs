@@ -82,6 +82,8 @@ pub struct BenchConfig {
     pub idle_timeout: Duration,
     /// Latency warm-up iterations.
     pub warmup: u64,
+    /// Latency results keep every sample (the `--pairs` sub-runs, which pool them).
+    pub keep_samples: bool,
     /// Progress line on stderr.
     pub show_progress: bool,
     /// QP counters on stderr.
@@ -248,6 +250,7 @@ impl BenchConfig {
             events: a.events,
             idle_timeout: Duration::from_secs(a.idle_timeout.max(1)),
             warmup: a.warmup,
+            keep_samples: false,
             show_progress: !a.quiet,
             verbose: a.verbose,
             rdma_cm: a.rdma_cm,
@@ -464,6 +467,7 @@ mod tests {
                 iterations: 1,
                 stats: LatStats::from_samples(&s).unwrap(),
                 cpu: None,
+                samples: None,
             })
         };
         let row = ResultRow::new(
@@ -478,7 +482,10 @@ mod tests {
         assert_eq!(row.tcp_kind, Some(TcpKind::BusyPoll));
         assert_eq!(row.ratio(), Some(1.5));
         let none = ResultRow::new(Test::SendLat, 8, lat(6.0), Vec::new());
-        assert_eq!((none.tcp, none.tcp_kind, none.ratio()), (None, None, None));
+        assert_eq!(
+            (&none.tcp, none.tcp_kind, none.ratio()),
+            (&None, None, None)
+        );
     }
 
     #[test]

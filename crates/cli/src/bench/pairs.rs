@@ -3,28 +3,35 @@
 //! The busy-polling TCP stream at 64 KiB swings by up to 25% between rounds on this
 //! machine (session 15: 6.7-8.7 GB/s) while softrnic's own rate, measured a few seconds
 //! later, does not follow it, so one headline ratio per round mostly reads the
-//! baseline's swing. After a size's headline, `--pairs N` runs the busy-polling stream
-//! (same discipline, sockets, sizes and buffers as the headline's) and softrnic in N
-//! pairs of short sub-runs, alternating which goes first (TCP, softrnic, softrnic, TCP,
-//! ...) so that a slow drift of the machine favours neither, and reports each pair's
-//! ratio, their median, and the ratio of all sub-runs pooled.
+//! baseline's swing; TCP's own 8-octet ping-pong moves as much between runs (session 18:
+//! t_typical 5.0-8.1 us). After a size's headline, `--pairs N` runs the busy-polling
+//! baseline (same discipline, sockets, sizes and buffers as the headline's) and softrnic
+//! in N pairs of short sub-runs, alternating which goes first (..., softrnic, TCP, TCP,
+//! softrnic) so that a slow drift of the machine favours neither, and reports each
+//! pair's ratio, their median, and the ratio of all sub-runs pooled: bandwidth here,
+//! latency ([`lat`]: t_typical, t_avg and the 99%) in the sibling module.
+
+mod lat;
 
 use super::{BenchArgs, BenchConfig, Measured, TcpKind, Test};
+pub use lat::{LatPairs, LatStat};
 use serde_json::{Value, json};
 use std::time::Duration;
 
-/// The baseline the pairs measure against: the busy-polling stream of the target.
+/// The baseline the pairs measure against: the busy-polling stream (or ping-pong) of the
+/// target.
 pub const KIND: TcpKind = TcpKind::BusyPoll;
 
+/// The fewest measured iterations of a latency sub-run: its 99% then rests on the 10
+/// slowest samples rather than on one.
+pub const MIN_LAT_SUB_ITERS: u64 = 1000;
+
 /// Refuses `--pairs` where it has nothing to pair with.
-pub fn check(test: Test, a: &BenchArgs) -> Result<(), String> {
-    if !test.is_bw() {
-        return Err("--pairs: bandwidth tests only".into());
-    }
+pub fn check(_test: Test, a: &BenchArgs) -> Result<(), String> {
     if a.baseline.is_none() || a.events || a.rdma_cm {
         return Err(
             "--pairs needs --baseline tcp, without -e or -R (it pairs softrnic with \
-                    the busy-polling TCP stream)"
+                    the busy-polling TCP baseline)"
                 .into(),
         );
     }
@@ -32,24 +39,93 @@ pub fn check(test: Test, a: &BenchArgs) -> Result<(), String> {
 }
 
 /// The configuration of one sub-run: a 1/`n` share of the headline's duration, or of its
-/// iterations (at least one).
+/// iterations (bandwidth: at least one; latency: at least [`MIN_LAT_SUB_ITERS`], each
+/// sub-run after the headline's warm-up, and keeping its samples for the pooled figures).
 pub fn sub_config(cfg: &BenchConfig, n: u32) -> BenchConfig {
     let n = n.max(1);
+    let least = if cfg.test.is_bw() {
+        1
+    } else {
+        MIN_LAT_SUB_ITERS
+    };
     BenchConfig {
         duration: cfg.duration.map(|d| d / n),
-        iters: (cfg.iters / u64::from(n)).max(1),
+        iters: (cfg.iters / u64::from(n)).max(least),
+        keep_samples: !cfg.test.is_bw(),
         ..cfg.clone()
     }
 }
 
-/// Whether softrnic goes first in pair `i` (0-based): TCP first, then softrnic first, ...
-pub fn softrnic_first(i: u32) -> bool {
-    i % 2 == 1
+/// Whether softrnic goes first in pair `i` (0-based) of `n`: the last pair TCP first,
+/// the one before it softrnic first, and so on back, so the round's last sub-run is
+/// always softrnic's: the one marked last, after which a standalone server ends (with
+/// the TCP sub-run after it, an even `n` found the server gone in client mode).
+pub fn softrnic_first(i: u32, n: u32) -> bool {
+    (n - 1 - i) % 2 == 1
 }
 
-/// The pairs of one size: average bandwidth (octets a second) of TCP and softrnic.
+/// The pairs of one size.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Paired {
+pub enum Paired {
+    /// Bandwidth tests.
+    Bw(BwPairs),
+    /// Latency tests.
+    Lat(LatPairs),
+}
+
+impl Paired {
+    /// As the JSON field `paired` of softrnic's result.
+    pub fn json(&self) -> Value {
+        match self {
+            Paired::Bw(p) => p.json(),
+            Paired::Lat(p) => p.json(),
+        }
+    }
+
+    /// The line(s) under the row in text mode.
+    pub fn text(&self) -> String {
+        match self {
+            Paired::Bw(p) => p.text(),
+            Paired::Lat(p) => p.text(),
+        }
+    }
+
+    /// How many pairs ran.
+    pub fn pairs(&self) -> usize {
+        match self {
+            Paired::Bw(p) => p.runs.len(),
+            Paired::Lat(p) => p.runs.len(),
+        }
+    }
+
+    /// The latency pairs, if these are.
+    pub fn lat(&self) -> Option<&LatPairs> {
+        match self {
+            Paired::Lat(p) => Some(p),
+            Paired::Bw(_) => None,
+        }
+    }
+}
+
+/// The median of `x`'s finite values.
+fn median_of(x: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut r: Vec<f64> = x.into_iter().filter(|x| x.is_finite()).collect();
+    r.sort_by(f64::total_cmp);
+    super::stats::median(&r)
+}
+
+/// How long each sub-run was, for the text line.
+fn each(sub_duration: Option<Duration>, sub_iters: u64) -> String {
+    match sub_duration {
+        Some(d) => format!("{:.2} s", d.as_secs_f64()),
+        None => format!("{sub_iters} iterations"),
+    }
+}
+
+/// The pairs of one size of a bandwidth test: average bandwidth (octets a second) of
+/// TCP and softrnic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BwPairs {
     /// Each sub-run's length (duration, or iterations per QP).
     pub sub_duration: Option<Duration>,
     pub sub_iters: u64,
@@ -57,7 +133,7 @@ pub struct Paired {
     pub runs: Vec<(f64, f64)>,
 }
 
-impl Paired {
+impl BwPairs {
     /// softrnic / TCP of each pair.
     pub fn ratios(&self) -> Vec<f64> {
         self.runs
@@ -68,13 +144,7 @@ impl Paired {
 
     /// The median of the pairs' ratios.
     pub fn median_ratio(&self) -> Option<f64> {
-        let mut r: Vec<f64> = self
-            .ratios()
-            .into_iter()
-            .filter(|x| x.is_finite())
-            .collect();
-        r.sort_by(f64::total_cmp);
-        super::stats::median(&r)
+        median_of(self.ratios())
     }
 
     /// All sub-runs pooled: softrnic's summed bandwidths over TCP's. Each side runs as
@@ -93,7 +163,7 @@ impl Paired {
     pub fn json(&self) -> Value {
         let mb = |x: f64| x / (1u64 << 20) as f64;
         json!({
-            "extra": "not the headline: alternating sub-runs, TCP first in even pairs",
+            "extra": "not the headline: alternating sub-runs, the last pair TCP first",
             "baseline": KIND.name(),
             "sub_seconds": self.sub_duration.map(|d| d.as_secs_f64()),
             "sub_iterations": self.sub_duration.is_none().then_some(self.sub_iters),
@@ -108,10 +178,7 @@ impl Paired {
 
     /// The line under the row in text mode.
     pub fn text(&self) -> String {
-        let each = match self.sub_duration {
-            Some(d) => format!("{:.2} s", d.as_secs_f64()),
-            None => format!("{} iterations", self.sub_iters),
-        };
+        let each = each(self.sub_duration, self.sub_iters);
         let ratios: Vec<String> = self.ratios().iter().map(|x| format!("{x:.2}")).collect();
         let show = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |m| format!("{m:.2}"));
         let (median, pooled) = (show(self.median_ratio()), show(self.pooled_ratio()));
@@ -130,30 +197,49 @@ impl Paired {
 pub fn run(
     sub: &BenchConfig,
     n: u32,
-    mut tcp: impl FnMut(&BenchConfig) -> Result<Measured, String>,
-    mut softrnic: impl FnMut(&BenchConfig, bool) -> Result<Measured, String>,
+    tcp: impl FnMut(&BenchConfig) -> Result<Measured, String>,
+    softrnic: impl FnMut(&BenchConfig, bool) -> Result<Measured, String>,
 ) -> Result<Paired, String> {
-    let bw = |m: Measured| match m {
-        Measured::Bw(b) => Ok(b.avg_bps),
-        Measured::Lat(_) => Err("--pairs: a latency result in a bandwidth test".to_string()),
-    };
-    let mut runs = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let last = i + 1 == n;
-        let pair = if softrnic_first(i) {
-            let s = bw(softrnic(sub, last)?)?;
-            (bw(tcp(sub)?)?, s)
-        } else {
-            let t = bw(tcp(sub)?)?;
-            (t, bw(softrnic(sub, last)?)?)
-        };
-        runs.push(pair);
+    if !sub.test.is_bw() {
+        let runs = alternate(sub, n, tcp, softrnic, |m| match m {
+            Measured::Lat(l) => Ok(l),
+            Measured::Bw(_) => Err("--pairs: a bandwidth result in a latency test".into()),
+        })?;
+        return LatPairs::new(sub, runs).map(Paired::Lat);
     }
-    Ok(Paired {
+    let runs = alternate(sub, n, tcp, softrnic, |m| match m {
+        Measured::Bw(b) => Ok(b.avg_bps),
+        Measured::Lat(_) => Err("--pairs: a latency result in a bandwidth test".into()),
+    })?;
+    Ok(Paired::Bw(BwPairs {
         sub_duration: sub.duration,
         sub_iters: sub.iters,
         runs,
-    })
+    }))
+}
+
+/// The alternation itself: `n` pairs (TCP, softrnic) of what `take` keeps of each
+/// sub-run, in the order run.
+fn alternate<T>(
+    sub: &BenchConfig,
+    n: u32,
+    mut tcp: impl FnMut(&BenchConfig) -> Result<Measured, String>,
+    mut softrnic: impl FnMut(&BenchConfig, bool) -> Result<Measured, String>,
+    take: impl Fn(Measured) -> Result<T, String>,
+) -> Result<Vec<(T, T)>, String> {
+    let mut runs = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let last = i + 1 == n;
+        let pair = if softrnic_first(i, n) {
+            let s = take(softrnic(sub, last)?)?;
+            (take(tcp(sub)?)?, s)
+        } else {
+            let t = take(tcp(sub)?)?;
+            (t, take(softrnic(sub, last)?)?)
+        };
+        runs.push(pair);
+    }
+    Ok(runs)
 }
 
 #[cfg(test)]
@@ -204,7 +290,7 @@ mod tests {
         let order = RefCell::new(Vec::new());
         let tcp_bw = RefCell::new([100.0, 200.0, 100.0, 50.0].into_iter());
         let soft_bw = RefCell::new([90.0, 220.0, 130.0, 50.0].into_iter());
-        let p = run(
+        let p = match run(
             &sub,
             c.pairs,
             |s| {
@@ -218,19 +304,21 @@ mod tests {
                     .push(if last { "softrnic last" } else { "softrnic" });
                 Ok(bw(soft_bw.borrow_mut().next().unwrap()))
             },
-        )
-        .unwrap();
+        ) {
+            Ok(Paired::Bw(p)) => p,
+            other => panic!("{other:?}"),
+        };
         assert_eq!(
             order.into_inner(),
             [
-                "tcp",
-                "softrnic",
                 "softrnic",
                 "tcp",
                 "tcp",
                 "softrnic",
-                "softrnic last",
-                "tcp"
+                "softrnic",
+                "tcp",
+                "tcp",
+                "softrnic last"
             ]
         );
         assert_eq!(
@@ -247,6 +335,38 @@ mod tests {
                 .contains("0.90 1.10 1.30 1.00; median 1.05, pooled 1.09")
         );
         assert_eq!(p.json()["median_ratio"], json!(p.median_ratio().unwrap()));
+    }
+
+    /// For any number of pairs the order alternates and softrnic's sub-run marked last
+    /// is the round's last run: a standalone server ends after it, so a TCP sub-run
+    /// after it would find no server (as with 2 pairs before, in client mode).
+    #[test]
+    fn the_last_sub_run_is_softrnics_marked_last() {
+        let c = cfg(&["write_bw", "--loopback", "--baseline", "tcp", "-n", "9"]).unwrap();
+        for n in 1..=7 {
+            let order = RefCell::new(Vec::new());
+            let p = run(
+                &c,
+                n,
+                |_| {
+                    order.borrow_mut().push(("tcp", false));
+                    Ok(bw(1.0))
+                },
+                |_, last| {
+                    order.borrow_mut().push(("softrnic", last));
+                    Ok(bw(1.0))
+                },
+            )
+            .unwrap();
+            assert_eq!(p.pairs(), n as usize);
+            let order = order.into_inner();
+            assert_eq!(order.last(), Some(&("softrnic", true)), "n = {n}");
+            assert_eq!(order.iter().filter(|o| o.1).count(), 1, "n = {n}");
+            // Each pair's first is the previous pair's second.
+            for w in order.chunks(2).collect::<Vec<_>>().windows(2) {
+                assert_eq!(w[0][1].0, w[1][0].0, "n = {n}: {order:?}");
+            }
+        }
     }
 
     /// Without a duration each sub-run takes a share of the iterations, at least one.
@@ -268,19 +388,15 @@ mod tests {
         assert_eq!(sub_config(&c, 3).duration, None);
     }
 
-    /// `--pairs` needs the busy-polling baseline and a bandwidth test.
+    /// `--pairs` needs the busy-polling baseline: refused without a baseline, and with
+    /// -e (whose baselines do not spin) or -R (perftest's exchange, no TCP baseline);
+    /// bandwidth and latency tests alike.
     #[test]
     fn pairs_are_refused_without_a_busy_polling_baseline() {
         for argv in [
             &["write_bw", "--loopback", "--pairs", "2"][..],
-            &[
-                "write_lat",
-                "--loopback",
-                "--baseline",
-                "tcp",
-                "--pairs",
-                "2",
-            ],
+            &["send_lat", "--loopback", "--pairs", "2"],
+            &["read_lat", "--loopback", "--pairs", "2"],
             &[
                 "read_bw",
                 "--loopback",
@@ -290,9 +406,33 @@ mod tests {
                 "--pairs",
                 "2",
             ],
+            &[
+                "send_lat",
+                "--loopback",
+                "--baseline",
+                "tcp",
+                "-e",
+                "--pairs",
+                "2",
+            ],
+            &[
+                "write_lat",
+                "127.0.0.1",
+                "-R",
+                "--baseline",
+                "tcp",
+                "--pairs",
+                "2",
+            ],
         ] {
-            assert!(cfg(argv).is_err(), "{argv:?}");
+            let e = cfg(argv).unwrap_err();
+            assert!(e.contains("--pairs"), "{argv:?}: {e}");
         }
-        assert!(cfg(&["read_bw", "--loopback", "--baseline", "tcp", "--pairs", "2"]).is_ok());
+        for t in ["read_bw", "write_lat", "send_lat", "read_lat"] {
+            assert!(
+                cfg(&[t, "--loopback", "--baseline", "tcp", "--pairs", "2"]).is_ok(),
+                "{t}"
+            );
+        }
     }
 }

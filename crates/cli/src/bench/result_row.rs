@@ -5,7 +5,7 @@ use super::*;
 use tcp_sockets::Settings;
 
 /// One measurement.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Measured {
     /// Bandwidth.
     Bw(BwResult),
@@ -93,13 +93,14 @@ impl ResultRow {
                 Some(x) if !stronger(&b.1, &x.1) => Some(x),
                 _ => Some(b),
             })
-            .copied();
+            .cloned();
+        let (tcp_kind, tcp) = best.unzip();
         ResultRow {
             test,
             size,
             softrnic,
-            tcp: best.map(|b| b.1),
-            tcp_kind: best.map(|b| b.0),
+            tcp,
+            tcp_kind,
             baselines,
             baseline_sockets: None,
             paired: None,

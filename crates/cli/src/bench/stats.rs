@@ -350,7 +350,7 @@ impl Spread {
 }
 
 /// A latency result.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LatResult {
     /// Message size.
     pub bytes: usize,
@@ -360,6 +360,23 @@ pub struct LatResult {
     pub stats: LatStats,
     /// The CPU the run used, if counted.
     pub cpu: Option<CpuUse>,
+    /// Every sample, microseconds, in the order taken: kept only where asked
+    /// (`BenchConfig::keep_samples`, the `--pairs` sub-runs, which pool them).
+    pub samples: Option<std::sync::Arc<Vec<f64>>>,
+}
+
+impl LatResult {
+    /// The result of `samples` (microseconds) of `bytes`-octet messages, keeping the
+    /// samples if `keep`; `None` for no samples.
+    pub fn of_samples(bytes: usize, samples: Vec<f64>, keep: bool) -> Option<LatResult> {
+        Some(LatResult {
+            bytes,
+            iterations: samples.len() as u64,
+            stats: LatStats::from_samples(&samples)?,
+            cpu: None,
+            samples: keep.then(|| std::sync::Arc::new(samples)),
+        })
+    }
 }
 
 /// Prints a progress line to stderr once a run has lasted more than a second, then once a

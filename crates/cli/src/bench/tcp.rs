@@ -35,7 +35,7 @@
 //! control, receive buffer, `--same-host-tcp`), and all of them read and write through
 //! softrnic's direct system calls, not glibc's wrappers ([`super::tcp_sockets`]).
 
-use super::stats::{BwMeter, CpuClock, LatStats, Progress, StreamCalls};
+use super::stats::{BwMeter, CpuClock, Progress, StreamCalls};
 use super::tcp_sockets::{self, Direct, Settings};
 use super::{BenchConfig, LatResult, Measured, Mode, Test, tcp_streams};
 use calls::{Reads, Sends, stream_calls};
@@ -559,14 +559,10 @@ pub fn client_round(
                     _ => {}
                 }
             }
-            let stats =
-                LatStats::from_samples(&samples).ok_or_else(|| io::Error::other("no samples"))?;
-            Measured::Lat(LatResult {
-                bytes: size,
-                iterations: samples.len() as u64,
-                stats,
-                cpu: None,
-            })
+            Measured::Lat(
+                LatResult::of_samples(size, samples, cfg.keep_samples)
+                    .ok_or_else(|| io::Error::other("no samples"))?,
+            )
         }
     };
     progress.finish();

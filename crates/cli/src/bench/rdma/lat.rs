@@ -3,7 +3,7 @@
 use super::{Ep, STALL, WAIT, check_wc, e2s, next_tag, recv_wr};
 use crate::bench::cqs::CqSet;
 use crate::bench::stall::StallWatch;
-use crate::bench::stats::{LatResult, LatStats, Progress};
+use crate::bench::stats::{LatResult, Progress};
 use crate::bench::{BenchConfig, Test};
 use softrnic_rnic::{Completion, SendOp, SendWr, WcOpcode};
 use std::time::Instant;
@@ -98,11 +98,5 @@ pub(super) fn lat_client(
             _ => {}
         }
     }
-    let stats = LatStats::from_samples(&samples).ok_or("no samples")?;
-    Ok(LatResult {
-        bytes: size,
-        iterations: samples.len() as u64,
-        stats,
-        cpu: None,
-    })
+    LatResult::of_samples(size, samples, cfg.keep_samples).ok_or_else(|| "no samples".into())
 }

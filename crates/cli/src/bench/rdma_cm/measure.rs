@@ -277,6 +277,7 @@ pub(super) fn lat_result(size: usize, samples: &[f64]) -> Result<LatResult, Stri
         bytes: size,
         iterations: samples.len() as u64,
         stats,
+        samples: None,
     })
 }
 

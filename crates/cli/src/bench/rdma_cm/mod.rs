@@ -366,7 +366,7 @@ fn run_session(
         (Test::ReadLat, Side::Client) => Some(Measured::Lat(read_lat(cfg, s, &mut progress)?)),
     };
     progress.finish();
-    let mut shown = measured;
+    let mut shown = measured.clone();
     // The client's report, as the server received it.
     let mut peer_report = None;
     for step in pt::schedule(test).after {

@@ -2,6 +2,7 @@
 //! CPU each moved.
 
 use super::{RULE, Reporter, bw_unit, human_size};
+use crate::bench::pairs::{KIND, LatPairs, LatStat, Paired};
 use crate::bench::placement::where_ran;
 use crate::bench::{Measured, ResultRow, TcpKind};
 use std::io::{self, Write};
@@ -179,11 +180,42 @@ impl Reporter<'_> {
                     q(s.p999, t.p999)
                 )?;
             }
+            if let Some(p) = r.paired.as_ref().and_then(Paired::lat) {
+                paired_lines(*o, r.size, p)?;
+            }
+        }
+        if let Some(p) = rows.iter().find_map(|r| r.paired.as_ref()?.lat()) {
+            writeln!(
+                o,
+                " paired median, paired pooled: softrnic/{} TCP from --pairs {} (alternating \
+                 sub-runs after each headline; the median of the pairs' ratios, and the ratio \
+                 of all sub-runs' samples pooled), beside the headline's softrnic/X",
+                KIND.label(),
+                p.runs.len()
+            )?;
         }
         where_ran(o, &self.ran)?;
         writeln!(o, "{RULE}")?;
         o.flush()
     }
+}
+
+/// A size's paired latency ratios: the median of the pairs' and the pooled one, per
+/// figure (the pairs compare no 99.9%).
+fn paired_lines(o: &mut dyn Write, size: usize, p: &LatPairs) -> io::Result<()> {
+    let show = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
+    let lines = [
+        ("paired median", LatStat::ALL.map(|k| p.median_ratio(k))),
+        ("paired pooled", LatStat::ALL.map(|k| p.pooled_ratio(k))),
+    ];
+    for (who, figures) in lines {
+        write!(o, " {:>10}  {who:<20}", human_size(size))?;
+        for x in figures {
+            write!(o, " {:>10}", show(x))?;
+        }
+        writeln!(o, " {:>10}", "-")?;
+    }
+    Ok(())
 }
 
 /// Whose CPU the rows counted.
