@@ -161,6 +161,20 @@ impl CqShared {
     /// no consumer of this CQ can be armed and sleeping (`QpShared::claim` refuses an
     /// armed CQ, and an arm releases the claims after it): the arm is not looked at,
     /// one atomic read-modify-write less on the way to a busy-polling consumer.
+    /// The CQ in a few words, for a hang report: completions held (published or being
+    /// written) and whether the overflow list is in use.
+    pub(crate) fn stall_report(&self) -> String {
+        format!(
+            "CQ holds {}{}",
+            self.ring.len(),
+            if self.overflowed.load(Ordering::Acquire) {
+                " and an overflow list"
+            } else {
+                ""
+            }
+        )
+    }
+
     pub(crate) fn push_run(self: &Arc<Self>, run: &[Completion], claimed: bool) {
         let solicited = |c: &Completion| c.solicited || c.status != WcStatus::Success;
         let first = if self.overflowed.load(Ordering::Acquire) {

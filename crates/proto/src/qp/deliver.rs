@@ -270,6 +270,20 @@ impl Outbox {
         self.events.pop_front()
     }
 
+    /// The outbox in one line, for a hang report: completions and events released
+    /// and not yet delivered, the next send-queue sequence number to post and to
+    /// release, and the requests held behind an unfinished one.
+    pub(crate) fn report(&self) -> String {
+        format!(
+            "outbox {} completions {} events, seq posted {} released {}, held {}",
+            self.completions.len(),
+            self.events.len(),
+            self.next_seq,
+            self.release,
+            self.done.len()
+        )
+    }
+
     /// Whether a completion or an event waits.
     pub(crate) fn has_output(&self) -> bool {
         !self.completions.is_empty() || !self.events.is_empty()

@@ -640,7 +640,7 @@ impl Qp {
     /// Reads outstanding (`orq`: ORD in use), inbound Read Requests whose responses
     /// wait (`irq`: IRD in use), what is being handed to the transport.
     pub fn transmit_report(&self) -> String {
-        format!("{:?}", self.tx)
+        format!("{:?}, {}", self.tx, self.out.report())
     }
 
     /// Receives posted to the own queue and not yet taken by a message.

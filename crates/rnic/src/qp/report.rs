@@ -20,9 +20,10 @@ impl QpShared {
                 )
             });
             format!(
-                "{:?} {}, receives posted {}, placed {} octets, stream at {}, owner claimed {} (lease {:?}), {conn}",
+                "{:?} {}, send {}, receives posted {}, placed {} octets, stream at {}, owner claimed {} (lease {:?}), {conn}",
                 g.core.state(),
                 g.core.transmit_report(),
+                self.send_cq.stall_report(),
                 g.core.recv_queue_len(),
                 g.core.rx_placed_bytes(),
                 g.core.rx_position(),

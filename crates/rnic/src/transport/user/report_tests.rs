@@ -104,3 +104,74 @@ fn a_stall_report_shows_the_outstanding_read_its_octets_in_flight_and_the_droppe
         "{ra}"
     );
 }
+
+/// A Write posted behind an outstanding Read is finished (its octets are in the TCP) but
+/// its completion waits for the Read's, in posting order: the report says so (the
+/// outbox holds both requests, none released, nothing in the CQ). Once the Read's
+/// response comes, both are released and delivered: the CQ holds them.
+#[test]
+fn a_stall_report_shows_completions_held_behind_a_read_and_what_the_cq_holds() {
+    let net = SimNet::new(Impairments::default());
+    let (da, db) = (device(&net, A), device(&net, B));
+    let (pa, pb) = (da.alloc_pd(), db.alloc_pd());
+    let (ca, cb) = (da.create_cq(16).unwrap(), db.create_cq(16).unwrap());
+    let qa = da.create_qp(&pa, QpInit::with_cqs(&ca, &ca, 8, 8)).unwrap();
+    let qb = db.create_qp(&pb, QpInit::with_cqs(&cb, &cb, 8, 8)).unwrap();
+    let listener = db.listen((B, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| listener.accept().unwrap().accept(&qb, b"").unwrap());
+        da.connect(addr, &qa, b"").unwrap();
+    });
+    let target = pb
+        .alloc_mr(
+            64,
+            Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE,
+        )
+        .unwrap();
+    target.write(0, &[0x5a; 64]).unwrap();
+    let local = pa.alloc_mr(64, Access::LOCAL_WRITE).unwrap();
+    local.write(32, &[0xa5; 32]).unwrap();
+
+    // Nothing arrives: the Read stays outstanding, the Write behind it is sent (handed
+    // to the TCP) and waits for it.
+    net.set_impairments(Impairments {
+        loss: 1.0,
+        ..Impairments::default()
+    });
+    qa.post_send(SendWr::read(
+        7,
+        local.sge(0, 16),
+        target.addr(),
+        target.rkey(),
+    ))
+    .unwrap();
+    qa.post_send(SendWr::write(
+        8,
+        local.sge(32, 32),
+        target.addr() + 32,
+        target.rkey(),
+    ))
+    .unwrap();
+    let ra = da.stall_report();
+    let qp_line = line(&ra, &format!("QP {}:", qa.id().0));
+    assert!(qp_line.contains("sq: 0, orq: 1"), "{ra}");
+    assert!(
+        qp_line.contains("outbox 0 completions 0 events, seq posted 2 released 0, held 2"),
+        "{ra}"
+    );
+    assert!(qp_line.contains("send CQ holds 0,"), "{ra}");
+
+    net.set_impairments(Impairments::default());
+    let c = ca.wait_for(2, Duration::from_secs(60));
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(7, WcStatus::Success), (8, WcStatus::Success)]
+    );
+    let ra = da.stall_report();
+    let qp_line = line(&ra, &format!("QP {}:", qa.id().0));
+    assert!(
+        qp_line.contains("outbox 0 completions 0 events, seq posted 2 released 2, held 0"),
+        "{ra}"
+    );
+}
