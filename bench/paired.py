@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Summarise `--pairs` runs: for each size of each JSON-lines file, the headline ratio to
 the busy-polling TCP stream beside the paired sub-runs' ratios, their median and the
-pooled ratio, and what the headline's busy-poll stream did per message (`calls`);
+pooled ratio (of bandwidth, and of CPU seconds per GB where counted), and what the
+headline's busy-poll stream did per message (`calls`);
 latency tests: t_typical, t_avg and 99% of the headline's ratio to the busy-polling
 ping-pong beside the pairs' median and pooled ratios of each.
 
@@ -46,6 +47,10 @@ def main(paths):
                 line += f" | pairs {ratios} median x{p['median_ratio']:.2f}"
                 pooled = p.get("pooled_ratio") or sum(p["softrnic_bw"]) / sum(p["tcp_bw"])
                 line += f" pooled x{pooled:.2f}"
+                if p.get("cpu_median_ratio") is not None:
+                    line += f" | CPU/GB median x{p['cpu_median_ratio']:.2f}"
+                    cp = p.get("cpu_pooled_ratio")
+                    line += f" pooled x{cp:.2f}" if cp is not None else " pooled -"
             c = bp.get("calls")
             if c:
                 line += (f" | TCP reads/msg {c['reads_per_msg']:.2f} of"

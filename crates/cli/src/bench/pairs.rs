@@ -13,7 +13,7 @@
 
 mod lat;
 
-use super::{BenchArgs, BenchConfig, Measured, TcpKind, Test};
+use super::{BenchArgs, BenchConfig, CpuUse, Measured, TcpKind, Test};
 pub use lat::{LatPairs, LatStat};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -131,6 +131,9 @@ pub struct BwPairs {
     pub sub_iters: u64,
     /// (TCP, softrnic) average bandwidth of each pair, in the order run.
     pub runs: Vec<(f64, f64)>,
+    /// (TCP, softrnic) CPU each sub-run used, beside `runs`: the CPU per GB of both
+    /// sides of one pair are taken minutes apart at most, as the bandwidths are.
+    pub cpu: Vec<(Option<CpuUse>, Option<CpuUse>)>,
 }
 
 impl BwPairs {
@@ -159,9 +162,44 @@ impl BwPairs {
         (t > 0.0).then(|| s / t)
     }
 
+    /// softrnic / TCP CPU seconds per GB of each pair (`NaN` where a side was not
+    /// counted).
+    pub fn cpu_ratios(&self) -> Vec<f64> {
+        let per_gb = |u: &Option<CpuUse>| u.as_ref().and_then(CpuUse::per_gb);
+        self.cpu
+            .iter()
+            .map(|(t, s)| match (per_gb(t), per_gb(s)) {
+                (Some(t), Some(s)) if t > 0.0 => s / t,
+                _ => f64::NAN,
+            })
+            .collect()
+    }
+
+    /// The median of the pairs' CPU-per-GB ratios.
+    pub fn cpu_median_ratio(&self) -> Option<f64> {
+        median_of(self.cpu_ratios())
+    }
+
+    /// All sub-runs pooled: softrnic's CPU seconds over its octets, against TCP's; `None`
+    /// unless every sub-run was counted.
+    pub fn cpu_pooled_ratio(&self) -> Option<f64> {
+        let side = |pick: fn(&(Option<CpuUse>, Option<CpuUse>)) -> &Option<CpuUse>| {
+            self.cpu
+                .iter()
+                .map(pick)
+                .try_fold((0.0, 0u64), |(t, b), u| {
+                    u.as_ref().map(|u| (t + u.seconds(), b + u.bytes))
+                })
+        };
+        let (tt, tb) = side(|p| &p.0)?;
+        let (st, sb) = side(|p| &p.1)?;
+        (tt > 0.0 && tb > 0 && sb > 0).then(|| (st / sb as f64) / (tt / tb as f64))
+    }
+
     /// As the JSON field `paired` of softrnic's result.
     pub fn json(&self) -> Value {
         let mb = |x: f64| x / (1u64 << 20) as f64;
+        let per_gb = |u: &Option<CpuUse>| u.as_ref().and_then(CpuUse::per_gb);
         json!({
             "extra": "not the headline: alternating sub-runs, the last pair TCP first",
             "baseline": KIND.name(),
@@ -173,6 +211,11 @@ impl BwPairs {
             "ratios": self.ratios(),
             "median_ratio": self.median_ratio(),
             "pooled_ratio": self.pooled_ratio(),
+            "tcp_cpu_s_per_gb": self.cpu.iter().map(|c| per_gb(&c.0)).collect::<Vec<_>>(),
+            "softrnic_cpu_s_per_gb": self.cpu.iter().map(|c| per_gb(&c.1)).collect::<Vec<_>>(),
+            "cpu_ratios": self.cpu_ratios(),
+            "cpu_median_ratio": self.cpu_median_ratio(),
+            "cpu_pooled_ratio": self.cpu_pooled_ratio(),
         })
     }
 
@@ -182,13 +225,34 @@ impl BwPairs {
         let ratios: Vec<String> = self.ratios().iter().map(|x| format!("{x:.2}")).collect();
         let show = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |m| format!("{m:.2}"));
         let (median, pooled) = (show(self.median_ratio()), show(self.pooled_ratio()));
-        format!(
+        let mut line = format!(
             "paired (extra, not the headline): softrnic/{} TCP in {} alternating sub-runs of \
              {each}: {}; median {median}, pooled {pooled}",
             KIND.label(),
             self.runs.len(),
             ratios.join(" ")
-        )
+        );
+        if let Some(m) = self.cpu_median_ratio() {
+            let scope = self.cpu.iter().find_map(|c| c.1).map(|u| {
+                if u.both_sides {
+                    "both sides"
+                } else {
+                    "this side"
+                }
+            });
+            let cpu: Vec<String> = self
+                .cpu_ratios()
+                .iter()
+                .map(|x| format!("{x:.2}"))
+                .collect();
+            line += &format!(
+                "\n  paired CPU per GB ({}): {}; median {m:.2}, pooled {}",
+                scope.unwrap_or("-"),
+                cpu.join(" "),
+                show(self.cpu_pooled_ratio())
+            );
+        }
+        line
     }
 }
 
@@ -208,13 +272,14 @@ pub fn run(
         return LatPairs::new(sub, runs).map(Paired::Lat);
     }
     let runs = alternate(sub, n, tcp, softrnic, |m| match m {
-        Measured::Bw(b) => Ok(b.avg_bps),
+        Measured::Bw(b) => Ok((b.avg_bps, b.cpu)),
         Measured::Lat(_) => Err("--pairs: a latency result in a bandwidth test".into()),
     })?;
     Ok(Paired::Bw(BwPairs {
         sub_duration: sub.duration,
         sub_iters: sub.iters,
-        runs,
+        runs: runs.iter().map(|(t, s)| (t.0, s.0)).collect(),
+        cpu: runs.iter().map(|(t, s)| (t.1, s.1)).collect(),
     }))
 }
 
@@ -255,6 +320,20 @@ mod tests {
     }
 
     fn bw(avg_bps: f64) -> Measured {
+        bw_cpu(avg_bps, None)
+    }
+
+    /// A bandwidth result of 1 GB that took `cpu_ms` of CPU, if counted.
+    fn bw_cpu(avg_bps: f64, cpu_ms: Option<u64>) -> Measured {
+        let cpu = cpu_ms.map(|ms| CpuUse {
+            time: softrnic_rnic::usage::CpuTime {
+                user: Duration::from_millis(ms),
+                system: Duration::ZERO,
+            },
+            messages: 1,
+            bytes: 1_000_000_000,
+            both_sides: true,
+        });
         Measured::Bw(BwResult {
             bytes: 65536,
             iterations: 1,
@@ -263,10 +342,72 @@ mod tests {
             peak_bps: avg_bps,
             avg_bps,
             msg_rate: 0.0,
-            cpu: None,
+            cpu,
             per_qp: None,
             calls: None,
         })
+    }
+
+    /// Each pair's CPU per GB is softrnic's over the TCP sub-run of its own pair; the
+    /// pooled figure is each side's CPU seconds over its octets; a sub-run that was not
+    /// counted leaves its pair out of the median and the pooled figure out.
+    #[test]
+    fn pairs_compare_cpu_per_gb_within_each_pair() {
+        let c = cfg(&[
+            "write_bw",
+            "--loopback",
+            "--baseline",
+            "tcp",
+            "--pairs",
+            "3",
+        ])
+        .unwrap();
+        let tcp_cpu = RefCell::new([100, 200, 400].into_iter());
+        let soft_cpu = RefCell::new([150, 200, 200].into_iter());
+        let p = match run(
+            &c,
+            3,
+            |_| Ok(bw_cpu(1.0, Some(tcp_cpu.borrow_mut().next().unwrap()))),
+            |_, _| Ok(bw_cpu(1.0, Some(soft_cpu.borrow_mut().next().unwrap()))),
+        ) {
+            Ok(Paired::Bw(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        let near = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(a, b)| (a - b).abs() < 1e-12);
+        assert!(
+            near(&p.cpu_ratios(), &[1.5, 1.0, 0.5]),
+            "{:?}",
+            p.cpu_ratios()
+        );
+        assert!(near(&[p.cpu_median_ratio().unwrap()], &[1.0]));
+        // Pooled: (150 + 200 + 200) / (100 + 200 + 400) ms over 3 GB each.
+        assert!((p.cpu_pooled_ratio().unwrap() - 550.0 / 700.0).abs() < 1e-12);
+        assert!(
+            p.text().contains(
+                "paired CPU per GB (both sides): 1.50 1.00 0.50; median 1.00, pooled 0.79"
+            ),
+            "{}",
+            p.text()
+        );
+        assert_eq!(p.json()["cpu_ratios"], json!(p.cpu_ratios()));
+        assert!(near(
+            &[p.json()["tcp_cpu_s_per_gb"][2].as_f64().unwrap()],
+            &[0.4]
+        ));
+
+        let uncounted = RefCell::new([Some(100), None].into_iter());
+        let p = match run(
+            &c,
+            2,
+            |_| Ok(bw_cpu(1.0, uncounted.borrow_mut().next().unwrap())),
+            |_, _| Ok(bw_cpu(1.0, Some(300))),
+        ) {
+            Ok(Paired::Bw(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        assert!(p.cpu_ratios()[1].is_nan());
+        assert!(near(&[p.cpu_median_ratio().unwrap()], &[3.0]));
+        assert_eq!(p.cpu_pooled_ratio(), None);
     }
 
     /// The pairs alternate which side goes first, the softrnic side is told its last
