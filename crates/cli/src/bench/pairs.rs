@@ -133,8 +133,11 @@ pub struct BwPairs {
     pub runs: Vec<(f64, f64)>,
     /// (TCP, softrnic) CPU each sub-run used, beside `runs`: the CPU per GB of both
     /// sides of one pair are taken minutes apart at most, as the bandwidths are.
-    pub cpu: Vec<(Option<CpuUse>, Option<CpuUse>)>,
+    pub cpu: Vec<CpuPair>,
 }
+
+/// (TCP, softrnic) CPU of one pair's sub-runs, each `None` if not counted.
+pub type CpuPair = (Option<CpuUse>, Option<CpuUse>);
 
 impl BwPairs {
     /// softrnic / TCP of each pair.
@@ -183,7 +186,7 @@ impl BwPairs {
     /// All sub-runs pooled: softrnic's CPU seconds over its octets, against TCP's; `None`
     /// unless every sub-run was counted.
     pub fn cpu_pooled_ratio(&self) -> Option<f64> {
-        let side = |pick: fn(&(Option<CpuUse>, Option<CpuUse>)) -> &Option<CpuUse>| {
+        let side = |pick: fn(&CpuPair) -> &Option<CpuUse>| {
             self.cpu
                 .iter()
                 .map(pick)
