@@ -252,6 +252,12 @@ impl Outbox {
     /// each (slices of the queue, no copy), and empties the queue.
     pub(crate) fn drain_completions(&mut self, mut f: impl FnMut(CqSide, &[Completion])) {
         let (front, back) = self.completions.as_slices();
+        if let ([one], []) = (front, back) {
+            // One completion (a ping-pong's pass): no runs to look for.
+            f(CqSide::of(one), std::slice::from_ref(one));
+            self.completions.clear();
+            return;
+        }
         for mut rest in [front, back] {
             while let Some(first) = rest.first() {
                 let side = CqSide::of(first);

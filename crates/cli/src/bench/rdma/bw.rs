@@ -1,7 +1,7 @@
 //! The client's bandwidth loop: keeps `tx-depth` requests outstanding per QP, with
 //! credits for send_bw, delivery probes and the closing Read.
 
-use super::{Ep, Prober, ReadTarget, STALL, bw_op, check_wc, closing_read, post_window};
+use super::{Ep, Prober, ReadTarget, STALL, Signals, bw_op, check_wc, closing_read, post_window};
 use crate::bench::cqs::CqSet;
 use crate::bench::stall::StallWatch;
 use crate::bench::stats::{BwMeter, BwResult, PerQpCompletions, Progress, Spread};
@@ -38,6 +38,7 @@ pub(super) fn bw_client(
     let mut prober = Prober::new(start);
     // Completions find their QP in one look-up, whatever the number of QPs.
     let index: HashMap<QpId, usize> = eps.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
+    let mut now = start;
     loop {
         for ep in eps.iter_mut() {
             let mut room = depth - (ep.posted - ep.completed);
@@ -64,17 +65,19 @@ pub(super) fn bw_client(
                 ep.local.sge(0, size),
                 ep.posted,
                 room,
-                |idx| (idx + 1) % cq_mod == 0 || Some(idx + 1) == last,
+                Signals { cq_mod, last },
             )
             .map_err(|e| format!("post_send: {e} ({})", ep.diag()))?;
             ep.posted += room;
         }
-        if probing && prober.due(Instant::now()) {
+        // Due against the clock read after the last poll (a few microseconds ago, of a
+        // 10 ms window): one clock read per turn of the loop, not two.
+        if probing && prober.due(now) {
             let posted: u64 = eps.iter().map(|e| e.posted).sum();
             prober.maybe_post(Instant::now(), posted, &targets(eps))?;
         }
         let n = cq.next(&mut wcs, BwMeter::WINDOW);
-        let now = Instant::now();
+        now = Instant::now();
         for c in &wcs[..n] {
             check_wc(c, "client")?;
             if prober.completion(c, now, &mut meter) {

@@ -68,7 +68,10 @@ pub(super) fn bw_client(
                 t.local.sge(0, size),
                 t.posted,
                 room,
-                |idx| (idx + 1) % cq_mod == 0 || idx + 1 == iters,
+                Signals {
+                    cq_mod,
+                    last: Some(iters),
+                },
             )
             .map_err(|e| format!("post_send: {e} ({})", t.diag()))?;
             t.posted += room;

@@ -21,7 +21,7 @@ use test_qp::*;
 
 use super::cqs::CqSet;
 use super::perftest::{self as pt, BwReport, Dest, Step};
-use super::rdma::{Prober, ReadTarget, Watch, bw_op, check_wc, closing_read, post_window};
+use super::rdma::{Prober, ReadTarget, Signals, Watch, bw_op, check_wc, closing_read, post_window};
 use super::report::{Reporter, bw_unit};
 use super::stats::{BwMeter, BwResult, LatResult, LatStats, MB, Progress};
 use super::{BenchConfig, Clock, Measured, Mode, ResultRow, Test, resolve_addr};
