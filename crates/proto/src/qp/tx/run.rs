@@ -153,7 +153,7 @@ impl Qp {
         let mut taken = 0;
         while let Some(msn) = self.tx.build_small_head(scratch) {
             match gather(scratch) {
-                Gathered::Taken => {}
+                Gathered::Taken => self.tx.handed_out(scratch.wire_len()),
                 Gathered::NoRoom => return (taken, false),
                 Gathered::Lost => return (taken, true),
             }
@@ -200,6 +200,7 @@ impl Qp {
             self.queue_send(seq, wr, &chunks, total, tpt);
             return Ok(gathered);
         }
+        self.tx.handed_out(scratch.wire_len());
         let op = super::wc_opcode(&wr.op);
         if matches!(wr.op, SendOp::Send { .. }) {
             self.tx.send_msn = self.tx.send_msn.wrapping_add(1);
