@@ -12,7 +12,7 @@ use super::{InFlight, TxState};
 use crate::tpt::Tpt;
 use crate::verbs::*;
 use arrayvec::ArrayVec;
-use softrnic_wire::ddp::{DdpRepr, Placement};
+use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use softrnic_wire::rdmap::{Opcode, QN_SEND};
 
 /// What the I/O layer did with one FPDU of a run.
@@ -69,7 +69,9 @@ impl TxState {
     }
 
     /// Frames a Send or Write of `total` octets from `chunks` into `out` if it fits one
-    /// FPDU; returns its MSN for a Send (0 for a Write).
+    /// FPDU (and the room left in the segment being filled, when FPDUs are sized to it:
+    /// else the general path splits it there); returns its MSN for a Send (0 for a
+    /// Write).
     #[inline]
     fn build_small(
         &self,
@@ -82,7 +84,7 @@ impl TxState {
             SendOp::Send {
                 solicited,
                 invalidate,
-            } if total <= self.untagged_max => {
+            } if total <= self.seg.cap(self.untagged_max, UNTAGGED_HEADER_LEN) => {
                 let opcode = super::send_opcode(solicited, invalidate.is_some());
                 let h = DdpRepr {
                     last: true,
@@ -96,7 +98,9 @@ impl TxState {
                 };
                 (h, self.send_msn)
             }
-            SendOp::Write { remote_addr, rkey } if total <= self.tagged_max => {
+            SendOp::Write { remote_addr, rkey }
+                if total <= self.seg.cap(self.tagged_max, TAGGED_HEADER_LEN) =>
+            {
                 let h = DdpRepr {
                     last: true,
                     opcode: Opcode::Write,
