@@ -189,10 +189,10 @@ impl Framer {
 
 impl Framer {
     /// Queues a gather list of several whole FPDUs (a large message's, or with the
-    /// transmit path's look-ahead several messages') one record per FPDU, as many whole
-    /// ones as fit: queued as one record they would be cut at segment size, every FPDU
-    /// after the first out of line with the segments (RFC 5044), and the list would wait
-    /// for room for all of it. The TCP puts records that fit one segment together into
+    /// transmit path's look-ahead several messages') one record per FPDU, all of them
+    /// once they fit (as many as fit of a list larger than the send buffer): queued as
+    /// one record they would be cut at segment size, every FPDU after the first out of
+    /// line with the segments (RFC 5044). The TCP puts records that fit one segment together into
     /// it (the QP sized them so). `None` for a single FPDU, or a list that is not whole
     /// FPDUs end to end: the caller's rules then apply.
     fn queue_records(
@@ -214,6 +214,12 @@ impl Framer {
         }
         if end != total {
             return None;
+        }
+        if total > room && total <= buffer {
+            // All or nothing, as one record would be: the list waits for room for all
+            // of it (a 1 MiB message's FPDUs queued one by one as ACKs come made the
+            // sender trickle, more calls and smaller batches of segments).
+            return Some(Err(StackError::WouldBlock));
         }
         let mut taken = 0;
         while taken < total {
