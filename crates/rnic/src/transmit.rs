@@ -347,7 +347,7 @@ fn transmit_stream(
                 }
             };
         if room && core.may_transmit() {
-            if tx.is_flushed() && conn.transport.all_sent() {
+            if core.packs_segments() && tx.is_flushed() && conn.transport.all_sent() {
                 // The own TCP sent everything: the next FPDU starts a segment.
                 core.segments_sent();
             }

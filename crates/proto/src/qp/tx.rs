@@ -195,6 +195,11 @@ impl TxState {
         self.seg.restart();
     }
 
+    /// Whether FPDUs are sized to segments.
+    pub(crate) fn packs_segments(&self) -> bool {
+        self.seg.on()
+    }
+
     /// A small FPDU of `wire` octets built outside [`TxState::poll`] was handed out.
     pub(crate) fn handed_out(&mut self, wire: usize) {
         self.seg.add(wire);

@@ -64,6 +64,11 @@ impl SegmentFill {
         }
     }
 
+    /// Whether FPDUs are sized to segments at all.
+    pub(crate) fn on(&self) -> bool {
+        self.size != 0
+    }
+
     /// Everything handed out has left in segments: the next FPDU starts a new one.
     pub(crate) fn restart(&mut self) {
         self.fill = 0;
@@ -88,6 +93,13 @@ impl Qp {
     /// segment that is not full.
     pub fn segments_sent(&mut self) {
         self.tx.segments_sent();
+    }
+
+    /// Whether FPDUs are sized to segments ([`Qp::pack_segments`]): an I/O layer asks
+    /// its transport for [`Qp::segments_sent`]'s hint only then.
+    #[inline]
+    pub fn packs_segments(&self) -> bool {
+        self.tx.packs_segments()
     }
 }
 
