@@ -357,6 +357,7 @@ impl UserTransport {
             // Nothing was there at the last look: ask to be woken, then look once more
             // (the stack may have made it readable in between), all without the lock.
             sig.want_read.store(true, Ordering::SeqCst);
+            crate::chaos::point();
             if !sig.readable.load(Ordering::SeqCst) {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
