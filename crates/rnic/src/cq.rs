@@ -182,6 +182,7 @@ impl CqShared {
         } else {
             self.ring.push_run(run)
         };
+        crate::chaos::point();
         let Some(first) = first else {
             for c in run {
                 self.push(*c, solicited(c));
@@ -365,6 +366,7 @@ impl CqShared {
     /// [`CqShared::pop_into`] once the CQ may hold completions.
     #[inline(never)]
     fn pop_some_into(&self, out: &mut [Completion]) -> usize {
+        crate::chaos::point();
         let mut n = match self.ring.consumer() {
             Some(mut c) => c.pop_into(out),
             None => return 0,
@@ -550,8 +552,12 @@ impl Cq {
         if n > 0 || out.is_empty() {
             return n;
         }
+        crate::chaos::point();
         match s.drive() {
-            (true, _) => s.pop_into(out),
+            (true, _) => {
+                crate::chaos::point();
+                s.pop_into(out)
+            }
             (false, engine_reads) => {
                 if engine_reads {
                     // As in engine progress (above): the engine that will read the

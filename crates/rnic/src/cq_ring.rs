@@ -275,6 +275,7 @@ impl CqRing {
                             // until we store `p + 1`, so this write is the only access.
                             slot.value
                                 .with_mut(|ptr| unsafe { ptr.write(MaybeUninit::new(*c)) });
+                            crate::chaos::point();
                             // Release: publishes the value to the consumer.
                             slot.seq.store(p.wrapping_add(1), Ordering::Release);
                         }

@@ -414,6 +414,7 @@ fn run(
         {
             break;
         }
+        crate::chaos::point();
         if stop.load(Ordering::Acquire) {
             break;
         }

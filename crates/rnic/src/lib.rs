@@ -45,6 +45,7 @@
 pub mod async_channel;
 mod buf_pool;
 pub mod channel;
+mod chaos;
 mod close;
 pub mod cm;
 pub mod cq;

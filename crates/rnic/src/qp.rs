@@ -306,6 +306,7 @@ impl QpShared {
         }
         let mut g = self.lock()?;
         g.core.connect(params)?;
+        g.core.pack_segments(transport.packed_segment());
         if !leftover.is_empty() {
             // These octets were read together with the MPA frame.
             let QpInner {

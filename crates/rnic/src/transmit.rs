@@ -347,6 +347,10 @@ fn transmit_stream(
                 }
             };
         if room && core.may_transmit() {
+            if core.packs_segments() && tx.is_flushed() && conn.transport.all_sent() {
+                // The own TCP sent everything: the next FPDU starts a segment.
+                core.segments_sent();
+            }
             // First the small messages at the head of the queue, many in one core
             // call; then whatever stopped the run goes the general way, one FPDU at a
             // time.

@@ -18,7 +18,9 @@ use softrnic_wire::terminate::{TerminateCause, TerminateLayout, TerminateRepr, T
 use std::collections::VecDeque;
 
 mod run;
+mod segment;
 pub use run::Gathered;
+use segment::SegmentFill;
 
 struct SqEntry {
     /// Posting order, for in-order completion.
@@ -93,6 +95,8 @@ pub(crate) struct TxState {
     /// allocation on its next post, instead of regrowing by doubling (6 reallocations
     /// and copies per burst, ~37 instructions per 64-octet Write).
     sq_room: usize,
+    /// The segment being filled, when FPDUs are sized to it (see `segment.rs`).
+    seg: SegmentFill,
 }
 
 impl std::fmt::Debug for TxState {
@@ -127,6 +131,7 @@ impl Default for TxState {
             in_flight: InFlight::Nothing,
             ahead: 0,
             sq_room: 0,
+            seg: SegmentFill::default(),
         }
     }
 }
@@ -176,6 +181,28 @@ impl TxState {
         self.ird = usize::from(p.ird);
         self.rtr = p.send_rtr;
         self.hold_for_rtr = p.await_rtr;
+    }
+
+    /// FPDUs are sized to the room left in segments of `size` octets (a transport that
+    /// packs whole FPDUs into full segments), or to the MSS alone (`None`). Not with
+    /// markers, whose FPDUs are sized to where they fall.
+    pub(crate) fn pack_segments(&mut self, size: Option<u32>) {
+        self.seg = SegmentFill::new(size);
+    }
+
+    /// Everything handed out has left in segments: the next FPDU starts a new one.
+    pub(crate) fn segments_sent(&mut self) {
+        self.seg.restart();
+    }
+
+    /// Whether FPDUs are sized to segments.
+    pub(crate) fn packs_segments(&self) -> bool {
+        self.seg.on()
+    }
+
+    /// A small FPDU of `wire` octets built outside [`TxState::poll`] was handed out.
+    pub(crate) fn handed_out(&mut self, wire: usize) {
+        self.seg.add(wire);
     }
 
     pub(crate) fn sq_len(&self) -> usize {
@@ -323,6 +350,9 @@ impl TxState {
     pub(crate) fn poll(&mut self, sending: bool, ahead: bool, out: &mut TxFpdu) -> bool {
         let before = self.ahead;
         let has = self.poll_next(sending, ahead, out);
+        if has {
+            self.seg.add(out.wire_len());
+        }
         // The FPDU that puts something in flight is the one whose full write
         // `transmit_done` must wait for; the FPDUs before it complete nothing.
         out.completes = has && (self.in_flight != InFlight::Nothing || self.ahead > before);
@@ -429,7 +459,7 @@ impl TxState {
         }
         if let Some(r) = tx.irq.front_mut() {
             let left = r.source.len as u32 - r.sent;
-            let n = left.min(tx.tagged_max);
+            let n = left.min(tx.seg.cap(tx.tagged_max, TAGGED_HEADER_LEN));
             let last = n == left;
             let h = DdpRepr {
                 last,
@@ -518,7 +548,7 @@ impl TxState {
                     tx.send_msn = tx.send_msn.wrapping_add(1);
                 }
                 let left = e.total - e.sent;
-                let n = left.min(tx.untagged_max);
+                let n = left.min(tx.seg.cap(tx.untagged_max, UNTAGGED_HEADER_LEN));
                 let last = n == left;
                 let opcode = send_opcode(solicited, invalidate.is_some());
                 let h = DdpRepr {
@@ -541,7 +571,7 @@ impl TxState {
             }
             SendOp::Write { remote_addr, rkey } => {
                 let left = e.total - e.sent;
-                let n = left.min(tx.tagged_max);
+                let n = left.min(tx.seg.cap(tx.tagged_max, TAGGED_HEADER_LEN));
                 let last = n == left;
                 let h = DdpRepr {
                     last,

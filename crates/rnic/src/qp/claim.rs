@@ -21,6 +21,7 @@ impl QpShared {
     /// engine keeps the socket and reads it: the consumer only sends what is queued,
     /// and gives back a socket it had claimed.
     pub(crate) fn consumer_progress(self: &Arc<Self>, ready: bool, engine_reads: bool) -> bool {
+        crate::chaos::point();
         let Ok(mut g) = self.inner.try_lock() else {
             return false;
         };
@@ -117,6 +118,7 @@ impl QpShared {
         if self.claimed.load(Ordering::Acquire) {
             return;
         }
+        crate::chaos::point();
         if let Ok(mut g) = self.inner.lock()
             && !g.owner.is_claimed()
             && self.engine() == engine
@@ -204,6 +206,7 @@ impl QpShared {
         }
         g.owner.claimed(lease_at, self.polls());
         self.claimed.store(true, Ordering::Release);
+        crate::chaos::point();
         std::sync::atomic::fence(Ordering::SeqCst);
         if !self.cqs_disarmed() {
             self.release(g, dev);
@@ -227,6 +230,7 @@ impl QpShared {
         // Never the last reference: the caller's `dev` is another.
         drop(g.claimed_dev.take());
         self.claimed.store(false, Ordering::Release);
+        crate::chaos::point();
         // The buffers the claim kept go back to the pool once drained, as after any
         // pass of an unclaimed QP.
         g.staging.keep = false;

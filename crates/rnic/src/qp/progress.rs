@@ -62,6 +62,7 @@ impl QpShared {
             disconnected = g.core.is_closing() && self.close_if_done(g, crate::engine::now(), dev);
             self.arm_timer(g, dev);
         }
+        crate::chaos::point();
         self.deliver(g, dev);
         if disconnected {
             dev.post_event(AsyncEvent::Disconnected { qp: self.id });
@@ -199,6 +200,7 @@ impl QpShared {
         if run.is_empty() {
             return;
         }
+        crate::chaos::point();
         match side {
             CqSide::Send => self.send_cq.push_run(run, claimed),
             CqSide::Recv => self.recv_cq.push_run(run, claimed),

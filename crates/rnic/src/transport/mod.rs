@@ -95,6 +95,19 @@ pub(crate) trait Transport: mio::event::Source + Send {
     /// Makes dropping the transport an abortive close: the peer gets RST, not FIN.
     fn abort(&mut self);
 
+    /// The payload of a segment, if the stream packs whole FPDUs into full segments
+    /// (the own TCP, without markers): the QP then sizes each FPDU to the room left in
+    /// the segment being filled. `None` (a kernel socket): FPDUs keep the MSS sizing.
+    fn packed_segment(&self) -> Option<usize> {
+        None
+    }
+
+    /// Whether every octet sent so far has left in a segment, as of the last send (a
+    /// hint for [`Transport::packed_segment`]'s sizing: the next FPDU starts a segment).
+    fn all_sent(&self) -> bool {
+        false
+    }
+
     /// The connection's state in a few words, for a hang report (by default none: a
     /// kernel socket's is the kernel's to tell, `ss -ti`).
     fn stall_report(&self) -> String {

@@ -474,6 +474,14 @@ impl Transport for PcapTransport {
         self.inner.abort();
         self.rec.reset(true);
     }
+
+    fn packed_segment(&self) -> Option<usize> {
+        self.inner.packed_segment()
+    }
+
+    fn all_sent(&self) -> bool {
+        self.inner.all_sent()
+    }
 }
 
 source_via!(PcapTransport, inner);

@@ -111,6 +111,14 @@ impl Transport for PolledTransport {
         self.inner.abort();
     }
 
+    fn packed_segment(&self) -> Option<usize> {
+        self.inner.packed_segment()
+    }
+
+    fn all_sent(&self) -> bool {
+        self.inner.all_sent()
+    }
+
     fn stall_report(&self) -> String {
         format!(
             "{} (next read skipped: {})",

@@ -86,6 +86,7 @@ impl Connection {
         let peer_mss = seg.options.mss.unwrap_or(DEFAULT_MSS).max(MIN_PEER_MSS);
         self.tx.mss = u64::from(peer_mss.min(self.cfg.mss));
         self.rx.mss = self.tx.mss;
+        self.tx.buf.set_segment(self.tx.mss as usize);
         self.tx.cwnd = u64::from(self.cfg.initial_cwnd) * self.tx.mss;
         match seg.options.window_scale {
             Some(shift) if self.cfg.window_scale => {

@@ -331,6 +331,12 @@ impl Connection {
         self.tx.data_end() - self.tx.una.min(self.tx.data_end())
     }
 
+    /// Octets queued and not yet sent once: 0 when the next octets queued will start
+    /// a segment of their own.
+    pub fn unsent(&self) -> u64 {
+        self.tx.data_end().saturating_sub(self.tx.nxt.max(1))
+    }
+
     /// The smoothed round-trip time, once measured.
     pub fn srtt(&self) -> Option<Duration> {
         self.tx.rtt.srtt()

@@ -86,6 +86,11 @@ pub(crate) struct SendBuffer {
     /// Ends of queued records (stream offsets), ascending, all above `start`.
     records: VecDeque<u64>,
     max_records: usize,
+    /// The payload of one segment (the send MSS): records that fit one together are
+    /// kept in one chunk (see [`SendBuffer::write_record_with`]).
+    segment: usize,
+    /// Octets below this offset have been sent (at least once): never moved.
+    sent_to: u64,
 }
 
 /// The chunk size when the buffer and the segment allow it.
@@ -111,7 +116,19 @@ impl SendBuffer {
             cap,
             records: VecDeque::with_capacity(max_records),
             max_records,
+            segment: mss.max(1),
+            sent_to: 0,
         }
+    }
+
+    /// The segment payload agreed with the peer (the send MSS).
+    pub fn set_segment(&mut self, mss: usize) {
+        self.segment = mss.max(1);
+    }
+
+    /// Everything below offset `off` has been sent at least once.
+    pub fn sent_to(&mut self, off: u64) {
+        self.sent_to = self.sent_to.max(off);
     }
 
     /// Stream offset one past the last queued octet.
@@ -189,7 +206,9 @@ impl SendBuffer {
         if bytes.len() > self.free() || self.records.len() == self.max_records {
             return false;
         }
-        self.append(bytes);
+        if !self.extend_shared(bytes.len(), &mut |put| put(bytes)) {
+            self.append(bytes);
+        }
         if !bytes.is_empty() {
             self.records.push_back(self.end);
         }
@@ -221,19 +240,43 @@ impl SendBuffer {
             if self.records.back() != Some(&self.end) && self.end > self.start {
                 self.records.push_back(self.end);
             }
-            let mut v = self.reuse_shared(len);
+            // Small records just before it that share its segment move into its chunk,
+            // so the segment is carried by reference whole.
+            let moved = self.open_tail(len);
+            let whole = moved + len;
+            // Room to grow to a segment (see `extend_shared`).
+            let mut v = self.reuse_shared(whole.max(self.segment));
+            if moved > 0
+                && let Some(Chunk {
+                    store: Store::Own(o),
+                    ..
+                }) = self.chunks.back_mut()
+            {
+                let at = o.len() - moved;
+                v.extend_from_slice(&o[at..]);
+                o.truncate(at);
+                if o.is_empty()
+                    && let Some(Chunk {
+                        store: Store::Own(o),
+                        ..
+                    }) = self.chunks.pop_back()
+                    && self.spare.len() <= self.cap / self.chunk_size
+                {
+                    self.spare.push(o);
+                }
+            }
             feed(&mut |p| {
-                let n = p.len().min(len - v.len());
+                let n = p.len().min(whole - v.len());
                 v.extend_from_slice(&p[..n]);
             });
             // A feed that falls short leaves zeros: never more or fewer than `len`.
-            v.resize(len, 0);
+            v.resize(whole, 0);
             self.chunks.push_back(Chunk {
-                start: self.end,
+                start: self.end - moved as u64,
                 store: Store::Shared(Arc::new(v)),
             });
             self.end += len as u64;
-        } else {
+        } else if !self.extend_shared(len, feed) {
             let target = self.end + len as u64;
             feed(&mut |p| {
                 let n = p.len().min((target - self.end) as usize);
@@ -246,6 +289,60 @@ impl SendBuffer {
         if len > 0 {
             self.records.push_back(self.end);
         }
+        true
+    }
+
+    /// Octets at the end of the last chunk, a copied one, that whole unsent records
+    /// fill and that a record of `len` octets could join in one segment (0 if none):
+    /// they start at a record end or at the first octet not yet sent.
+    fn open_tail(&self, len: usize) -> usize {
+        let Some(Chunk {
+            start,
+            store: Store::Own(_),
+        }) = self.chunks.back()
+        else {
+            return 0;
+        };
+        if self.records.back() != Some(&self.end) {
+            return 0;
+        }
+        let room = self.segment.saturating_sub(len) as u64;
+        let mut moved = 0;
+        for &r in self.records.iter().rev().skip(1) {
+            if r < *start || r < self.sent_to || self.end - r > room {
+                return moved;
+            }
+            moved = (self.end - r) as usize;
+        }
+        // The first unsent octet starts the next segment: a boundary too.
+        if self.sent_to >= *start && self.end - self.sent_to <= room {
+            moved = (self.end - self.sent_to) as usize;
+        }
+        moved
+    }
+
+    /// Appends a small record of `len` octets to the last chunk if that is a shared one
+    /// no packet holds now and both fit one segment: the segment then carries both by
+    /// reference (a shared chunk travels alone). False (nothing done) otherwise.
+    fn extend_shared(&mut self, len: usize, feed: &mut Feed<'_>) -> bool {
+        let segment = self.segment;
+        let Some(Chunk {
+            store: Store::Shared(a),
+            ..
+        }) = self.chunks.back_mut()
+        else {
+            return false;
+        };
+        let Some(v) = Arc::get_mut(a).filter(|v| v.len() + len <= segment) else {
+            return false;
+        };
+        let whole = v.len() + len;
+        feed(&mut |p| {
+            let n = p.len().min(whole - v.len());
+            v.extend_from_slice(&p[..n]);
+        });
+        v.resize(whole, 0);
+        self.end += len as u64;
         true
     }
 
@@ -407,7 +504,8 @@ mod tests {
 
     #[test]
     fn large_records_get_shared_chunks_that_segments_carry_alone() {
-        let mut b = SendBuffer::new(100, 16, 20, Some(10));
+        // Segments of 13: no two of these records fit one together.
+        let mut b = SendBuffer::new(100, 16, 13, Some(10));
         assert_eq!(b.write(b"abc"), 3);
         assert!(b.write_record(b"0123456789ab"), "12 >= 10: shared");
         assert!(b.write_record_parts(&[b"de", b"f"]), "3: copied");
@@ -433,6 +531,52 @@ mod tests {
         assert!(b.lend(5, 9).is_none());
         assert_eq!(b.slices(20, 22)[0], b"CD");
         assert_eq!(b.free(), 100 - 9);
+    }
+
+    #[test]
+    fn records_that_fit_one_segment_share_a_chunk_lent_whole() {
+        // Segments of 20, records of 10 or more shared.
+        let mut b = SendBuffer::new(100, 16, 20, Some(10));
+        assert!(b.write_record(b"ab"), "small: copied");
+        assert!(b.write_record(b"cd"));
+        assert!(
+            b.write_record(b"0123456789ABCDEF"),
+            "16: shared, with both before it"
+        );
+        assert_eq!(b.align(0, 20), 20, "one segment of three whole records");
+        assert_eq!(b.lend(0, 20).unwrap().octets(), b"abcd0123456789ABCDEF");
+        assert!(b.is_boundary(2) && b.is_boundary(4) && b.is_boundary(20));
+        // A small record after it joins its chunk while no packet holds it and the
+        // segment has room; the next does not (the segment is full).
+        let mut c = SendBuffer::new(100, 16, 20, Some(10));
+        assert!(c.write_record(b"0123456789AB"));
+        assert!(c.write_record_parts(&[b"cd", b"e"]));
+        assert_eq!(c.align(0, 20), 15);
+        assert_eq!(c.lend(0, 15).unwrap().octets(), b"0123456789ABcde");
+        assert!(c.write_record(b"fghijk"), "15 + 6 > 20: copied");
+        assert_eq!(c.align(0, 20), 15, "a shared chunk still travels alone");
+        assert_eq!(c.slices(15, 21)[0], b"fghijk");
+        // Held by a packet: never written again.
+        let mut d = SendBuffer::new(100, 16, 20, Some(10));
+        assert!(d.write_record(b"0123456789AB"));
+        let held = d.lend(0, 12).unwrap();
+        assert!(d.write_record(b"cd"));
+        assert_eq!(held.octets(), b"0123456789AB");
+        assert_eq!(d.align(0, 20), 12);
+        assert_eq!(d.slices(12, 14)[0], b"cd");
+    }
+
+    #[test]
+    fn records_already_sent_stay_where_they_are() {
+        let mut b = SendBuffer::new(100, 16, 20, Some(10));
+        assert!(b.write_record(b"ab"));
+        assert!(b.write_record(b"cd"));
+        b.sent_to(2);
+        assert!(b.write_record(b"0123456789ABCDEF"));
+        assert_eq!(b.align(0, 20), 2, "the sent record keeps its chunk");
+        assert_eq!(b.align(2, 22), 20);
+        assert_eq!(b.lend(2, 20).unwrap().octets(), b"cd0123456789ABCDEF");
+        assert_eq!(b.slices(0, 2)[0], b"ab");
     }
 
     #[test]

@@ -370,6 +370,7 @@ impl Tx {
             }
         } else {
             self.nxt = pick.end;
+            self.buf.sent_to(pick.end.saturating_sub(1));
             self.sent.push(pick.start, pick.end, now);
             if self.timed.is_none() {
                 self.timed = Some((pick.end, now));

@@ -12,7 +12,7 @@ use super::{InFlight, TxState};
 use crate::tpt::Tpt;
 use crate::verbs::*;
 use arrayvec::ArrayVec;
-use softrnic_wire::ddp::{DdpRepr, Placement};
+use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use softrnic_wire::rdmap::{Opcode, QN_SEND};
 
 /// What the I/O layer did with one FPDU of a run.
@@ -69,8 +69,10 @@ impl TxState {
     }
 
     /// Frames a Send or Write of `total` octets from `chunks` into `out` if it fits one
-    /// FPDU; returns its MSN for a Send (0 for a Write). Always inlined: it was a call
-    /// per small message (about 16 instructions of prologue and epilogue out of 64).
+    /// FPDU (and the room left in the segment being filled, when FPDUs are sized to it:
+    /// else the general path splits it there); returns its MSN for a Send (0 for a
+    /// Write). Always inlined: it was a call per small message (about 16 instructions of
+    /// prologue and epilogue out of 64).
     #[inline(always)]
     fn build_small(
         &self,
@@ -83,7 +85,7 @@ impl TxState {
             SendOp::Send {
                 solicited,
                 invalidate,
-            } if total <= self.untagged_max => {
+            } if total <= self.seg.cap(self.untagged_max, UNTAGGED_HEADER_LEN) => {
                 let opcode = super::send_opcode(solicited, invalidate.is_some());
                 let h = DdpRepr {
                     last: true,
@@ -97,7 +99,9 @@ impl TxState {
                 };
                 (h, self.send_msn)
             }
-            SendOp::Write { remote_addr, rkey } if total <= self.tagged_max => {
+            SendOp::Write { remote_addr, rkey }
+                if total <= self.seg.cap(self.tagged_max, TAGGED_HEADER_LEN) =>
+            {
                 let h = DdpRepr {
                     last: true,
                     opcode: Opcode::Write,
@@ -154,7 +158,7 @@ impl Qp {
         let mut taken = 0;
         while let Some(msn) = self.tx.build_small_head(scratch) {
             match gather(scratch) {
-                Gathered::Taken => {}
+                Gathered::Taken => self.tx.handed_out(scratch.wire_len()),
                 Gathered::NoRoom => return (taken, false),
                 Gathered::Lost => return (taken, true),
             }
@@ -201,6 +205,7 @@ impl Qp {
             self.queue_send(seq, wr, &chunks, total, tpt);
             return Ok(gathered);
         }
+        self.tx.handed_out(scratch.wire_len());
         let op = super::wc_opcode(&wr.op);
         if matches!(wr.op, SendOp::Send { .. }) {
             self.tx.send_msn = self.tx.send_msn.wrapping_add(1);

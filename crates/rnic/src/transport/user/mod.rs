@@ -25,6 +25,8 @@ mod backlog_tests;
 pub(crate) mod due;
 #[cfg(test)]
 mod due_tests;
+#[cfg(test)]
+mod gather_tests;
 pub(crate) mod link;
 pub(crate) mod listener;
 pub(crate) mod netlink;

@@ -146,6 +146,10 @@ struct Hub {
     /// Packet buffers given back by receivers, reused by senders (no allocation, no
     /// page faults per packet).
     spare: Vec<Vec<u8>>,
+    /// Packets are queued, not delivered ([`SimNet::pause`]).
+    paused: bool,
+    /// Copies of the packets sent, when capturing ([`SimNet::capture`]).
+    captured: Option<Vec<Vec<u8>>>,
 }
 
 /// Packet buffers kept for reuse at most.
@@ -298,6 +302,11 @@ impl SimNet {
             h.give_back(buf);
             return;
         }
+        if let Some(c) = &mut h.captured {
+            let mut copy = buf[..len].to_vec();
+            copy.extend_from_slice(body.as_ref().map_or(&[][..], |b| b.octets()));
+            c.push(copy);
+        }
         if h.chance(h.imp.loss) {
             h.stats.lost += 1;
             h.give_back(buf);
@@ -444,6 +453,9 @@ impl SimNet {
         out: &mut Vec<Arrived>,
     ) -> Option<Duration> {
         let mut h = self.hub.lock().ok()?;
+        if h.paused {
+            return None;
+        }
         let port = h.ports.get_mut(&addr)?;
         while let Some(Reverse((at, ..))) = port.queue.peek() {
             if *at > now {
@@ -455,6 +467,48 @@ impl SimNet {
             }
         }
         None
+    }
+}
+
+impl SimNet {
+    /// Holds every packet on the wire, undelivered, until [`SimNet::resume`] (tests:
+    /// let a sender queue everything before a segment leaves the first window).
+    pub fn pause(&self) {
+        if let Ok(mut h) = self.hub.lock() {
+            h.paused = true;
+        }
+    }
+
+    /// Delivers again, the packets held first.
+    pub fn resume(&self) {
+        let wakes: Vec<_> = match self.hub.lock() {
+            Ok(mut h) => {
+                h.paused = false;
+                h.ports.values().map(|p| p.wake.clone()).collect()
+            }
+            Err(_) => return,
+        };
+        for w in wakes {
+            w();
+        }
+    }
+
+    /// Starts (or stops) keeping a copy of every IPv4 packet sent, as sent (before
+    /// loss or damage), for [`SimNet::captured`]: tests read the segments with it.
+    pub fn capture(&self, on: bool) {
+        if let Ok(mut h) = self.hub.lock() {
+            h.captured = on.then(Vec::new);
+        }
+    }
+
+    /// The packets captured so far, in the order sent (taken: the next call returns
+    /// only later ones).
+    pub fn captured(&self) -> Vec<Vec<u8>> {
+        self.hub
+            .lock()
+            .ok()
+            .and_then(|mut h| h.captured.as_mut().map(std::mem::take))
+            .unwrap_or_default()
     }
 }
 

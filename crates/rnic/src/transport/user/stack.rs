@@ -214,6 +214,7 @@ impl Inner {
                         if end || what.contains(Readiness::READABLE) {
                             sig.readable.store(true, Ordering::SeqCst);
                         }
+                        crate::chaos::point();
                         let read = what.contains(Readiness::READABLE)
                             && sig.want_read.swap(false, Ordering::SeqCst);
                         let write = what.contains(Readiness::WRITABLE)

@@ -3,11 +3,13 @@
 //! - **Sending** queues octets in the connection's TCP send buffer and sends the
 //!   segments at once, from the calling thread (the QP's posting thread or engine): no
 //!   other thread is woken on the send path. Each FPDU is queued as one TCP record, so
-//!   segments end on FPDU boundaries and an FPDU sized to the segment (the CM sizes
-//!   them to [`ConnStream::mss`]) travels alone in one segment: RFC 5044's MPA-aware
-//!   TCP. The QP's transmit path hands over FPDUs in a gather list (one FPDU) or a
-//!   buffer of gathered small ones; [`Framer`] finds their boundaries from the MPA
-//!   length at the start of each.
+//!   segments end on FPDU boundaries and hold whole FPDUs, as many as fit: RFC 5044's
+//!   MPA-aware TCP. The QP sizes each FPDU to the room left in the segment being
+//!   filled ([`Transport::packed_segment`]; the CM's MULPDU is [`ConnStream::mss`]), so
+//!   a large message's small last FPDU and the next message's first share a full
+//!   segment. The QP's transmit path hands over FPDUs in a gather list (several whole
+//!   ones) or a buffer of gathered small ones; [`Framer`] finds their boundaries from
+//!   the MPA length at the start of each.
 //! - **Receiving** copies in-order octets out of the connection's reassembly, into the
 //!   QP's staging buffer or straight into registered memory. On a SimNet a large
 //!   segment's payload is read straight out of the packet buffer it arrived in (the
@@ -120,8 +122,9 @@ impl Framer {
         Ok(taken)
     }
 
-    /// Queues one whole FPDU given as a gather list, all of it or nothing
-    /// (`WouldBlock`), as one record. A list that could never fit the send buffer goes
+    /// Queues a gather list: whole FPDUs one record each, as many as fit (see
+    /// `queue_records`); else (with markers, or not whole FPDUs) all of it or nothing
+    /// (`WouldBlock`) as one record. A list that could never fit the send buffer goes
     /// as plain octets, as much as fits.
     fn queue_gather(
         &mut self,
@@ -133,6 +136,12 @@ impl Framer {
         let room = st.send_capacity(id);
         let whole = self.carry == 0 && !self.lost;
         let buffer = st.connection(id)?.config().send_buffer;
+        if whole
+            && self.marked.is_none()
+            && let Some(r) = self.queue_records(st, id, &iov, room, buffer)
+        {
+            return r;
+        }
         if whole && total > room && total <= buffer {
             // Room comes as the peer acknowledges.
             return Err(StackError::WouldBlock);
@@ -178,6 +187,97 @@ impl Framer {
     }
 }
 
+impl Framer {
+    /// Queues a gather list of several whole FPDUs (a large message's, or with the
+    /// transmit path's look-ahead several messages') one record per FPDU, all of them
+    /// once they fit (as many as fit of a list larger than the send buffer): queued as
+    /// one record they would be cut at segment size, every FPDU after the first out of
+    /// line with the segments (RFC 5044). The TCP puts records that fit one segment together into
+    /// it (the QP sized them so). `None` for a single FPDU, or a list that is not whole
+    /// FPDUs end to end: the caller's rules then apply.
+    fn queue_records(
+        &mut self,
+        st: &mut Stack,
+        id: ConnId,
+        iov: &IoVecs<'_>,
+        mut room: usize,
+        buffer: usize,
+    ) -> Option<Result<usize, StackError>> {
+        let total = iov.len();
+        let first = fpdu_len_at(iov, 0)?;
+        if first >= total {
+            return None;
+        }
+        let mut end = first;
+        while end < total {
+            end += fpdu_len_at(iov, end)?;
+        }
+        if end != total {
+            return None;
+        }
+        if total > room && total <= buffer {
+            // All or nothing, as one record would be: the list waits for room for all
+            // of it (a 1 MiB message's FPDUs queued one by one as ACKs come made the
+            // sender trickle, more calls and smaller batches of segments).
+            return Some(Err(StackError::WouldBlock));
+        }
+        let mut taken = 0;
+        while taken < total {
+            let len = fpdu_len_at(iov, taken)?;
+            if len > room {
+                break;
+            }
+            let start = taken;
+            match st.send_record_with(id, len, &mut |put| for_each_in(iov, start, len, put)) {
+                Ok(()) => {
+                    self.count(len);
+                    taken += len;
+                    room -= len;
+                }
+                Err(StackError::WouldBlock) => break,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        match taken {
+            // Room comes as the peer acknowledges.
+            0 if first <= buffer => Some(Err(StackError::WouldBlock)),
+            0 => None,
+            _ => Some(Ok(taken)),
+        }
+    }
+}
+
+/// Calls `f` with the octets `[start, start + len)` of `iov`, piece by piece.
+fn for_each_in(iov: &IoVecs<'_>, start: usize, len: usize, f: &mut dyn FnMut(&[u8])) {
+    let (mut skip, mut left) = (start, len);
+    iov.for_each_piece(start + len, |p| {
+        if skip >= p.len() {
+            skip -= p.len();
+            return;
+        }
+        let p = &p[skip..];
+        skip = 0;
+        let take = p.len().min(left);
+        if take > 0 {
+            f(&p[..take]);
+            left -= take;
+        }
+    });
+}
+
+/// The wire length of the FPDU that starts `start` octets into `iov`, from its MPA
+/// length; `None` if the list ends before the length field does.
+fn fpdu_len_at(iov: &IoVecs<'_>, start: usize) -> Option<usize> {
+    let mut field = [0u8; softrnic_wire::mpa::ULPDU_LEN_LEN];
+    let mut got = 0;
+    for_each_in(iov, start, field.len(), &mut |p| {
+        field[got..got + p.len()].copy_from_slice(p);
+        got += p.len();
+    });
+    (got == field.len())
+        .then(|| softrnic_wire::mpa::fpdu_len(usize::from(u16::from_be_bytes(field))))
+}
+
 /// A connection of the device's own TCP under a QP.
 pub(crate) struct UserTransport {
     stack: Arc<UserStack>,
@@ -190,6 +290,11 @@ pub(crate) struct UserTransport {
     /// In-order octets taken out of the stack whole, being read out of its lock
     /// ([`UserTransport::read_to`]).
     piece: Option<softrnic_tcp::Piece>,
+    /// The segment payload FPDUs are sized to (None with markers: see
+    /// [`Transport::packed_segment`]).
+    segment: Option<usize>,
+    /// Every octet queued had left in a segment at the last send.
+    all_sent: bool,
     /// Tests: called just before octets are copied out (to see what is held then).
     #[cfg(test)]
     pub(super) on_copy: fn(&UserStack),
@@ -203,7 +308,11 @@ impl UserTransport {
         marked: bool,
     ) -> io::Result<UserTransport> {
         let signal = Arc::new(Signal::new()?);
-        stack.lock()?.signals.insert(id, signal.clone());
+        let segment = {
+            let mut g = stack.lock()?;
+            g.signals.insert(id, signal.clone());
+            g.stack.connection(id).map_err(to_io)?.max_payload()
+        };
         Ok(UserTransport {
             stack,
             id,
@@ -211,6 +320,8 @@ impl UserTransport {
             signal,
             abort: false,
             piece: None,
+            segment: (!marked).then_some(segment),
+            all_sent: false,
             #[cfg(test)]
             on_copy: |_| {},
         })
@@ -246,6 +357,7 @@ impl UserTransport {
             // Nothing was there at the last look: ask to be woken, then look once more
             // (the stack may have made it readable in between), all without the lock.
             sig.want_read.store(true, Ordering::SeqCst);
+            crate::chaos::point();
             if !sig.readable.load(Ordering::SeqCst) {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
@@ -315,6 +427,7 @@ impl UserTransport {
         match queue(&mut self.framer, &mut g.stack, self.id) {
             Ok(n) => {
                 self.stack.after(&mut g, self.id);
+                self.all_sent = g.stack.connection(self.id).is_ok_and(|c| c.unsent() == 0);
                 Ok(n)
             }
             Err(StackError::WouldBlock) => {
@@ -368,6 +481,14 @@ impl Transport for UserTransport {
 
     fn abort(&mut self) {
         self.abort = true;
+    }
+
+    fn packed_segment(&self) -> Option<usize> {
+        self.segment
+    }
+
+    fn all_sent(&self) -> bool {
+        self.all_sent
     }
 
     /// Its connection (the stack's report has its TCP state under the same id).
