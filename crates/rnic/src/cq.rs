@@ -559,9 +559,16 @@ impl Cq {
                 s.pop_into(out)
             }
             (false, engine_reads) => {
-                if engine_reads {
-                    // As in engine progress (above): the engine that will read the
-                    // next message may be waiting for this CPU.
+                // Another thread holds what this poll waits for: the engine that will
+                // read the next message (as in engine progress, above), or a producer
+                // that claimed ring slots and has not published them yet (or a second
+                // consumer holding the ring), so a ring that is not empty gave nothing.
+                // That thread may be waiting for this CPU: a consumer spinning on
+                // without yielding kept an engine descheduled in the middle of its push
+                // for 10 s under valgrind (docs/TCP.md, session 20), and a real-time
+                // consumer would keep it off for good.
+                if engine_reads || !s.ring.is_empty() {
+                    s.polls.yielded();
                     std::thread::yield_now();
                 }
                 0
@@ -710,3 +717,7 @@ impl Cq {
 #[cfg(test)]
 #[path = "cq_run_tests.rs"]
 mod run_tests;
+
+#[cfg(test)]
+#[path = "cq_poll_tests.rs"]
+mod poll_tests;

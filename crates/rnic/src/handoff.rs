@@ -51,6 +51,9 @@ pub struct PollCount {
     polls: AtomicU64,
     /// Polls that found the CQ empty and drove its QPs, since it was last armed.
     drives: AtomicU64,
+    /// Empty polls that gave the CPU away because another thread held what they waited
+    /// for (`Cq::poll`).
+    yields: AtomicU64,
 }
 
 impl PollCount {
@@ -82,6 +85,16 @@ impl PollCount {
     /// Polls so far.
     pub fn polls(&self) -> u64 {
         self.polls.load(Ordering::Relaxed)
+    }
+
+    /// Counts an empty poll that yielded the CPU.
+    pub fn yielded(&self) {
+        self.yields.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Empty polls that yielded the CPU so far.
+    pub fn yields(&self) -> u64 {
+        self.yields.load(Ordering::Relaxed)
     }
 }
 
