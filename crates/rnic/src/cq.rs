@@ -403,7 +403,8 @@ impl CqShared {
     /// Lets the consumer's thread drive the sockets of the QPs on this CQ (a consumer
     /// that keeps doing so takes them over).
     /// A polling consumer's drive of the CQ's QPs: whether anything moved, and whether
-    /// the engines read the sockets (many QPs, see [`CONSUMER_READS_MAX_QPS`]).
+    /// what it waits for is another thread's to do: the engines read the sockets (many
+    /// QPs, see [`CONSUMER_READS_MAX_QPS`]), or a QP's lock was held elsewhere.
     ///
     /// This runs on every empty poll, so it touches few shared counters: the few QPs
     /// are driven under the list's lock (no copy of the list, no reference count), and
@@ -419,19 +420,22 @@ impl CqShared {
                 // Many QPs: the list is taken out and the lock given back first.
                 return Err(Arc::clone(list));
             }
-            let mut any = false;
+            let (mut any, mut held) = (false, false);
             for qp in list.iter() {
-                any |= qp.consumer_progress(ready, false);
+                match qp.consumer_progress(ready, false) {
+                    Some(moved) => any |= moved,
+                    None => held = true,
+                }
             }
-            Ok(any)
+            Ok((any, held))
         });
         match few {
             None => (false, false),
-            Some(Ok(any)) => (any, false),
+            Some(Ok(drive)) => drive,
             Some(Err(list)) => {
                 let mut any = false;
                 for qp in list.iter() {
-                    any |= qp.consumer_progress(ready, true);
+                    any |= qp.consumer_progress(ready, true) == Some(true);
                 }
                 (any, true)
             }
@@ -558,16 +562,17 @@ impl Cq {
                 crate::chaos::point();
                 s.pop_into(out)
             }
-            (false, engine_reads) => {
+            (false, others) => {
                 // Another thread holds what this poll waits for: the engine that will
-                // read the next message (as in engine progress, above), or a producer
-                // that claimed ring slots and has not published them yet (or a second
-                // consumer holding the ring), so a ring that is not empty gave nothing.
-                // That thread may be waiting for this CPU: a consumer spinning on
-                // without yielding kept an engine descheduled in the middle of its push
-                // for 10 s under valgrind (docs/TCP.md, session 20), and a real-time
-                // consumer would keep it off for good.
-                if engine_reads || !s.ring.is_empty() {
+                // read the next message (as in engine progress, above), a thread
+                // holding a QP's lock, or a producer that claimed ring slots and has
+                // not published them yet (or a second consumer holding the ring), so a
+                // ring that is not empty gave nothing. That thread may be waiting for
+                // this CPU: a consumer spinning on without yielding kept an engine
+                // descheduled in the middle of its push for 10 s under valgrind
+                // (docs/TCP.md, session 20), and a real-time consumer would keep it
+                // off for good.
+                if others || !s.ring.is_empty() {
                     s.polls.yielded();
                     std::thread::yield_now();
                 }

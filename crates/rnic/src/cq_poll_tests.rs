@@ -2,8 +2,16 @@
 //! holds what it waits for, and only then.
 
 use super::*;
-use crate::{Device, DeviceConfig, ProgressMode};
+use crate::{Device, DeviceConfig, ProgressMode, QpInit};
 use softrnic_proto::{QpId, WcOpcode};
+
+fn hybrid() -> Device {
+    Device::open(DeviceConfig {
+        progress: ProgressMode::Hybrid,
+        ..DeviceConfig::default()
+    })
+    .unwrap()
+}
 
 fn plain(wr_id: u64) -> Completion {
     Completion {
@@ -23,11 +31,7 @@ fn plain(wr_id: u64) -> Completion {
 /// empty ring does not, and the completion comes out once the other thread lets go.
 #[test]
 fn a_poll_that_cannot_take_a_claimed_completion_yields_the_cpu() {
-    let dev = Device::open(DeviceConfig {
-        progress: ProgressMode::Hybrid,
-        ..DeviceConfig::default()
-    })
-    .unwrap();
+    let dev = hybrid();
     let cq = dev.create_cq(16).unwrap();
     let mut out = [empty_completion()];
 
@@ -45,6 +49,31 @@ fn a_poll_that_cannot_take_a_claimed_completion_yields_the_cpu() {
     drop(other);
 
     assert_eq!(cq.poll_one().map(|c| c.wr_id), Some(1));
+    assert_eq!(cq.poll(&mut out), 0);
+    assert_eq!(cq.shared.polls().yields(), 1);
+}
+
+/// A poll whose drive finds a QP's lock held by another thread (an engine in its pass)
+/// yields; once the lock is free the same poll drives the QP and does not.
+#[test]
+fn a_poll_that_finds_a_qps_lock_held_yields_the_cpu() {
+    let dev = hybrid();
+    let cq = dev.create_cq(16).unwrap();
+    let pd = dev.alloc_pd();
+    let qp = dev.create_qp(&pd, QpInit::new(&cq, 16, 16)).unwrap();
+    let mut out = [empty_completion()];
+    assert_eq!(cq.poll(&mut out), 0);
+    assert_eq!(cq.shared.polls().yields(), 0, "nobody holds the QP");
+
+    let held = qp.shared.inner.lock().unwrap();
+    assert_eq!(cq.poll(&mut out), 0);
+    assert_eq!(
+        cq.shared.polls().yields(),
+        1,
+        "the QP's lock is held elsewhere"
+    );
+    drop(held);
+
     assert_eq!(cq.poll(&mut out), 0);
     assert_eq!(cq.shared.polls().yields(), 1);
 }

@@ -14,26 +14,31 @@ use super::progress::Pass;
 
 impl QpShared {
     /// A polling consumer's drive (`ready`: it has driven often enough to claim the
-    /// socket, see [`crate::handoff`]): progress if nobody else is; true if anything
-    /// moved.
+    /// socket, see [`crate::handoff`]): progress if nobody else is; whether anything
+    /// moved, or `None` if another thread holds the QP's lock (the consumer should then
+    /// give that thread its CPU rather than spin: see `Cq::poll`).
     ///
     /// With `engine_reads` (a CQ with many QPs, see `cq::CONSUMER_READS_MAX_QPS`), the
     /// engine keeps the socket and reads it: the consumer only sends what is queued,
     /// and gives back a socket it had claimed.
-    pub(crate) fn consumer_progress(self: &Arc<Self>, ready: bool, engine_reads: bool) -> bool {
+    pub(crate) fn consumer_progress(
+        self: &Arc<Self>,
+        ready: bool,
+        engine_reads: bool,
+    ) -> Option<bool> {
         crate::chaos::point();
         let Ok(mut g) = self.inner.try_lock() else {
-            return false;
+            return None;
         };
         let Some(dev) = self.pass_dev(&mut g) else {
-            return false;
+            return Some(false);
         };
         let moved = self.consumer_pass(&mut g, &dev, ready, engine_reads);
         let spare = self.end_pass(&mut g, dev);
         // The lock first: the device must never be dropped under it.
         drop(g);
         drop(spare);
-        moved
+        Some(moved)
     }
 
     /// The device for a pass under the QP's lock: the one held while the socket is
