@@ -58,16 +58,18 @@ fn a_held_back_packet_is_delivered_by_a_polling_thread_when_it_falls_due() {
 
     let (hold_a, hold_b) = (hold_thread(&a.stack), hold_thread(&b.stack));
     let before = (turns(&a.stack), turns(&b.stack));
+    let sent = Instant::now();
     {
         let mut ga = a.stack.lock().unwrap();
         assert_eq!(ga.stack.send(id_a, &data).unwrap(), data.len());
         a.stack.after(&mut ga, id_a);
     }
-    assert_eq!(
-        b.stack.lock().unwrap().stack.readable(id_b),
-        0,
-        "the network holds the data back 2 ms"
-    );
+    let readable = b.stack.lock().unwrap().stack.readable(id_b);
+    // Only a look taken within the 2 ms says anything (a test thread descheduled past
+    // them, as under load, may find the packet handed on by then).
+    if sent.elapsed() < Duration::from_millis(2) {
+        assert_eq!(readable, 0, "the network holds the data back 2 ms");
+    }
     // b's consumer polls: once the 2 ms have passed, its poll hands the packet to b.
     poll_until_readable(&b.stack, &b.stack, id_b, data.len());
     let mut got = vec![0u8; data.len()];
