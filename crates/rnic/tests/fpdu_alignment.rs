@@ -10,7 +10,7 @@ use common::*;
 use softrnic_rnic::*;
 use softrnic_wire::mpa;
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 
 const A: Ipv4Addr = Ipv4Addr::new(10, 0, 7, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 0, 7, 2);
@@ -25,17 +25,6 @@ fn device(net: &SimNet, addr: Ipv4Addr) -> End {
             ..DeviceConfig::default()
         })
         .build()
-}
-
-fn connect_user(a: &End, b: &End) -> SocketAddr {
-    let listener = b.dev.listen((B, 0)).unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::scope(|s| {
-        let h = s.spawn(|| listener.accept().unwrap().accept(&b.qp, b"").unwrap());
-        a.dev.connect(addr, &a.qp, b"").unwrap();
-        h.join().unwrap();
-    });
-    addr
 }
 
 /// A TCP segment from A to B, as captured: its sequence number, flags and payload.
@@ -78,7 +67,7 @@ fn fpdus_start_segments_none_crosses_one_and_segments_are_full_while_data_is_que
     net.capture(true);
     let a = device(&net, A);
     let b = device(&net, B);
-    connect_user(&a, &b);
+    connect_qps_at((&a.dev, &a.qp), (&b.dev, &b.qp), (B, 0));
     assert_eq!(a.qp.params().max_fpdu, MSS);
 
     // Large Writes with small ones among them, and a 1 MiB one: 3.7 MiB, less than

@@ -91,13 +91,7 @@ fn markers_both_ways_over_the_own_tcp() {
             .build()
     };
     let (a, b) = (dev(A), dev(B));
-    let listener = b.dev.listen((B, 0)).unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::scope(|s| {
-        let h = s.spawn(|| listener.accept().unwrap().accept(&b.qp, b"").unwrap());
-        a.dev.connect(addr, &a.qp, b"").unwrap();
-        h.join().unwrap();
-    });
+    connect_qps_at((&a.dev, &a.qp), (&b.dev, &b.qp), (B, 0));
     every_operation(&a, &b);
 }
 

@@ -121,8 +121,18 @@ pub fn connect(a: &End, b: &End) {
 
 /// Connects the active QP `qa` on its device to the passive QP `qb` on its device (the
 /// same device or another), checking the private data each side receives.
-pub fn connect_qps((da, qa): (&Device, &Qp), (db, qb): (&Device, &Qp)) {
-    let listener = db.listen("127.0.0.1:0").unwrap();
+pub fn connect_qps(a: (&Device, &Qp), b: (&Device, &Qp)) {
+    connect_qps_at(a, b, "127.0.0.1:0");
+}
+
+/// [`connect_qps`] with the passive side listening at `at` (an address of its own TCP,
+/// say).
+pub fn connect_qps_at(
+    (da, qa): (&Device, &Qp),
+    (db, qb): (&Device, &Qp),
+    at: impl std::net::ToSocketAddrs,
+) {
+    let listener = db.listen(at).unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::scope(|s| {
         let h = s.spawn(|| {
