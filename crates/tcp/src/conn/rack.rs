@@ -14,6 +14,7 @@
 //! declared as soon as three segments' worth above it are SACKed (the classic
 //! duplicate threshold) or while a recovery is under way.
 
+use super::Timing;
 use super::sent::SentSeg;
 use super::tx::Tx;
 use std::time::Duration;
@@ -134,6 +135,11 @@ impl Rack {
     /// The reordering window (RFC 8985 6.2 step 4): none while no reordering has been
     /// seen and a recovery is under way or `dup_thresh_sacked`; else quarters of the
     /// minimum round trip, at most `cap`.
+    /// The windowed minimum round trip, once measured.
+    pub fn min_rtt(&self) -> Option<Duration> {
+        self.min_rtt.map(|(m, _)| m)
+    }
+
     pub fn reo_wnd(&self, recovering: bool, dup_thresh_sacked: bool, cap: Duration) -> Duration {
         if !self.reordering_seen && (recovering || dup_thresh_sacked) {
             return Duration::ZERO;
@@ -148,7 +154,12 @@ impl Tx {
     /// before the latest delivered one whose round trip and reordering window have
     /// passed. Returns whether it marked any, and how long until the next one would
     /// pass (the reordering timer), if some wait.
-    pub fn detect_loss(&mut self, now: Duration, recovering: bool) -> (bool, Option<Duration>) {
+    pub fn detect_loss(
+        &mut self,
+        now: Duration,
+        recovering: bool,
+        timing: &mut Timing,
+    ) -> (bool, Option<Duration>) {
         let Some((latest_t, latest_o)) = self.rack.latest else {
             return (false, None);
         };
@@ -179,7 +190,10 @@ impl Tx {
             if !s.lost {
                 let due = s.xmit + self.rack.rtt + reo_wnd;
                 if due <= now {
-                    self.sent.mark_lost(i);
+                    if self.sent.mark_lost_at(i, now) {
+                        timing.send_to_verdict.record(now.saturating_sub(s.xmit));
+                        timing.rtx_lost_again += u64::from(s.rtx);
+                    }
                     marked = true;
                 } else {
                     let left = due - now;
@@ -187,6 +201,9 @@ impl Tx {
                 }
             }
             i += 1;
+        }
+        if marked {
+            timing.reo_wnd.record(reo_wnd);
         }
         (marked, wait)
     }

@@ -57,6 +57,8 @@ pub(crate) struct Rx {
     reporting: usize,
     /// The peer's segment size: two of them earn an ACK at once.
     pub mss: u64,
+    /// Since when `nxt` has stood below held out-of-order data (for `Timing`).
+    blocked_since: Option<Duration>,
 }
 
 /// What a segment's payload did.
@@ -70,6 +72,9 @@ pub(crate) struct DataOutcome {
     pub out_of_order: bool,
     /// The peer's FIN became in order now.
     pub fin: bool,
+    /// `nxt` moved on from a hole: how long it stood there, and the out-of-order
+    /// octets held above it then.
+    pub hole_filled: Option<(Duration, u64)>,
 }
 
 impl Rx {
@@ -95,6 +100,7 @@ impl Rx {
             reporting: 0,
             delack,
             mss,
+            blocked_since: None,
         }
     }
 
@@ -205,6 +211,7 @@ impl Rx {
         let hi = end.min(self.right);
         let was_in_order = lo == self.nxt && self.ooo.is_empty();
         let before = self.nxt;
+        let held_before = self.ooo.bytes();
         if lo < hi {
             for (a, b) in self.ooo.gaps(lo, hi) {
                 let in_order = a == self.nxt;
@@ -236,6 +243,12 @@ impl Rx {
         }
         if self.nxt > before {
             sink.in_order(self.nxt - 1);
+            if let Some(since) = self.blocked_since.take() {
+                out.hole_filled = Some((now.saturating_sub(since), held_before));
+            }
+        }
+        if !self.ooo.is_empty() && self.blocked_since.is_none() {
+            self.blocked_since = Some(now);
         }
         if let Some(f) = self.fin
             && self.nxt == f
