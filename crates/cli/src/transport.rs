@@ -308,6 +308,7 @@ fn timing_json(t: &softrnic_rnic::TcpTiming) -> Value {
         "hole_at_nxt": h(&t.hole_at_nxt),
         "ooo_bytes_at_fill_mean": t.ooo_bytes_at_fill_sum.checked_div(t.hole_at_nxt.count).unwrap_or(0),
         "ooo_bytes_at_fill_max": t.ooo_bytes_at_fill_max,
+        "reader_starved": h(&t.reader_starved),
         "send_to_verdict": h(&t.send_to_verdict),
         "rtx_lost_again": t.rtx_lost_again,
         "verdict_to_resend": h(&t.verdict_to_resend),

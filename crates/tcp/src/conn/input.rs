@@ -362,6 +362,9 @@ impl Connection {
             t.ooo_bytes_at_fill_sum += held;
             t.ooo_bytes_at_fill_max = t.ooo_bytes_at_fill_max.max(held);
         }
+        if let Some(d) = out.starved {
+            self.stats.timing.reader_starved.record(d);
+        }
         if out.fin {
             self.on_peer_fin(now);
         }

@@ -452,6 +452,7 @@ impl Connection {
     pub fn release(&mut self, n: usize) {
         let in_order = self.rx.nxt.saturating_sub(1);
         self.rx.released = (self.rx.released + n as u64).min(in_order);
+        self.rx.note_starved(self.clock);
         if self.state.is_synchronized() && self.rx.window_update_due(self.tx.mss) {
             self.rx.ack_now = true;
         }

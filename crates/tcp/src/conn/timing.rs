@@ -89,6 +89,9 @@ pub struct Timing {
     /// the largest (divide by `hole_at_nxt.count` for the mean).
     pub ooo_bytes_at_fill_sum: u64,
     pub ooo_bytes_at_fill_max: u64,
+    /// Receiver: from the layer above having read everything up to a hole with data
+    /// held above it (it can read nothing more) until the hole filled.
+    pub reader_starved: Histogram,
     /// Sender: from a segment's (last) sending until RACK took it as lost.
     pub send_to_verdict: Histogram,
     /// Sender: of those, the segments that were retransmissions already (lost twice).
@@ -122,6 +125,7 @@ impl Timing {
         self.hole_at_nxt.add(&o.hole_at_nxt);
         self.ooo_bytes_at_fill_sum += o.ooo_bytes_at_fill_sum;
         self.ooo_bytes_at_fill_max = self.ooo_bytes_at_fill_max.max(o.ooo_bytes_at_fill_max);
+        self.reader_starved.add(&o.reader_starved);
         self.send_to_verdict.add(&o.send_to_verdict);
         self.rtx_lost_again += o.rtx_lost_again;
         self.verdict_to_resend.add(&o.verdict_to_resend);
@@ -143,6 +147,7 @@ impl Timing {
         Timing {
             hole_at_nxt: self.hole_at_nxt.since(&b.hole_at_nxt),
             ooo_bytes_at_fill_sum: self.ooo_bytes_at_fill_sum - b.ooo_bytes_at_fill_sum,
+            reader_starved: self.reader_starved.since(&b.reader_starved),
             send_to_verdict: self.send_to_verdict.since(&b.send_to_verdict),
             rtx_lost_again: self.rtx_lost_again - b.rtx_lost_again,
             verdict_to_resend: self.verdict_to_resend.since(&b.verdict_to_resend),
