@@ -296,7 +296,7 @@ fn timing_json(t: &softrnic_rnic::TcpTiming) -> Value {
     let h = |h: &softrnic_rnic::TcpHistogram| {
         json!({
             "count": h.count,
-            "mean_us": if h.count > 0 { h.sum_us / h.count } else { 0 },
+            "mean_us": h.sum_us.checked_div(h.count).unwrap_or(0),
             "max_us": h.max_us,
             "p50_us": h.quantile_us(0.5),
             "p90_us": h.quantile_us(0.9),
