@@ -278,6 +278,7 @@ impl Net {
                 t.rwnd_limited_us += s.tcp.rwnd_limited_us;
                 t.rwnd_hole_limited_us += s.tcp.rwnd_hole_limited_us;
                 t.sndbuf_limited_us += s.tcp.sndbuf_limited_us;
+                t.timing.add(&s.tcp.timing);
                 let k = c.stacks.get_or_insert_with(StackThreads::default);
                 k.turns += s.stack_thread_turns;
                 k.polled_pumps += s.polled_pumps;
@@ -286,6 +287,43 @@ impl Net {
         }
         c
     }
+}
+
+/// The own TCP's hole and repair durations (`softrnic_rnic::TcpTiming`) as JSON: each
+/// histogram as its count, mean, largest, median and 90th/99th percentile (bucket
+/// upper bounds, microseconds) and its log2 buckets.
+fn timing_json(t: &softrnic_rnic::TcpTiming) -> Value {
+    let h = |h: &softrnic_rnic::TcpHistogram| {
+        json!({
+            "count": h.count,
+            "mean_us": h.sum_us.checked_div(h.count).unwrap_or(0),
+            "max_us": h.max_us,
+            "p50_us": h.quantile_us(0.5),
+            "p90_us": h.quantile_us(0.9),
+            "p99_us": h.quantile_us(0.99),
+            "log2_us_buckets": h.buckets.to_vec(),
+        })
+    };
+    json!({
+        "hole_at_nxt": h(&t.hole_at_nxt),
+        "ooo_bytes_at_fill_mean": t.ooo_bytes_at_fill_sum.checked_div(t.hole_at_nxt.count).unwrap_or(0),
+        "ooo_bytes_at_fill_max": t.ooo_bytes_at_fill_max,
+        "reader_starved": h(&t.reader_starved),
+        "send_to_verdict": h(&t.send_to_verdict),
+        "rtx_lost_again": t.rtx_lost_again,
+        "verdict_to_resend": h(&t.verdict_to_resend),
+        "resend_to_delivery": h(&t.resend_to_delivery),
+        "first_send_to_delivery": h(&t.first_send_to_delivery),
+        "reo_wnd": h(&t.reo_wnd),
+        "min_rtt_ns": t.min_rtt_ns,
+        "srtt_us": t.srtt_us,
+        "hole_limited_verdict_us": t.hole_limited_verdict_us,
+        "hole_limited_resend_us": t.hole_limited_resend_us,
+        "hole_limited_repair_us": t.hole_limited_repair_us,
+        "hole_limited_waits": t.hole_limited_waits,
+        "hole_limited_sacked_mean": t.hole_limited_sacked_sum.checked_div(t.hole_limited_waits).unwrap_or(0),
+        "hole_limited_sacked_max": t.hole_limited_sacked_max,
+    })
 }
 
 /// What the own TCP (both sides added up) and the simulated wire did.
@@ -334,6 +372,7 @@ impl Counters {
                 rwnd_limited_us: a.rwnd_limited_us - b.rwnd_limited_us,
                 rwnd_hole_limited_us: a.rwnd_hole_limited_us - b.rwnd_hole_limited_us,
                 sndbuf_limited_us: a.sndbuf_limited_us - b.sndbuf_limited_us,
+                timing: a.timing.since(&b.timing),
                 ..TcpStats::default()
             }),
             (a, _) => a.clone(),
@@ -389,6 +428,7 @@ impl Counters {
                     "sndbuf_limited_us": t.sndbuf_limited_us,
                 }),
             );
+            m.insert("own_tcp_timing".into(), timing_json(&t.timing));
         }
         if let (Some(k), Value::Object(m)) = (&self.stacks, &mut v) {
             m.insert(

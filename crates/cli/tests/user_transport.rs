@@ -82,6 +82,13 @@ fn send_bw_through_loss_and_reordering_counts_the_recovery() {
     assert!(count(v, "sim_wire", "lost") > 0, "{v}");
     assert!(count(v, "sim_wire", "reordered") > 0, "{v}");
     assert!(count(v, "own_tcp", "retransmitted_segments") > 0, "{v}");
+    // The holes and repairs were timed: a retransmission is delivered some time, or
+    // its loss left a hole at the receiver.
+    let timed = |h: &str| v["own_tcp_timing"][h]["count"].as_u64().expect("a count");
+    assert!(
+        timed("resend_to_delivery") + timed("hole_at_nxt") > 0,
+        "{v}"
+    );
 }
 
 #[test]

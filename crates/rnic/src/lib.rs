@@ -104,7 +104,10 @@ pub use softrnic_proto::{
     WcOpcode, WcStatus,
 };
 /// softrnic's own TCP's settings and counters ([`UserTcp::tcp`], [`UserTcpStats`]).
-pub use softrnic_tcp::{Config as TcpConfig, StackStats as TcpStackStats, Stats as TcpStats};
+pub use softrnic_tcp::{
+    Config as TcpConfig, Histogram as TcpHistogram, StackStats as TcpStackStats, Stats as TcpStats,
+    Timing as TcpTiming,
+};
 pub use softrnic_wire::TerminateCause;
 pub use srq::{ChainError, ManagedInit, Srq, SrqAttr, SrqInit, SrqModify, SrqUsage};
 pub use sys::{affinity, nofile, socket, usage};

@@ -27,7 +27,8 @@ pub mod stack;
 
 pub use config::{Config, Keepalive};
 pub use conn::{
-    Connection, Event, Feed, Lent, SendError, State, Stats, initial_sequence, reset_for,
+    BUCKETS, Connection, Event, Feed, Histogram, Lent, SendError, State, Stats, Timing,
+    initial_sequence, reset_for,
 };
 pub use reassembly::{Piece, Reassembly};
 pub use receiver::{Arrival, Receiver, Refuse};

@@ -372,3 +372,51 @@ fn losses_the_window_holds_back_are_probed_when_the_acknowledgments_stop() {
         "{s:?}"
     );
 }
+
+#[test]
+fn the_time_a_hole_and_its_repair_took_is_recorded_on_both_sides() {
+    let mut p = Pair::new();
+    p.run_until(|p| p.a.state() == State::Established && p.b.state() == State::Established);
+    let warm = data(40_000, 1);
+    p.send_all(&warm);
+    p.run_until(|p| p.got.len() == warm.len() && p.a.unacknowledged() == 0);
+    let (ta, tb) = (p.a.stats().timing.clone(), p.b.stats().timing.clone());
+    assert_eq!(ta.send_to_verdict.count + tb.hole_at_nxt.count, 0);
+    // Twenty segments sent at once, the first lost. One way takes 100 us: the others
+    // reach b at 100 us and open the hole, their SACKs reach a at 200 us (RACK, with
+    // no reordering seen, takes the first as lost then and it goes again at once), the
+    // retransmission fills the hole at 300 us and its acknowledgment comes at 400 us.
+    p.lose = vec![40_000];
+    let burst = data(20_000, 2);
+    p.send_all(&burst);
+    p.send_from(true);
+    p.run_until(|p| p.got.len() == warm.len() + burst.len() && p.a.unacknowledged() == 0);
+    assert_eq!(&p.got[warm.len()..], &burst[..]);
+    let (a, b) = (&p.a.stats().timing, &p.b.stats().timing);
+    let one = |h: &softrnic_tcp::Histogram, before: &softrnic_tcp::Histogram| {
+        let d = h.since(before);
+        assert_eq!(d.count, 1, "{h:?}");
+        d.sum_us
+    };
+    assert_eq!(one(&a.send_to_verdict, &ta.send_to_verdict), 200, "{a:?}");
+    assert_eq!(one(&a.verdict_to_resend, &ta.verdict_to_resend), 0, "{a:?}");
+    assert_eq!(one(&a.resend_to_delivery, &ta.resend_to_delivery), 200);
+    assert_eq!(
+        one(&a.first_send_to_delivery, &ta.first_send_to_delivery),
+        400
+    );
+    assert_eq!(a.rtx_lost_again, 0);
+    assert_eq!(
+        one(&a.reo_wnd, &ta.reo_wnd),
+        0,
+        "no reordering seen: no window"
+    );
+    assert_eq!(one(&b.hole_at_nxt, &tb.hole_at_nxt), 200, "{b:?}");
+    // b read everything in order at once: it waited for the hole all along.
+    assert_eq!(one(&b.reader_starved, &tb.reader_starved), 200, "{b:?}");
+    // What arrived above the hole before its repair (the segments the window let go).
+    assert!(
+        b.ooo_bytes_at_fill_max >= 1000 && b.ooo_bytes_at_fill_max <= 19_000,
+        "{b:?}"
+    );
+}

@@ -132,7 +132,7 @@ impl Connection {
         self.take_syn(seg);
         match ack {
             Some(a) => {
-                self.tx.advance(a as u64, now);
+                self.tx.advance(a as u64, now, &mut self.stats.timing);
                 self.syn_acked();
                 self.state = if self.tx.fin.is_some() {
                     State::FinWait1
@@ -273,11 +273,13 @@ impl Connection {
         // The cumulative acknowledgment first, then the SACK blocks: segments it
         // covers were delivered in order, not reordered below what the blocks report.
         let acked = if advanced {
-            self.tx.advance(ack, now)
+            self.tx.advance(ack, now, &mut self.stats.timing)
         } else {
             0
         };
-        let sack = self.tx.take_sack(&seg.options.sack, ack as i64, now);
+        let sack = self
+            .tx
+            .take_sack(&seg.options.sack, ack as i64, now, &mut self.stats.timing);
         // Before the window grows: an acknowledgment that covers everything a timeout
         // sent again would end its recovery there, and the proof that the timeout was
         // spurious (originals delivered) would go unseen.
@@ -353,6 +355,15 @@ impl Connection {
         self.stats.bytes_refused += out.dropped;
         if out.out_of_order {
             self.stats.out_of_order_in += 1;
+        }
+        if let Some((lasted, held)) = out.hole_filled {
+            let t = &mut self.stats.timing;
+            t.hole_at_nxt.record(lasted);
+            t.ooo_bytes_at_fill_sum += held;
+            t.ooo_bytes_at_fill_max = t.ooo_bytes_at_fill_max.max(held);
+        }
+        if let Some(d) = out.starved {
+            self.stats.timing.reader_starved.record(d);
         }
         if out.fin {
             self.on_peer_fin(now);

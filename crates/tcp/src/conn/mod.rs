@@ -21,6 +21,7 @@ mod rx;
 mod send_buffer;
 mod sent;
 mod timers;
+mod timing;
 mod tlp;
 mod tx;
 
@@ -34,6 +35,8 @@ use std::time::Duration;
 use tx::Tx;
 
 pub use send_buffer::{Feed, Lent};
+use timing::HoleWait;
+pub use timing::{BUCKETS, Histogram, Timing};
 
 /// The connection states of RFC 9293 section 3.3.2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -150,6 +153,8 @@ pub struct Stats {
     /// Microseconds everything queued was sent and the send buffer had no room for
     /// more (unacknowledged octets fill it: a hole the peer has not reported filled).
     pub sndbuf_limited_us: u64,
+    /// How long holes and their repairs took.
+    pub timing: Timing,
 }
 
 /// What holds a sender back, for [`Stats`]' `*_limited_us`.
@@ -215,9 +220,10 @@ pub struct Connection {
     lent: Option<Lent>,
     /// What holds new data back since when (`None`: nothing, or nothing to send).
     limited: Option<(Limit, Duration)>,
-    /// While `limited` by the peer's window: the peer holds SACKed octets above a hole
-    /// (a change of this starts a new interval).
-    limited_by_hole: bool,
+    /// While `limited` by the peer's window: the peer holds SACKed octets above a hole,
+    /// and what the segment at the hole waits for (a change of this starts a new
+    /// interval).
+    limited_by_hole: Option<HoleWait>,
     /// The user's last send found no room (and none succeeded since).
     send_refused: bool,
     /// The latest time the connection was given (its calls that take no time).
@@ -279,7 +285,7 @@ impl Connection {
             lending: false,
             lent: None,
             limited: None,
-            limited_by_hole: false,
+            limited_by_hole: None,
             send_refused: false,
             clock: Duration::ZERO,
         }
@@ -382,7 +388,9 @@ impl Connection {
     /// What holds new data back from `now` on; the time under the previous reason is
     /// added to its counter.
     fn set_limit(&mut self, now: Duration, limit: Option<Limit>) {
-        let hole = limit == Some(Limit::Rwnd) && self.tx.scoreboard.bytes() > 0;
+        let hole = (limit == Some(Limit::Rwnd) && self.tx.scoreboard.bytes() > 0)
+            .then(|| self.tx.hole_wait())
+            .flatten();
         if self.limited.map(|(l, _)| l) == limit && hole == self.limited_by_hole {
             return;
         }
@@ -392,12 +400,20 @@ impl Connection {
                 Limit::Cwnd => self.stats.cwnd_limited_us += us,
                 Limit::Rwnd => {
                     self.stats.rwnd_limited_us += us;
-                    if self.limited_by_hole {
+                    if let Some(w) = self.limited_by_hole {
                         self.stats.rwnd_hole_limited_us += us;
+                        self.stats.timing.hole_limited(w, us);
                     }
                 }
                 Limit::SendBuffer => self.stats.sndbuf_limited_us += us,
             }
+        }
+        if hole.is_some() && self.limited_by_hole.is_none() {
+            let t = &mut self.stats.timing;
+            let sacked = self.tx.scoreboard.bytes();
+            t.hole_limited_waits += 1;
+            t.hole_limited_sacked_sum += sacked;
+            t.hole_limited_sacked_max = t.hole_limited_sacked_max.max(sacked);
         }
         self.limited = limit.map(|l| (l, now));
         self.limited_by_hole = hole;
@@ -436,6 +452,7 @@ impl Connection {
     pub fn release(&mut self, n: usize) {
         let in_order = self.rx.nxt.saturating_sub(1);
         self.rx.released = (self.rx.released + n as u64).min(in_order);
+        self.rx.note_starved(self.clock);
         if self.state.is_synchronized() && self.rx.window_update_due(self.tx.mss) {
             self.rx.ack_now = true;
         }

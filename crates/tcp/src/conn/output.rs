@@ -194,7 +194,7 @@ impl Connection {
             // acknowledged (as Linux does), lest the timer fire during recovery.
             self.timers.rto = None;
         }
-        self.tx.sent(p, now);
+        self.tx.sent(p, now, &mut self.stats.timing);
         self.force_send = false;
         self.rx.acked();
         self.arm_rto(now);

@@ -57,6 +57,10 @@ pub(crate) struct Rx {
     reporting: usize,
     /// The peer's segment size: two of them earn an ACK at once.
     pub mss: u64,
+    /// Since when `nxt` has stood below held out-of-order data (for `Timing`).
+    blocked_since: Option<Duration>,
+    /// Since when the layer above has read everything up to such a hole (for `Timing`).
+    starved_since: Option<Duration>,
 }
 
 /// What a segment's payload did.
@@ -70,6 +74,11 @@ pub(crate) struct DataOutcome {
     pub out_of_order: bool,
     /// The peer's FIN became in order now.
     pub fin: bool,
+    /// `nxt` moved on from a hole: how long it stood there, and the out-of-order
+    /// octets held above it then.
+    pub hole_filled: Option<(Duration, u64)>,
+    /// `nxt` moved on from a hole the layer above had read up to: how long it waited.
+    pub starved: Option<Duration>,
 }
 
 impl Rx {
@@ -95,6 +104,8 @@ impl Rx {
             reporting: 0,
             delack,
             mss,
+            blocked_since: None,
+            starved_since: None,
         }
     }
 
@@ -166,6 +177,14 @@ impl Rx {
         offer >= known + self.sws_step(mss) && offer >= 2 * known
     }
 
+    /// The layer above has read everything in order while data waits above a hole:
+    /// it starves from `now` (for `Timing`).
+    pub fn note_starved(&mut self, now: Duration) {
+        if self.starved_since.is_none() && self.released + 1 >= self.nxt && !self.ooo.is_empty() {
+            self.starved_since = Some(now);
+        }
+    }
+
     /// The window field to send; the peer will know the window it says.
     pub fn announce_window(&mut self) -> u16 {
         let field = (self.window() >> self.wscale).min(u64::from(u16::MAX));
@@ -205,6 +224,11 @@ impl Rx {
         let hi = end.min(self.right);
         let was_in_order = lo == self.nxt && self.ooo.is_empty();
         let before = self.nxt;
+        let held_before = if self.blocked_since.is_some() {
+            self.ooo.bytes()
+        } else {
+            0
+        };
         if lo < hi {
             for (a, b) in self.ooo.gaps(lo, hi) {
                 let in_order = a == self.nxt;
@@ -236,6 +260,18 @@ impl Rx {
         }
         if self.nxt > before {
             sink.in_order(self.nxt - 1);
+            if let Some(since) = self.blocked_since.take() {
+                out.hole_filled = Some((now.saturating_sub(since), held_before));
+            }
+            if let Some(since) = self.starved_since.take() {
+                out.starved = Some(now.saturating_sub(since));
+            }
+        }
+        if !self.ooo.is_empty() {
+            if self.blocked_since.is_none() {
+                self.blocked_since = Some(now);
+            }
+            self.note_starved(now);
         }
         if let Some(f) = self.fin
             && self.nxt == f

@@ -25,6 +25,10 @@ pub(crate) struct SentSeg {
     pub sacked: bool,
     /// Taken as lost and not sent again since.
     pub lost: bool,
+    /// When it was first sent (for [`super::Timing`]).
+    pub first: Duration,
+    /// When RACK last took it as lost (for [`super::Timing`]).
+    pub lost_at: Option<Duration>,
 }
 
 impl SentSeg {
@@ -87,6 +91,8 @@ impl Sent {
             rtx: false,
             sacked: false,
             lost: false,
+            first: now,
+            lost_at: None,
         });
     }
 
@@ -161,6 +167,18 @@ impl Sent {
         s.lost = true;
         self.lost_bytes += s.end - s.start;
         self.lost_from = self.lost_from.min(s.start);
+    }
+
+    /// Marks record `i` lost at `now` (RACK's verdict, timed for [`super::Timing`]);
+    /// returns whether it was newly marked.
+    pub fn mark_lost_at(&mut self, i: usize, now: Duration) -> bool {
+        let s = self.segs[i];
+        if s.sacked || s.lost {
+            return false;
+        }
+        self.mark_lost(i);
+        self.segs[i].lost_at = Some(now);
+        true
     }
 
     /// The first record marked lost, if any.

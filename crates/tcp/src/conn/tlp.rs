@@ -160,7 +160,11 @@ impl Connection {
     /// Runs RACK's loss detection; a loss found starts fast recovery, and segments
     /// still inside the reordering window set the reordering timer.
     pub(super) fn detect_loss(&mut self, now: Duration) {
-        let (marked, wait) = self.tx.detect_loss(now, self.tx.recovering());
+        let recovering = self.tx.recovering();
+        let (marked, wait) = self.tx.detect_loss(now, recovering, &mut self.stats.timing);
+        let t = &mut self.stats.timing;
+        t.min_rtt_ns = self.tx.rack.min_rtt().map_or(0, |m| m.as_nanos() as u64);
+        t.srtt_us = self.tx.rtt.srtt().map_or(0, |d| d.as_micros() as u64);
         if marked && self.tx.enter_recovery() {
             self.stats.fast_retransmits += 1;
             self.timers.pto = None;

@@ -13,6 +13,7 @@ use super::rack::Rack;
 use super::rtt::RttEstimator;
 use super::send_buffer::SendBuffer;
 use super::sent::{Sent, SentSeg};
+use super::timing::{HoleWait, Timing};
 use crate::config::Config;
 use crate::range_set::RangeSet;
 use crate::segment::SackBlock;
@@ -350,10 +351,13 @@ impl Tx {
     }
 
     /// `pick` went out at `now`.
-    pub fn sent(&mut self, pick: Pick, now: Duration) {
+    pub fn sent(&mut self, pick: Pick, now: Duration, timing: &mut Timing) {
         if pick.rtx {
             let i = self.sent.index_of(pick.start);
             if i < self.sent.len() {
+                if let Some(at) = self.sent.get(i).lost_at.filter(|_| self.sent.get(i).lost) {
+                    timing.verdict_to_resend.record(now.saturating_sub(at));
+                }
                 self.sent.resent(i, now);
             }
             self.rtx_now = false;
@@ -382,7 +386,13 @@ impl Tx {
     /// scoreboard and the segments it covers (delivered, for RACK). A first block
     /// below `ack`, or inside the second block, reports a duplicate (D-SACK, RFC
     /// 2883) and is returned; other blocks outside `(una, nxt]` are ignored.
-    pub fn take_sack(&mut self, blocks: &[SackBlock], ack: i64, now: Duration) -> SackNews {
+    pub fn take_sack(
+        &mut self,
+        blocks: &[SackBlock],
+        ack: i64,
+        now: Duration,
+        timing: &mut Timing,
+    ) -> SackNews {
         let mut news = SackNews::default();
         if !self.sack_ok || blocks.is_empty() {
             return news;
@@ -419,6 +429,7 @@ impl Tx {
                         |s| {
                             rack.delivered(s, now);
                             *original |= sent_before(s, rto_at);
+                            repaired(timing, s, now);
                         },
                     );
                 }
@@ -430,7 +441,7 @@ impl Tx {
     /// The acknowledgment moved `una` to `ack` (> una): frees the buffer and the
     /// records of the segments it covers, takes an RTT sample when it covers the timed
     /// segment. Returns the octets newly acknowledged.
-    pub fn advance(&mut self, ack: u64, now: Duration) -> u64 {
+    pub fn advance(&mut self, ack: u64, now: Duration, timing: &mut Timing) -> u64 {
         let acked = ack - self.una;
         self.una = ack;
         self.buf.ack_to((ack.saturating_sub(1)).min(self.buf.end()));
@@ -439,6 +450,7 @@ impl Tx {
         self.sent.ack_to(ack, |s| {
             rack.delivered(s, now);
             *original |= sent_before(s, rto_at);
+            repaired(timing, s, now);
         });
         if let Some((end, at)) = self.timed
             && ack >= end
@@ -448,6 +460,32 @@ impl Tx {
         }
         self.rtt.progress();
         acked
+    }
+}
+
+/// A segment sent again was delivered at `now`: how long its repair took.
+fn repaired(timing: &mut Timing, s: &SentSeg, now: Duration) {
+    if s.rtx {
+        timing.resend_to_delivery.record(now.saturating_sub(s.xmit));
+        timing
+            .first_send_to_delivery
+            .record(now.saturating_sub(s.first));
+    }
+}
+
+impl Tx {
+    /// What the segment at `una` waits for, if one is in flight and not delivered.
+    pub fn hole_wait(&self) -> Option<HoleWait> {
+        (self.sent.len() > 0).then(|| {
+            let s = self.sent.get(0);
+            if s.lost {
+                HoleWait::Resend
+            } else if s.rtx {
+                HoleWait::Repair
+            } else {
+                HoleWait::Verdict
+            }
+        })
     }
 }
 

@@ -131,6 +131,7 @@ pub(super) fn add_stats(t: &mut Stats, s: &Stats) {
         rwnd_limited_us,
         rwnd_hole_limited_us,
         sndbuf_limited_us,
+        timing,
     } = s;
     t.segments_in += segments_in;
     t.segments_out += segments_out;
@@ -163,4 +164,5 @@ pub(super) fn add_stats(t: &mut Stats, s: &Stats) {
     t.rwnd_limited_us += rwnd_limited_us;
     t.rwnd_hole_limited_us += rwnd_hole_limited_us;
     t.sndbuf_limited_us += sndbuf_limited_us;
+    t.timing.add(timing);
 }
