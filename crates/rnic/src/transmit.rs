@@ -37,12 +37,9 @@ pub const TX_GATHER_MAX: usize = 16384;
 pub(crate) const TX_BUF_LEN: usize = 64 * 1024;
 
 /// Large FPDUs sent together in one `sendmsg` at most: the FPDUs of one message up
-/// to the one that completes it, or of the Read Responses queued. 32 takes a message
-/// of up to 2 MiB in one call where the socket takes it: a 1 MiB message is 17 FPDUs
-/// of 65000 octets on loopback, and with 16 its short last FPDU went alone, copied into
-/// the transmit buffer and sent by a second call (responder: 2.0 calls per 1 MiB Read,
-/// 0.6 now; docs/ARCHITECTURE.md, "1 MiB Read and Send against Write").
-pub(crate) const TX_BATCH: usize = 32;
+/// to the one that completes it (16 x 65000 octets: a 1 MiB Write in two calls where
+/// the socket takes it), or of the Read Responses queued (8 of 64 KiB).
+pub(crate) const TX_BATCH: usize = 16;
 
 /// Without markers, the large FPDUs of several Writes and Sends are prepared (with
 /// CRC on, their CRCs computed back to back) and sent together, up to this many
