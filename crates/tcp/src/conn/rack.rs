@@ -6,8 +6,9 @@
 //! trip in which the peer reports a duplicate of one of our recent retransmissions
 //! (D-SACK: a retransmission was not needed; a duplicate the network made, or one of
 //! a loss probe's range, says nothing of reordering and leaves the window alone), and
-//! halves after each sixteen recoveries without one. RFC 8985 bounds it by the smoothed round trip; here the bound is the larger of
-//! that and half the retransmission timeout, so that a network which holds packets
+//! halves after each sixteen recoveries without one. RFC 8985 bounds it by the
+//! smoothed round trip; here the bound is the larger of that and half the
+//! retransmission timeout, so that a network which holds packets
 //! back for many round trips (softrnic's in-process network: 200 us against a round
 //! trip of microseconds) stops costing a spurious retransmission and recovery per
 //! reordered packet once the D-SACKs have widened the window; without D-SACKs the
@@ -137,14 +138,14 @@ impl Rack {
         }
     }
 
-    /// The reordering window (RFC 8985 6.2 step 4): none while no reordering has been
-    /// seen and a recovery is under way or `dup_thresh_sacked`; else quarters of the
-    /// minimum round trip, at most `cap`.
     /// The windowed minimum round trip, once measured.
     pub fn min_rtt(&self) -> Option<Duration> {
         self.min_rtt.map(|(m, _)| m)
     }
 
+    /// The reordering window (RFC 8985 6.2 step 4): none while no reordering has been
+    /// seen and a recovery is under way or `dup_thresh_sacked`; else quarters of the
+    /// minimum round trip, at most `cap`.
     pub fn reo_wnd(&self, recovering: bool, dup_thresh_sacked: bool, cap: Duration) -> Duration {
         if !self.reordering_seen && (recovering || dup_thresh_sacked) {
             return Duration::ZERO;
