@@ -158,27 +158,27 @@ impl Sent {
         }
     }
 
-    /// Marks record `i` lost (unless it is SACKed or already marked).
-    pub fn mark_lost(&mut self, i: usize) {
+    /// Marks record `i` lost (unless it is SACKed or already marked); returns whether
+    /// it was newly marked.
+    pub fn mark_lost(&mut self, i: usize) -> bool {
         let s = &mut self.segs[i];
         if s.sacked || s.lost {
-            return;
+            return false;
         }
         s.lost = true;
         self.lost_bytes += s.end - s.start;
         self.lost_from = self.lost_from.min(s.start);
+        true
     }
 
     /// Marks record `i` lost at `now` (RACK's verdict, timed for [`super::Timing`]);
     /// returns whether it was newly marked.
     pub fn mark_lost_at(&mut self, i: usize, now: Duration) -> bool {
-        let s = self.segs[i];
-        if s.sacked || s.lost {
-            return false;
+        let marked = self.mark_lost(i);
+        if marked {
+            self.segs[i].lost_at = Some(now);
         }
-        self.mark_lost(i);
-        self.segs[i].lost_at = Some(now);
-        true
+        marked
     }
 
     /// The first record marked lost, if any.
