@@ -17,6 +17,7 @@
 //! lock of that map, which only registrations on the same engine ever contend for, and
 //! takes no device-wide lock.
 
+use crate::cpu_share::IdleYield;
 use crate::device::Shared;
 use crate::error::{Error, Result};
 use crate::placement::{EnginePlacement, Follow};
@@ -135,6 +136,9 @@ pub struct EngineInfo {
     pub timer_drives: u64,
     /// QPs whose sockets it serves now.
     pub qps: usize,
+    /// Times it gave its CPU up while spinning idle, because a program polled a CQ on
+    /// that CPU (`cpu_share.rs`).
+    pub idle_yields: u64,
 }
 
 pub(crate) struct Engine {
@@ -158,6 +162,7 @@ pub(crate) struct Engine {
 struct Served {
     events: AtomicU64,
     timer_drives: AtomicU64,
+    idle_yields: AtomicU64,
 }
 
 impl Engine {
@@ -242,6 +247,7 @@ impl Engine {
             events: self.served.events.load(Ordering::Relaxed),
             timer_drives: self.served.timer_drives.load(Ordering::Relaxed),
             qps: self.qps.lock().map_or(0, |m| m.len()),
+            idle_yields: self.served.idle_yields.load(Ordering::Relaxed),
         }
     }
 
@@ -400,6 +406,7 @@ fn run(
     let mut timed: Vec<Arc<QpShared>> = Vec::new();
     let mut due: Vec<QpId> = Vec::new();
     let mut last_busy = Instant::now();
+    let mut idle = IdleYield::default();
     loop {
         let spinning = (last_busy.elapsed() < spin).then_some(Duration::ZERO);
         let timeout = match timers.next() {
@@ -420,10 +427,11 @@ fn run(
         }
         timers.take_due(&mut due);
         if events.is_empty() && due.is_empty() {
-            if spinning.is_some() {
-                // Spinning found nothing: let a thread that shares this CPU (a
-                // program polling a CQ) run, instead of holding the CPU for a whole
-                // scheduler time slice.
+            if spinning.is_some() && idle.consumer_waits() {
+                // Spinning found nothing, and a program polls a CQ on this CPU: let it
+                // run now instead of at the end of a scheduler time slice. Nobody
+                // else's work gets a yield (see `cpu_share`).
+                served.idle_yields.fetch_add(1, Ordering::Relaxed);
                 std::thread::yield_now();
             }
             continue;

@@ -48,6 +48,7 @@ pub mod channel;
 mod chaos;
 mod close;
 pub mod cm;
+mod cpu_share;
 pub mod cq;
 pub mod cq_notify;
 pub mod cq_qps;
