@@ -17,7 +17,7 @@
 //! lock of that map, which only registrations on the same engine ever contend for, and
 //! takes no device-wide lock.
 
-use crate::cpu_share::IdleYield;
+use crate::cpu_share::{IdleYield, Spinner};
 use crate::device::Shared;
 use crate::error::{Error, Result};
 use crate::placement::{EnginePlacement, Follow};
@@ -406,7 +406,7 @@ fn run(
     let mut timed: Vec<Arc<QpShared>> = Vec::new();
     let mut due: Vec<QpId> = Vec::new();
     let mut last_busy = Instant::now();
-    let mut idle = IdleYield::default();
+    let mut idle = IdleYield::to(Spinner::Consumer);
     loop {
         let spinning = (last_busy.elapsed() < spin).then_some(Duration::ZERO);
         let timeout = match timers.next() {
@@ -425,9 +425,11 @@ fn run(
         if stop.load(Ordering::Acquire) {
             break;
         }
+        // A consumer spinning on this CPU lets this engine run when it sees the mark.
+        crate::cpu_share::mark(Spinner::Engine);
         timers.take_due(&mut due);
         if events.is_empty() && due.is_empty() {
-            if spinning.is_some() && idle.consumer_waits() {
+            if spinning.is_some() && idle.other_waits() {
                 // Spinning found nothing, and a program polls a CQ on this CPU: let it
                 // run now instead of at the end of a scheduler time slice. Nobody
                 // else's work gets a yield (see `cpu_share`).

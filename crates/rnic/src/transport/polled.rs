@@ -10,8 +10,10 @@
 //! read goes to the kernel.
 
 use super::Transport;
+use crate::cpu_share::{IdleYield, Spinner};
 use crate::region::RegionSlice;
 use crate::sys::socket::IoVecs;
+use std::cell::RefCell;
 use std::io;
 use std::net::Shutdown;
 use std::sync::Arc;
@@ -81,14 +83,16 @@ impl Transport for PolledTransport {
         self.skip()
     }
 
-    /// Only while a polling consumer owns the socket: the engine reads on readiness
-    /// events, never on an empty socket. Measured on loopback (send_bw at 64 KiB, the
-    /// receiver a polling consumer): a yield between a bulk stream's empty reads moved
-    /// 7,079-7,278 MB/s against 6,194-6,872 without it; a spin of the same length
-    /// (`pause`), skipping every other read, or `poll(2)` instead of the read did not
-    /// help (docs/ARCHITECTURE.md, "Send at 64 KiB").
+    /// Only while a polling consumer owns the socket (the engine reads on readiness
+    /// events, never on an empty socket), and only when an engine ran on the
+    /// consumer's CPU since its last look (`cpu_share`). Measured on loopback with
+    /// every thread at `chrt -f 1` (send_bw at 64 KiB, the receiver a polling
+    /// consumer): the yield let the receiver's engine, on the same CPU, run, and moved
+    /// 7,079-7,278 MB/s against 6,194-6,872 without it (docs/ARCHITECTURE.md, "Send at
+    /// 64 KiB"); a yield to anyone else gives the consumer's CPU away ("The idle
+    /// yield").
     fn yield_before_reread(&mut self) -> bool {
-        if !self.claimed.load(Ordering::Relaxed) {
+        if !self.claimed.load(Ordering::Relaxed) || !engine_waits() {
             return false;
         }
         std::thread::yield_now();
@@ -129,3 +133,12 @@ impl Transport for PolledTransport {
 }
 
 source_via!(PolledTransport, inner);
+
+/// Whether an engine ran on the calling consumer's CPU since the consumer last asked:
+/// only then is a yield for it (`cpu_share`).
+fn engine_waits() -> bool {
+    thread_local! {
+        static LOOK: RefCell<IdleYield> = const { RefCell::new(IdleYield::to(Spinner::Engine)) };
+    }
+    LOOK.with(|l| l.borrow_mut().other_waits())
+}
