@@ -16,9 +16,10 @@ use crate::transport::Transport;
 use crate::tx_turns::Turn;
 use arrayvec::ArrayVec;
 use softrnic_proto::qp::PostError;
-use softrnic_proto::qp::{Gathered, Qp as Core, TxFpdu};
+use softrnic_proto::qp::{Gathered, Qp as Core, SmallFpdu, TxFpdu};
 use softrnic_proto::{QpId, SendWr};
 use softrnic_wire::crc::{crc32c, crc32c_append};
+use softrnic_wire::mpa;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
@@ -222,9 +223,17 @@ pub(crate) fn post_gathered(
         region,
         ..
     } = tx;
-    match core.post_send_gather(wr, &dev.tpt, scratch, |f| {
-        gather_small(f, buf, sent, dev, region)
-    })? {
+    // The commonest small request (one SGE) is written straight into the buffer; the
+    // rest, and every request that fails a check, go through the scratch FPDU.
+    let gathered = match core.post_send_small(wr, &dev.tpt, |f| {
+        write_small(f, buf, sent, dev, region)
+    }) {
+        Some(g) => g,
+        None => core.post_send_gather(wr, &dev.tpt, scratch, |f| {
+            gather_small(f, buf, sent, dev, region)
+        })?,
+    };
+    match gathered {
         Gathered::Taken => stats.tx_fpdus += 1,
         Gathered::NoRoom => {}
         // A region vanished between the TPT check and the copy: as after a failed
@@ -232,6 +241,37 @@ pub(crate) fn post_gathered(
         Gathered::Lost => core.to_error(),
     }
     Ok(())
+}
+
+/// A direct post's FPDU ([`SmallFpdu`]) written into the transmit buffer, if it has
+/// room: header, payload copied from its region, pad and CRC field. The same octets
+/// [`gather`] writes for the same request framed through a [`TxFpdu`].
+#[inline(always)]
+fn write_small(
+    f: &SmallFpdu,
+    buf: &mut Vec<u8>,
+    sent: &mut usize,
+    dev: &Shared,
+    region: &mut LastRegion,
+) -> Gathered {
+    let total = f.wire_len();
+    if total > TX_GATHER_MAX || !room_in(buf, sent, total) {
+        return Gathered::NoRoom;
+    }
+    let Some(r) = region.get(dev, f.payload.region) else {
+        return Gathered::Lost;
+    };
+    let start = buf.len();
+    f.append_header(buf);
+    if r
+        .append_to(f.payload.offset as usize, f.payload.len, buf)
+        .is_err()
+    {
+        buf.truncate(start);
+        return Gathered::Lost;
+    }
+    append_trailer(buf, start, f.ulpdu_len(), f.crc);
+    Gathered::Taken
 }
 
 /// Sends the octets a post just gathered ([`post_gathered`]) at once, before the
@@ -589,8 +629,17 @@ fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) ->
             return false;
         }
     }
-    let pad = f.pad_len();
-    if !f.crc {
+    append_trailer(out, start, f.ulpdu_len, f.crc);
+    true
+}
+
+/// Appends the pad and the CRC field of the FPDU (of a ULPDU of `ulpdu_len` octets)
+/// that starts at `start` in `out`: zeros without CRC, else the wire crate's trailer
+/// with the CRC32c over the FPDU's octets and its pad.
+#[inline(always)]
+fn append_trailer(out: &mut Vec<u8>, start: usize, ulpdu_len: usize, crc: bool) {
+    let pad = mpa::pad_len(ulpdu_len);
+    if !crc {
         // Pad and an empty CRC field: zeros, in one step of a fixed length (a
         // variable one was a `memset` call per FPDU).
         match pad {
@@ -599,12 +648,12 @@ fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) ->
             2 => out.extend_from_slice(&[0u8; 6]),
             _ => out.extend_from_slice(&[0u8; 7]),
         }
-        return true;
+        return;
     }
     out.extend_from_slice(&[0u8; 3][..pad]);
-    let (trailer, trailer_len) = f.trailer(crc32c(&out[start..]));
+    let (trailer, trailer_len) =
+        mpa::fpdu_trailer(ulpdu_len, crc32c(out.get(start..).unwrap_or_default()));
     out.extend_from_slice(&trailer[trailer_len - 4..trailer_len]);
-    true
 }
 
 /// [`gather`] for an FPDU with markers: its payload is collected in `payload` (reused)
