@@ -264,26 +264,11 @@ fn write_small(
     }
 }
 
-/// Octets of zeros [`append_small`] lays down for an FPDU of at most this length before
-/// it writes the FPDU over them: one fixed-length store (no `memset` call, one capacity
-/// check), after which the pad and an empty CRC field need no writes of their own.
-const SMALL_FIXED: usize = 128;
-
 /// Appends the whole [`SmallFpdu`] to `out`, its payload from `r`; false if `r` no
 /// longer holds the payload's range (`out` is then left as it was).
 #[inline(always)]
 fn append_small(f: &SmallFpdu, r: &Region, out: &mut Vec<u8>) -> bool {
     let start = out.len();
-    let total = f.wire_len();
-    if total <= SMALL_FIXED && out.capacity() - start >= SMALL_FIXED {
-        // Within the capacity: the buffer never grows past the room the caller made.
-        out.extend_from_slice(&[0u8; SMALL_FIXED]);
-        let written = out
-            .get_mut(start..start + total)
-            .is_some_and(|d| write_small_fpdu(f, r, d));
-        out.truncate(if written { start + total } else { start });
-        return written;
-    }
     f.append_header(out);
     if r
         .append_to(f.payload.offset as usize, f.payload.len, out)
@@ -293,34 +278,6 @@ fn append_small(f: &SmallFpdu, r: &Region, out: &mut Vec<u8>) -> bool {
         return false;
     }
     append_trailer(out, start, f.ulpdu_len(), f.crc);
-    true
-}
-
-/// Writes the FPDU `f` over `d`, its exact length, which holds zeros: length field,
-/// header (the wire codec's), payload read from `r`, and with CRC on the CRC field
-/// (the pad stays zero). False if `r` no longer holds the payload's range.
-#[inline(always)]
-fn write_small_fpdu(f: &SmallFpdu, r: &Region, d: &mut [u8]) -> bool {
-    let ulpdu_len = f.ulpdu_len();
-    let prefix = mpa::fpdu_prefix(ulpdu_len).unwrap_or([0xff; 2]);
-    let Some((length, rest)) = d.split_at_mut_checked(mpa::ULPDU_LEN_LEN) else {
-        return false;
-    };
-    length.copy_from_slice(&prefix);
-    let Ok(n) = f.header.emit(rest) else {
-        return false;
-    };
-    let copied = rest
-        .get_mut(n..n + f.payload.len)
-        .is_some_and(|p| r.read(f.payload.offset as usize, p).is_ok());
-    if !copied {
-        return false;
-    }
-    if f.crc {
-        let body = d.len() - mpa::CRC_LEN;
-        let (trailer, trailer_len) = mpa::fpdu_trailer(ulpdu_len, crc32c(&d[..body]));
-        d[body..].copy_from_slice(&trailer[trailer_len - mpa::CRC_LEN..trailer_len]);
-    }
     true
 }
 
@@ -842,7 +799,7 @@ mod tests {
         let pattern: Vec<u8> = (0..256u32).map(|i| (i * 7 + 3) as u8).collect();
         r.write(0, &pattern).unwrap();
         for h in headers() {
-            for (crc, roomy) in [(false, false), (true, false), (false, true), (true, true)] {
+            for crc in [false, true] {
                 for (offset, len) in [(0, 0), (1, 1), (5, 2), (9, 3), (17, 4), (100, 64), (3, 80)] {
                     let f = SmallFpdu {
                         header: h,
@@ -853,13 +810,11 @@ mod tests {
                         },
                         crc,
                     };
-                    // A buffer with room for the fixed-length step, and one without.
-                    let mut out = Vec::with_capacity(if roomy { 4096 } else { 5 });
-                    out.extend_from_slice(&[0xee; 5]);
+                    let mut out = vec![0xee; 5];
                     assert!(append_small(&f, &r, &mut out));
                     let want = framed(&h, &pattern[offset..offset + len], crc);
                     assert_eq!(&out[..5], &[0xee; 5]);
-                    assert_eq!(&out[5..], &want[..], "{h:?} crc {crc} roomy {roomy} len {len}");
+                    assert_eq!(&out[5..], &want[..], "{h:?} crc {crc} len {len}");
                     assert_eq!(f.wire_len(), want.len());
                 }
             }
@@ -879,11 +834,8 @@ mod tests {
             },
             crc: false,
         };
-        for cap in [3, 4096] {
-            let mut out = Vec::with_capacity(cap);
-            out.extend_from_slice(&[1, 2, 3]);
-            assert!(!append_small(&f, &r, &mut out));
-            assert_eq!(out, [1, 2, 3]);
-        }
+        let mut out = vec![1, 2, 3];
+        assert!(!append_small(&f, &r, &mut out));
+        assert_eq!(out, [1, 2, 3]);
     }
 }
