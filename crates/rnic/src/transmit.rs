@@ -225,14 +225,13 @@ pub(crate) fn post_gathered(
     } = tx;
     // The commonest small request (one SGE) is written straight into the buffer; the
     // rest, and every request that fails a check, go through the scratch FPDU.
-    let gathered = match core.post_send_small(wr, &dev.tpt, |f| {
-        write_small(f, buf, sent, dev, region)
-    }) {
-        Some(g) => g,
-        None => core.post_send_gather(wr, &dev.tpt, scratch, |f| {
-            gather_small(f, buf, sent, dev, region)
-        })?,
-    };
+    let gathered =
+        match core.post_send_small(wr, &dev.tpt, |f| write_small(f, buf, sent, dev, region)) {
+            Some(g) => g,
+            None => core.post_send_gather(wr, &dev.tpt, scratch, |f| {
+                gather_small(f, buf, sent, dev, region)
+            })?,
+        };
     match gathered {
         Gathered::Taken => stats.tx_fpdus += 1,
         Gathered::NoRoom => {}
@@ -270,8 +269,7 @@ fn write_small(
 fn append_small(f: &SmallFpdu, r: &Region, out: &mut Vec<u8>) -> bool {
     let start = out.len();
     f.append_header(out);
-    if r
-        .append_to(f.payload.offset as usize, f.payload.len, out)
+    if r.append_to(f.payload.offset as usize, f.payload.len, out)
         .is_err()
     {
         out.truncate(start);
@@ -744,8 +742,8 @@ fn send_pending(t: &mut dyn Transport, pending: &VecDeque<PendingTx>) -> io::Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use softrnic_proto::qp::Chunk;
     use softrnic_proto::RegionId;
+    use softrnic_proto::qp::Chunk;
     use softrnic_wire::ddp::{DdpRepr, Placement};
     use softrnic_wire::rdmap::{Opcode, QN_SEND};
 

@@ -259,7 +259,13 @@ impl Qp {
         let total = sge.len;
         let (header, msn) = self.tx.small_header(&wr.op, total)?;
         let t = tpt
-            .check_local(sge.lkey, sge.addr, u64::from(total), Access::empty(), self.cfg.pd)
+            .check_local(
+                sge.lkey,
+                sge.addr,
+                u64::from(total),
+                Access::empty(),
+                self.cfg.pd,
+            )
             .ok()?;
         let f = SmallFpdu {
             header,
