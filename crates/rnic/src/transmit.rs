@@ -16,9 +16,10 @@ use crate::transport::Transport;
 use crate::tx_turns::Turn;
 use arrayvec::ArrayVec;
 use softrnic_proto::qp::PostError;
-use softrnic_proto::qp::{Gathered, Qp as Core, TxFpdu};
+use softrnic_proto::qp::{Gathered, Qp as Core, SmallFpdu, TxFpdu};
 use softrnic_proto::{QpId, SendWr};
 use softrnic_wire::crc::{crc32c, crc32c_append};
+use softrnic_wire::mpa;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
@@ -222,9 +223,16 @@ pub(crate) fn post_gathered(
         region,
         ..
     } = tx;
-    match core.post_send_gather(wr, &dev.tpt, scratch, |f| {
-        gather_small(f, buf, sent, dev, region)
-    })? {
+    // The commonest small request (one SGE) is written straight into the buffer; the
+    // rest, and every request that fails a check, go through the scratch FPDU.
+    let gathered =
+        match core.post_send_small(wr, &dev.tpt, |f| write_small(f, buf, sent, dev, region)) {
+            Some(g) => g,
+            None => core.post_send_gather(wr, &dev.tpt, scratch, |f| {
+                gather_small(f, buf, sent, dev, region)
+            })?,
+        };
+    match gathered {
         Gathered::Taken => stats.tx_fpdus += 1,
         Gathered::NoRoom => {}
         // A region vanished between the TPT check and the copy: as after a failed
@@ -232,6 +240,43 @@ pub(crate) fn post_gathered(
         Gathered::Lost => core.to_error(),
     }
     Ok(())
+}
+
+/// A direct post's FPDU ([`SmallFpdu`]) written into the transmit buffer, if it has
+/// room: header, payload copied from its region, pad and CRC field. The same octets
+/// [`gather`] writes for the same request framed through a [`TxFpdu`].
+#[inline(always)]
+fn write_small(
+    f: &SmallFpdu,
+    buf: &mut Vec<u8>,
+    sent: &mut usize,
+    dev: &Shared,
+    region: &mut LastRegion,
+) -> Gathered {
+    let total = f.wire_len();
+    if total > TX_GATHER_MAX || !room_in(buf, sent, total) {
+        return Gathered::NoRoom;
+    }
+    match region.get(dev, f.payload.region) {
+        Some(r) if append_small(f, r, buf) => Gathered::Taken,
+        _ => Gathered::Lost,
+    }
+}
+
+/// Appends the whole [`SmallFpdu`] to `out`, its payload from `r`; false if `r` no
+/// longer holds the payload's range (`out` is then left as it was).
+#[inline(always)]
+fn append_small(f: &SmallFpdu, r: &Region, out: &mut Vec<u8>) -> bool {
+    let start = out.len();
+    f.append_header(out);
+    if r.append_to(f.payload.offset as usize, f.payload.len, out)
+        .is_err()
+    {
+        out.truncate(start);
+        return false;
+    }
+    append_trailer(out, start, f.ulpdu_len(), f.crc);
+    true
 }
 
 /// Sends the octets a post just gathered ([`post_gathered`]) at once, before the
@@ -589,8 +634,17 @@ fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) ->
             return false;
         }
     }
-    let pad = f.pad_len();
-    if !f.crc {
+    append_trailer(out, start, f.ulpdu_len, f.crc);
+    true
+}
+
+/// Appends the pad and the CRC field of the FPDU (of a ULPDU of `ulpdu_len` octets)
+/// that starts at `start` in `out`: zeros without CRC, else the wire crate's trailer
+/// with the CRC32c over the FPDU's octets and its pad.
+#[inline(always)]
+fn append_trailer(out: &mut Vec<u8>, start: usize, ulpdu_len: usize, crc: bool) {
+    let pad = mpa::pad_len(ulpdu_len);
+    if !crc {
         // Pad and an empty CRC field: zeros, in one step of a fixed length (a
         // variable one was a `memset` call per FPDU).
         match pad {
@@ -599,12 +653,12 @@ fn gather(f: &TxFpdu, out: &mut Vec<u8>, dev: &Shared, last: &mut LastRegion) ->
             2 => out.extend_from_slice(&[0u8; 6]),
             _ => out.extend_from_slice(&[0u8; 7]),
         }
-        return true;
+        return;
     }
     out.extend_from_slice(&[0u8; 3][..pad]);
-    let (trailer, trailer_len) = f.trailer(crc32c(&out[start..]));
+    let (trailer, trailer_len) =
+        mpa::fpdu_trailer(ulpdu_len, crc32c(out.get(start..).unwrap_or_default()));
     out.extend_from_slice(&trailer[trailer_len - 4..trailer_len]);
-    true
 }
 
 /// [`gather`] for an FPDU with markers: its payload is collected in `payload` (reused)
@@ -683,4 +737,103 @@ fn send_pending(t: &mut dyn Transport, pending: &VecDeque<PendingTx>) -> io::Res
     // no longer than that.
     let iov = unsafe { IoVecs::new(&iov[..n]) };
     t.send_gather(iov)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softrnic_proto::RegionId;
+    use softrnic_proto::qp::Chunk;
+    use softrnic_wire::ddp::{DdpRepr, Placement};
+    use softrnic_wire::rdmap::{Opcode, QN_SEND};
+
+    /// The FPDU as the wire crate's framer builds it from the header and the payload.
+    fn framed(h: &DdpRepr, payload: &[u8], crc: bool) -> Vec<u8> {
+        let (bytes, n) = h.to_bytes();
+        let mut out = Vec::new();
+        mpa::append_fpdu(&[&bytes[..n], payload], crc, None, &mut out).unwrap();
+        out
+    }
+
+    fn headers() -> [DdpRepr; 3] {
+        [
+            DdpRepr {
+                last: true,
+                opcode: Opcode::Write,
+                placement: Placement::Tagged {
+                    stag: 0x1234_5678,
+                    to: 0x0102_0304_0506_0708,
+                },
+            },
+            DdpRepr {
+                last: true,
+                opcode: Opcode::Send,
+                placement: Placement::Untagged {
+                    rsvd_ulp: 0,
+                    qn: QN_SEND,
+                    msn: 0x00ab_cdef,
+                    mo: 0,
+                },
+            },
+            DdpRepr {
+                last: true,
+                opcode: Opcode::SendSeInvalidate,
+                placement: Placement::Untagged {
+                    rsvd_ulp: 0x0bad_cafe,
+                    qn: QN_SEND,
+                    msn: 7,
+                    mo: 0,
+                },
+            },
+        ]
+    }
+
+    /// The direct post's FPDU (`append_small`) is octet for octet the FPDU the wire
+    /// crate's framer builds, for Writes and Sends, CRC off and on, every pad length,
+    /// appended behind octets already in the buffer (the CRC covers only its own FPDU).
+    #[test]
+    fn a_small_fpdu_written_directly_is_the_framers_fpdu() {
+        let r = Region::alloc(RegionId(1), 256).unwrap();
+        let pattern: Vec<u8> = (0..256u32).map(|i| (i * 7 + 3) as u8).collect();
+        r.write(0, &pattern).unwrap();
+        for h in headers() {
+            for crc in [false, true] {
+                for (offset, len) in [(0, 0), (1, 1), (5, 2), (9, 3), (17, 4), (100, 64), (3, 80)] {
+                    let f = SmallFpdu {
+                        header: h,
+                        payload: Chunk {
+                            region: RegionId(1),
+                            offset: offset as u64,
+                            len,
+                        },
+                        crc,
+                    };
+                    let mut out = vec![0xee; 5];
+                    assert!(append_small(&f, &r, &mut out));
+                    let want = framed(&h, &pattern[offset..offset + len], crc);
+                    assert_eq!(&out[..5], &[0xee; 5]);
+                    assert_eq!(&out[5..], &want[..], "{h:?} crc {crc} len {len}");
+                    assert_eq!(f.wire_len(), want.len());
+                }
+            }
+        }
+    }
+
+    /// A payload range the region does not hold writes nothing.
+    #[test]
+    fn a_small_fpdu_outside_its_region_leaves_the_buffer_as_it_was() {
+        let r = Region::alloc(RegionId(1), 64).unwrap();
+        let f = SmallFpdu {
+            header: headers()[0],
+            payload: Chunk {
+                region: RegionId(1),
+                offset: 60,
+                len: 8,
+            },
+            crc: false,
+        };
+        let mut out = vec![1, 2, 3];
+        assert!(!append_small(&f, &r, &mut out));
+        assert_eq!(out, [1, 2, 3]);
+    }
 }

@@ -234,6 +234,52 @@ impl TxFpdu {
     }
 }
 
+/// The one FPDU of a small Send or Write posted to an idle send queue, as the I/O layer
+/// writes it straight into its transmit buffer: its DDP/RDMAP header, the one piece of
+/// memory its payload is, and whether a CRC follows. No [`TxFpdu`] scratch and no list
+/// of chunks: the direct post filled and read back both for every 64-octet message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmallFpdu {
+    /// The DDP/RDMAP header (tagged for a Write, untagged for a Send).
+    pub header: DdpRepr,
+    /// The payload: the request's one SGE, checked.
+    pub payload: Chunk,
+    /// Whether the CRC must be computed (else the field is zero).
+    pub crc: bool,
+}
+
+impl SmallFpdu {
+    /// ULPDU length: DDP/RDMAP header and payload.
+    #[inline(always)]
+    pub fn ulpdu_len(&self) -> usize {
+        self.header.header_len() + self.payload.len
+    }
+
+    /// Octets on the wire (no markers: the direct post is not used with them).
+    #[inline(always)]
+    pub fn wire_len(&self) -> usize {
+        mpa::fpdu_len(self.ulpdu_len())
+    }
+
+    /// Pad octets after the payload.
+    #[inline(always)]
+    pub fn pad_len(&self) -> usize {
+        mpa::pad_len(self.ulpdu_len())
+    }
+
+    /// Appends the MPA length field and the header to `out`, written in place by the
+    /// wire codec, as [`TxFpdu::append_header`] writes a data header.
+    #[inline(always)]
+    pub fn append_header(&self, out: &mut Vec<u8>) {
+        let prefix = mpa::fpdu_prefix(self.ulpdu_len()).unwrap_or([0xff; 2]);
+        if self.header.tagged() {
+            append_data_header::<TAGGED_DATA_HEADER>(out, prefix, &self.header);
+        } else {
+            append_data_header::<UNTAGGED_DATA_HEADER>(out, prefix, &self.header);
+        }
+    }
+}
+
 /// [`softrnic_wire::markers::marked_len`], out of the unmarked transmit path.
 #[cold]
 #[inline(never)]

@@ -6,7 +6,7 @@
 //! with its priority checks (Terminate, RTR, Read Responses) and the in-flight hand-off
 //! per FPDU; here they are checked once per run.
 
-use super::super::fpdu::{Chunk, TxFpdu, covering_sges};
+use super::super::fpdu::{Chunk, SmallFpdu, TxFpdu, covering_sges};
 use super::super::{PostError, Qp};
 use super::{InFlight, TxState};
 use crate::tpt::Tpt;
@@ -81,7 +81,21 @@ impl TxState {
         total: u32,
         out: &mut TxFpdu,
     ) -> Option<u32> {
-        let (h, msn) = match *op {
+        let (h, msn) = self.small_header(op, total)?;
+        out.chunks.clear();
+        covering_sges(chunks, 0, total as usize, &mut out.chunks);
+        out.set_data_header(&h, total as usize);
+        out.crc = self.crc;
+        out.completes = true;
+        out.marker_pos = None;
+        Some(msn)
+    }
+
+    /// The DDP/RDMAP header of a Send or Write of `total` octets if it fits one FPDU
+    /// (see [`TxState::build_small`]), and its MSN for a Send (0 for a Write).
+    #[inline(always)]
+    fn small_header(&self, op: &SendOp, total: u32) -> Option<(DdpRepr, u32)> {
+        match *op {
             SendOp::Send {
                 solicited,
                 invalidate,
@@ -97,7 +111,7 @@ impl TxState {
                         mo: 0,
                     },
                 };
-                (h, self.send_msn)
+                Some((h, self.send_msn))
             }
             SendOp::Write { remote_addr, rkey }
                 if total <= self.seg.cap(self.tagged_max, TAGGED_HEADER_LEN) =>
@@ -110,17 +124,10 @@ impl TxState {
                         to: remote_addr,
                     },
                 };
-                (h, 0)
+                Some((h, 0))
             }
-            _ => return None,
-        };
-        out.chunks.clear();
-        covering_sges(chunks, 0, total as usize, &mut out.chunks);
-        out.set_data_header(&h, total as usize);
-        out.crc = self.crc;
-        out.completes = true;
-        out.marker_pos = None;
-        Some(msn)
+            _ => None,
+        }
     }
 
     /// The head request's FPDU was gathered: it leaves the queue; returns
@@ -213,5 +220,75 @@ impl Qp {
         self.out
             .finish_send_success(seq, wr.signaled, wr.wr_id, op, total);
         Ok(Gathered::Taken)
+    }
+
+    /// The direct post of the commonest small request, without a scratch FPDU: a Send
+    /// or Write with one SGE, posted to an idle send queue of a QP in RTS (nothing
+    /// queued, in flight or with priority waiting; no markers), whose payload fits one
+    /// FPDU. Its one SGE is checked against the TPT, its header built, and `write`
+    /// writes header, payload and trailer straight into the transmit buffer; if it took
+    /// them the request completes at once, as [`Qp::post_send_gather`] completes it.
+    /// If `write` did not ([`Gathered::NoRoom`], or [`Gathered::Lost`]: the caller then
+    /// puts the QP in error), the request is queued as `post_send_ref` queues it.
+    ///
+    /// None, with nothing changed, for any other request or state, and for an SGE the
+    /// TPT refuses: the caller posts it by [`Qp::post_send_gather`], which checks it
+    /// (and fails it) as every post does, so an error is the same value and completion.
+    /// The conditions here imply every check `check_send` makes before the TPT (state,
+    /// SGE count, Read rules, queue room, length).
+    #[inline(always)]
+    pub fn post_send_small(
+        &mut self,
+        wr: &SendWr,
+        tpt: &Tpt,
+        write: impl FnOnce(&SmallFpdu) -> Gathered,
+    ) -> Option<Gathered> {
+        let [sge] = &wr.sgl[..] else {
+            return None;
+        };
+        if self.state != QpState::Rts
+            || self.params.markers_tx
+            || !matches!(wr.op, SendOp::Send { .. } | SendOp::Write { .. })
+            || self.tx.sq_len() >= self.cfg.sq_depth
+            || !self.tx.sq.is_empty()
+            || !self.tx.run_may_start()
+            || (wr.fence && !self.tx.orq.is_empty())
+        {
+            return None;
+        }
+        let total = sge.len;
+        let (header, msn) = self.tx.small_header(&wr.op, total)?;
+        let t = tpt
+            .check_local(
+                sge.lkey,
+                sge.addr,
+                u64::from(total),
+                Access::empty(),
+                self.cfg.pd,
+            )
+            .ok()?;
+        let f = SmallFpdu {
+            header,
+            payload: Chunk {
+                region: t.region,
+                offset: t.offset,
+                len: total as usize,
+            },
+            crc: self.tx.crc,
+        };
+        let seq = self.out.next_send_seq();
+        let gathered = write(&f);
+        if gathered != Gathered::Taken {
+            self.queue_send(seq, wr, &[f.payload], total, tpt);
+            return Some(gathered);
+        }
+        self.tx.handed_out(f.wire_len());
+        if matches!(wr.op, SendOp::Send { .. }) {
+            self.tx.send_msn = msn.wrapping_add(1);
+        }
+        let op = super::wc_opcode(&wr.op);
+        self.out
+            .finish_send_success(seq, wr.signaled, wr.wr_id, op, total);
+        Some(Gathered::Taken)
     }
 }
