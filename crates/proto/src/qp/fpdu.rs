@@ -261,12 +261,6 @@ impl SmallFpdu {
         mpa::fpdu_len(self.ulpdu_len())
     }
 
-    /// Pad octets after the payload.
-    #[inline(always)]
-    pub fn pad_len(&self) -> usize {
-        mpa::pad_len(self.ulpdu_len())
-    }
-
     /// Appends the MPA length field and the header to `out`, written in place by the
     /// wire codec, as [`TxFpdu::append_header`] writes a data header.
     #[inline(always)]
