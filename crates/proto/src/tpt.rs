@@ -505,5 +505,8 @@ fn in_bounds(e: &TptEntry, to: u64, len: u64) -> Option<u64> {
     (end <= e.len).then_some(offset)
 }
 
+mod memo;
+pub use memo::LocalKeyMemo;
+
 #[cfg(test)]
 mod tests;

@@ -242,6 +242,35 @@ pub(crate) fn post_gathered(
     Ok(())
 }
 
+/// Posts the requests of `wrs` as a run of direct posts ([`Core::post_small_run`]):
+/// small one-SGE Sends and Writes to an idle send queue are written straight into the
+/// transmit buffer one after the other, with the QP's state and queue checked once for
+/// the run. Returns the first request the run did not post, for [`post_gathered`] (None:
+/// `wrs` is done); the requests before it are posted.
+#[inline(always)]
+pub(crate) fn post_run<W: std::borrow::Borrow<SendWr>>(
+    core: &mut Core,
+    conn: &mut Conn,
+    stats: &mut QpStats,
+    dev: &Shared,
+    wrs: &mut impl Iterator<Item = W>,
+) -> Option<W> {
+    let tx = &mut conn.tx;
+    if !tx.pending.is_empty() || core.transport_closed() {
+        return wrs.next();
+    }
+    let TxQueue {
+        buf, sent, region, ..
+    } = tx;
+    let end = core.post_small_run(&dev.tpt, wrs, |f| write_small(f, buf, sent, dev, region));
+    stats.tx_fpdus += end.taken;
+    if end.lost {
+        // As in `post_gathered`: a region vanished between the TPT check and the copy.
+        core.to_error();
+    }
+    end.rest
+}
+
 /// A direct post's FPDU ([`SmallFpdu`]) written into the transmit buffer, if it has
 /// room: header, payload copied from its region, pad and CRC field. The same octets
 /// [`gather`] writes for the same request framed through a [`TxFpdu`].
@@ -738,6 +767,10 @@ fn send_pending(t: &mut dyn Transport, pending: &VecDeque<PendingTx>) -> io::Res
     let iov = unsafe { IoVecs::new(&iov[..n]) };
     t.send_gather(iov)
 }
+
+#[cfg(test)]
+#[path = "transmit_run_tests.rs"]
+mod run_tests;
 
 #[cfg(test)]
 mod tests {

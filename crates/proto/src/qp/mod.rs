@@ -28,7 +28,7 @@ pub use fpdu::{Chunk, CopiedHeaders, MAX_TX_HEADER, SmallFpdu, TxFpdu};
 pub use params::{DEFAULT_CLOSE_TIMEOUT, QpConfig, QpParams, RtrKind};
 pub use rq::{Grant, RecvSource, RecvWqe, Rq};
 pub use stream::RxNeed;
-pub use tx::Gathered;
+pub use tx::{Gathered, SmallRunEnd};
 
 use crate::tpt::Tpt;
 use crate::verbs::*;

@@ -5,7 +5,7 @@ use super::{QpInner, QpShared, QpStats};
 use crate::close::drop_conn;
 use crate::device::{AsyncEvent, Shared};
 use crate::error::{Error, Result};
-use crate::transmit::{post_gathered, send_gathered};
+use crate::transmit::{post_gathered, post_run, send_gathered};
 use softrnic_proto::qp::QpParams;
 use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
 use std::sync::Arc;
@@ -147,12 +147,20 @@ impl Qp {
         let QpInner {
             core, conn, stats, ..
         } = &mut *g;
-        for wr in wrs {
-            // Small requests to an idle send queue go straight into the transmit
-            // buffer (`transmit::post_gathered`).
+        let mut wrs = wrs.into_iter();
+        loop {
+            // Runs of small requests to an idle send queue go straight into the
+            // transmit buffer (`transmit::post_run`); the request that ends a run goes
+            // the general way (`transmit::post_gathered`).
             let r = match conn.as_mut() {
-                Some(conn) => post_gathered(core, conn, stats, &dev, wr.borrow()),
-                None => core.post_send_ref(wr.borrow(), &dev.tpt),
+                Some(conn) => match post_run(core, conn, stats, &dev, &mut wrs) {
+                    Some(wr) => post_gathered(core, conn, stats, &dev, wr.borrow()),
+                    None => break,
+                },
+                None => match wrs.next() {
+                    Some(wr) => core.post_send_ref(wr.borrow(), &dev.tpt),
+                    None => break,
+                },
             };
             if let Err(e) = r {
                 posted = Err(e.into());

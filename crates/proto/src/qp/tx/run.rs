@@ -9,7 +9,7 @@
 use super::super::fpdu::{Chunk, SmallFpdu, TxFpdu, covering_sges};
 use super::super::{PostError, Qp};
 use super::{InFlight, TxState};
-use crate::tpt::Tpt;
+use crate::tpt::{LocalKeyMemo, Tpt};
 use crate::verbs::*;
 use arrayvec::ArrayVec;
 use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
@@ -243,23 +243,98 @@ impl Qp {
         tpt: &Tpt,
         write: impl FnOnce(&SmallFpdu) -> Gathered,
     ) -> Option<Gathered> {
-        let [sge] = &wr.sgl[..] else {
-            return None;
+        let run = self.small_run()?;
+        self.post_small_in_run(run, &mut LocalKeyMemo::default(), wr, tpt, write)
+    }
+
+    /// [`Qp::post_send_small`] for each request of `wrs` in turn, as long as each one
+    /// is taken: the QP's state and its send queue are checked once for the run (a
+    /// request taken changes neither), and the requests' local keys through a memo of
+    /// the last one ([`LocalKeyMemo`]: one look-up per distinct lkey while the table
+    /// does not change). Every check of a request's own fields (SGE count, operation,
+    /// fence, length, its SGE's bounds, rights and PD) stays per request.
+    ///
+    /// The run ends at the first request the direct post does not take: one it cannot
+    /// take (another operation, a refused SGE: nothing of it done) is returned in
+    /// [`SmallRunEnd::rest`] for the caller to post the general way, so a bad request
+    /// fails with the same value and the ones before it are posted; one `write` had no
+    /// room for, or found the memory of, was queued as `post_send_small` queues it, and
+    /// `rest` is the request after it.
+    pub fn post_small_run<W: std::borrow::Borrow<SendWr>>(
+        &mut self,
+        tpt: &Tpt,
+        wrs: &mut impl Iterator<Item = W>,
+        mut write: impl FnMut(&SmallFpdu) -> Gathered,
+    ) -> SmallRunEnd<W> {
+        let mut end = SmallRunEnd {
+            taken: 0,
+            lost: false,
+            rest: None,
         };
+        let Some(run) = self.small_run() else {
+            end.rest = wrs.next();
+            return end;
+        };
+        let mut memo = LocalKeyMemo::default();
+        while let Some(wr) = wrs.next() {
+            match self.post_small_in_run(run, &mut memo, wr.borrow(), tpt, &mut write) {
+                Some(Gathered::Taken) => end.taken += 1,
+                Some(g) => {
+                    end.lost = g == Gathered::Lost;
+                    end.rest = wrs.next();
+                    return end;
+                }
+                None => {
+                    end.rest = Some(wr);
+                    return end;
+                }
+            }
+        }
+        end
+    }
+
+    /// The conditions of a direct post that hold for a whole run of them (see
+    /// [`Qp::post_small_run`]); None if a direct post may not start now.
+    #[inline(always)]
+    fn small_run(&self) -> Option<SmallRun> {
         if self.state != QpState::Rts
             || self.params.markers_tx
-            || !matches!(wr.op, SendOp::Send { .. } | SendOp::Write { .. })
             || self.tx.sq_len() >= self.cfg.sq_depth
             || !self.tx.sq.is_empty()
             || !self.tx.run_may_start()
-            || (wr.fence && !self.tx.orq.is_empty())
+        {
+            return None;
+        }
+        Some(SmallRun {
+            fence_waits: !self.tx.orq.is_empty(),
+        })
+    }
+
+    /// One request of a run ([`Qp::post_send_small`] once `run` was checked). Only
+    /// valid while every earlier request of the run was taken: then the state, the
+    /// empty send queue and the Read queue are as `run` found them.
+    #[inline(always)]
+    fn post_small_in_run(
+        &mut self,
+        run: SmallRun,
+        memo: &mut LocalKeyMemo,
+        wr: &SendWr,
+        tpt: &Tpt,
+        write: impl FnOnce(&SmallFpdu) -> Gathered,
+    ) -> Option<Gathered> {
+        let [sge] = &wr.sgl[..] else {
+            return None;
+        };
+        if !matches!(wr.op, SendOp::Send { .. } | SendOp::Write { .. })
+            || (wr.fence && run.fence_waits)
         {
             return None;
         }
         let total = sge.len;
         let (header, msn) = self.tx.small_header(&wr.op, total)?;
         let t = tpt
-            .check_local(
+            .check_local_memo(
+                memo,
                 sge.lkey,
                 sge.addr,
                 u64::from(total),
@@ -291,4 +366,23 @@ impl Qp {
             .finish_send_success(seq, wr.signaled, wr.wr_id, op, total);
         Some(Gathered::Taken)
     }
+}
+
+/// What holds for a whole run of direct posts, checked at its start.
+#[derive(Debug, Clone, Copy)]
+struct SmallRun {
+    /// An RDMA Read is outstanding: a fenced request must wait (the general path).
+    fence_waits: bool,
+}
+
+/// How a run of direct posts ([`Qp::post_small_run`]) ended.
+#[derive(Debug)]
+pub struct SmallRunEnd<W> {
+    /// Requests written into the transmit buffer and completed.
+    pub taken: u64,
+    /// `write` found a request's memory gone (that request was queued): the caller
+    /// puts the QP in error before it posts `rest`, as after a failed gather.
+    pub lost: bool,
+    /// The next request to post the general way (None: none left).
+    pub rest: Option<W>,
 }

@@ -1,0 +1,138 @@
+//! A run of posted requests remembers the last local key it checked: a batch of small
+//! Sends or Writes from one buffer names one lkey over and over, and each check went
+//! through the thread's remembered entries ([`Tpt::get_with`]: a call, a thread-local
+//! borrow and a search, about 60 instructions a message). The memo answers with one
+//! atomic load and a compare while the table has not changed; bounds, rights and PD
+//! are still checked per request, so every answer is the one [`Tpt::check_local`]
+//! gives.
+
+use super::{Target, Tpt, TptEntry, in_bounds};
+use crate::verbs::{Access, PdId, STag, WcStatus};
+use std::sync::atomic::Ordering;
+
+/// The last local key a run checked: (STag, the table's epoch read before the
+/// look-up, its entry). Kept for one run only (one call into the post path, on one
+/// table).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LocalKeyMemo {
+    last: Option<(STag, u64, TptEntry)>,
+}
+
+impl Tpt {
+    /// [`Tpt::check_local`], answered from `memo` when it holds `lkey` and no entry
+    /// of the table changed since it was filled (the epoch, read before each look-up,
+    /// is the same); otherwise looked up as `check_local` looks it up and remembered.
+    #[inline(always)]
+    pub fn check_local_memo(
+        &self,
+        memo: &mut LocalKeyMemo,
+        lkey: STag,
+        addr: u64,
+        len: u64,
+        need: Access,
+        pd: PdId,
+    ) -> Result<Target, WcStatus> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let e = match &memo.last {
+            Some((stag, seen, e)) if *stag == lkey && *seen == epoch => e,
+            _ => self.memo_miss(memo, lkey, epoch)?,
+        };
+        if !(e.valid && e.pd == pd && e.access.contains(need)) {
+            return Err(WcStatus::LocalProtectionError);
+        }
+        let offset = in_bounds(e, addr, len).ok_or(WcStatus::LocalProtectionError)?;
+        Ok(Target {
+            region: e.region,
+            offset,
+        })
+    }
+
+    /// The look-up behind a memo that does not answer: remembered with `epoch`, read
+    /// before it, so a change made meanwhile makes the next check look again.
+    #[inline(never)]
+    fn memo_miss<'m>(
+        &self,
+        memo: &'m mut LocalKeyMemo,
+        lkey: STag,
+        epoch: u64,
+    ) -> Result<&'m TptEntry, WcStatus> {
+        let e = self.get_with(lkey, |e| Some(*e));
+        memo.last = e.map(|e| (lkey, epoch, e));
+        memo.last
+            .as_ref()
+            .map(|(_, _, e)| e)
+            .ok_or(WcStatus::LocalProtectionError)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::RegionId;
+
+    fn entry(pd: u32, access: Access) -> TptEntry {
+        TptEntry {
+            pd: PdId(pd),
+            key: 0x5a,
+            base: 0x1000,
+            len: 100,
+            access,
+            region: RegionId(7),
+            valid: true,
+        }
+    }
+
+    /// The memo gives `check_local`'s answer for every request of a run: bounds,
+    /// rights and PD per request, another key, and a change to the table in the
+    /// middle of the run (seen by the next check).
+    #[test]
+    fn a_memo_answers_as_check_local_and_forgets_on_a_change() {
+        let t = Tpt::new();
+        let s = t.insert(entry(1, Access::LOCAL_WRITE)).unwrap();
+        let other = t.insert(entry(1, Access::empty())).unwrap();
+        let mut memo = LocalKeyMemo::default();
+        let cases = [
+            (s, 0x1000, 8, Access::empty(), 1),
+            (s, 0x1000 + 92, 8, Access::empty(), 1),
+            (s, 0x1000 + 93, 8, Access::empty(), 1),
+            (s, 0xfff, 8, Access::empty(), 1),
+            (s, 0x1000, 8, Access::LOCAL_WRITE, 1),
+            (s, 0x1000, 8, Access::empty(), 2),
+            (other, 0x1010, 4, Access::LOCAL_WRITE, 1),
+            (other, 0x1010, 4, Access::empty(), 1),
+            (s, 0x1004, 0, Access::empty(), 1),
+            (0x9999_9900, 0x1000, 8, Access::empty(), 1),
+            (s, 0x1000, u64::MAX, Access::empty(), 1),
+        ];
+        for (lkey, addr, len, need, pd) in cases {
+            assert_eq!(
+                t.check_local_memo(&mut memo, lkey, addr, len, need, PdId(pd)),
+                t.check_local(lkey, addr, len, need, PdId(pd)),
+                "{lkey:?} {addr:#x} {len} {need:?} pd {pd}"
+            );
+        }
+        let ok = |t: &Tpt, memo: &mut LocalKeyMemo| {
+            t.check_local_memo(memo, s, 0x1000, 8, Access::empty(), PdId(1))
+        };
+        assert!(ok(&t, &mut memo).is_ok());
+        assert!(ok(&t, &mut memo).is_ok(), "from the memo");
+        t.invalidate(s, PdId(1)).unwrap();
+        assert_eq!(
+            ok(&t, &mut memo),
+            Err(WcStatus::LocalProtectionError),
+            "invalidated in the middle of the run"
+        );
+        let s2 = t.revalidate(s, 0x77).unwrap();
+        assert!(ok(&t, &mut memo).is_err(), "the old key stays invalid");
+        assert!(
+            t.check_local_memo(&mut memo, s2, 0x1000, 8, Access::empty(), PdId(1))
+                .is_ok()
+        );
+        assert!(t.remove(s2).is_some());
+        assert!(
+            t.check_local_memo(&mut memo, s2, 0x1000, 8, Access::empty(), PdId(1))
+                .is_err(),
+            "removed in the middle of the run"
+        );
+    }
+}
