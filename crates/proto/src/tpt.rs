@@ -354,17 +354,8 @@ impl Tpt {
         need: Access,
         pd: PdId,
     ) -> Result<Target, WcStatus> {
-        self.get_with(lkey, |e| {
-            if !(e.valid && e.pd == pd && e.access.contains(need)) {
-                return None;
-            }
-            let offset = in_bounds(e, addr, len)?;
-            Some(Target {
-                region: e.region,
-                offset,
-            })
-        })
-        .ok_or(WcStatus::LocalProtectionError)
+        self.get_with(lkey, |e| local_target(e, addr, len, need, pd))
+            .ok_or(WcStatus::LocalProtectionError)
     }
 
     /// Invalidates an STag of our own (a local invalidate work request): any region of
@@ -496,6 +487,22 @@ impl RemoteAccess {
             }
         }
     }
+}
+
+/// What a local access of `len` octets at `addr` in `pd`, needing `need`, reaches
+/// through entry `e`: None if `e` is invalid, of another PD, without those rights, or
+/// does not hold the range. The entry's side of [`Tpt::check_local`], shared with the
+/// memo of a run of posts ([`Tpt::check_local_memo`]).
+#[inline(always)]
+fn local_target(e: &TptEntry, addr: u64, len: u64, need: Access, pd: PdId) -> Option<Target> {
+    if !(e.valid && e.pd == pd && e.access.contains(need)) {
+        return None;
+    }
+    let offset = in_bounds(e, addr, len)?;
+    Some(Target {
+        region: e.region,
+        offset,
+    })
 }
 
 /// Offset of `[to, to + len)` inside the entry, if it lies within it.

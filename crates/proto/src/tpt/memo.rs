@@ -6,7 +6,7 @@
 //! are still checked per request, so every answer is the one [`Tpt::check_local`]
 //! gives.
 
-use super::{Target, Tpt, TptEntry, in_bounds};
+use super::{Target, Tpt, TptEntry, local_target};
 use crate::verbs::{Access, PdId, STag, WcStatus};
 use std::sync::atomic::Ordering;
 
@@ -37,14 +37,7 @@ impl Tpt {
             Some((stag, seen, e)) if *stag == lkey && *seen == epoch => e,
             _ => self.memo_miss(memo, lkey, epoch)?,
         };
-        if !(e.valid && e.pd == pd && e.access.contains(need)) {
-            return Err(WcStatus::LocalProtectionError);
-        }
-        let offset = in_bounds(e, addr, len).ok_or(WcStatus::LocalProtectionError)?;
-        Ok(Target {
-            region: e.region,
-            offset,
-        })
+        local_target(e, addr, len, need, pd).ok_or(WcStatus::LocalProtectionError)
     }
 
     /// The look-up behind a memo that does not answer: remembered with `epoch`, read
@@ -68,19 +61,7 @@ impl Tpt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verbs::RegionId;
-
-    fn entry(pd: u32, access: Access) -> TptEntry {
-        TptEntry {
-            pd: PdId(pd),
-            key: 0x5a,
-            base: 0x1000,
-            len: 100,
-            access,
-            region: RegionId(7),
-            valid: true,
-        }
-    }
+    use crate::tpt::tests::entry;
 
     /// The memo gives `check_local`'s answer for every request of a run: bounds,
     /// rights and PD per request, another key, and a change to the table in the

@@ -1,6 +1,7 @@
 use super::*;
 
-fn entry(pd: u32, access: Access) -> TptEntry {
+/// An entry of PD `pd` with `access`: 100 octets at 0x1000, key 0x5a, region 7.
+pub(super) fn entry(pd: u32, access: Access) -> TptEntry {
     TptEntry {
         pd: PdId(pd),
         key: 0x5a,
