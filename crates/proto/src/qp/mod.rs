@@ -225,7 +225,7 @@ impl Qp {
                 return Ok(());
             }
         }
-        self.post_recv_postable(wr, tpt)
+        self.post_recv_postable(wr, tpt).map(|_| ())
     }
 
     /// Posts a send-queue work request (Send, Write, Read, local invalidate).

@@ -22,9 +22,7 @@ impl Qp {
         let mut wrs = wrs.into_iter();
         if !self.on_srq && matches!(self.state, QpState::Idle | QpState::Rts | QpState::Closing) {
             for wr in wrs.by_ref() {
-                let wr = wr.borrow();
-                self.post_recv_postable(wr, tpt)?;
-                if self.state == QpState::Error {
+                if !self.post_recv_postable(wr.borrow(), tpt)? {
                     // A bad SGE ended the QP: the rest are flushed.
                     break;
                 }
@@ -37,10 +35,10 @@ impl Qp {
     }
 
     /// One receive to a QP that takes it (its own queue, not errored): the request's
-    /// checks, then its buffer resolved into the queue, or its fault completed and the
-    /// QP ended. Inlined into the single post and the run.
+    /// checks, then its buffer resolved into the queue (true), or its fault completed
+    /// and the QP ended (false). Inlined into the single post and the run.
     #[inline(always)]
-    pub(super) fn post_recv_postable(&mut self, wr: &RecvWr, tpt: &Tpt) -> Result<(), PostError> {
+    pub(super) fn post_recv_postable(&mut self, wr: &RecvWr, tpt: &Tpt) -> Result<bool, PostError> {
         if wr.sgl.len() > MAX_SGE {
             return Err(PostError::TooManySge(wr.sgl.len()));
         }
@@ -48,14 +46,14 @@ impl Qp {
             return Err(PostError::QueueFull);
         }
         match self.rq.push_resolved(wr, tpt, self.cfg.pd) {
-            Ok(()) => {}
+            Ok(()) => Ok(true),
             Err(status) => {
                 let c = self.out.completion(wr.wr_id, status, WcOpcode::Recv, 0);
                 self.out.recv(c);
                 self.to_error();
+                Ok(false)
             }
         }
-        Ok(())
     }
 }
 
