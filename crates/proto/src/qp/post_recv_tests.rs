@@ -119,7 +119,7 @@ fn a_run_posts_exactly_as_single_posts_do() {
             let kinds: Vec<u64> = (0..len)
                 .map(|i| {
                     let r = splitmix(seed * 31 + i + 1);
-                    if r % 3 == 0 { r % 8 } else { 0 }
+                    if r.is_multiple_of(3) { r % 8 } else { 0 }
                 })
                 .collect();
 
