@@ -354,7 +354,7 @@ impl Rq {
     }
 
     /// Removes the front entry.
-    #[inline]
+    #[inline(always)]
     fn pop_front(&mut self) -> Option<Slot> {
         let slot = self.queue.pop_front()?;
         self.left(&slot);
@@ -393,7 +393,7 @@ impl Rq {
 
     /// The front buffer's message completed, the buffer bound to it or not yet: it
     /// leaves the queue, and its work request id is returned.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn complete_front(&mut self) -> Option<u64> {
         let slot = self.pop_front()?;
         self.bound = self.bound.saturating_sub(1);
