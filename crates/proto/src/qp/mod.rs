@@ -17,6 +17,7 @@ mod deliver;
 mod fpdu;
 mod params;
 mod place;
+mod post_recv;
 mod receive;
 mod rq;
 mod stream;
@@ -224,21 +225,7 @@ impl Qp {
                 return Ok(());
             }
         }
-        if wr.sgl.len() > MAX_SGE {
-            return Err(PostError::TooManySge(wr.sgl.len()));
-        }
-        if !self.rq.has_room() {
-            return Err(PostError::QueueFull);
-        }
-        match self.rq.push_resolved(wr, tpt, self.cfg.pd) {
-            Ok(()) => {}
-            Err(status) => {
-                let c = self.out.completion(wr.wr_id, status, WcOpcode::Recv, 0);
-                self.out.recv(c);
-                self.to_error();
-            }
-        }
-        Ok(())
+        self.post_recv_postable(wr, tpt).map(|_| ())
     }
 
     /// Posts a send-queue work request (Send, Write, Read, local invalidate).

@@ -253,6 +253,8 @@ impl Untagged {
 
     /// [`Untagged::deliver_send`] for a message whose buffer is the front of the QP's
     /// own queue `rq`, bound to it or not yet (taken and completed in one step).
+    /// Inlined into the one-step Send: a call here cost a third of its 27 instructions.
+    #[inline(always)]
     pub(crate) fn deliver_front_of(&mut self, rq: &mut Rq) -> Option<u64> {
         self.recv_msn = self.recv_msn.wrapping_add(1);
         rq.complete_front()

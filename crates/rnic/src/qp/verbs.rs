@@ -100,13 +100,8 @@ impl Qp {
         let Some(dev) = self.shared.pass_dev(&mut g) else {
             return Err(Error::BadState("device closed"));
         };
-        let mut posted = Ok(());
-        for wr in wrs {
-            if let Err(e) = g.core.post_recv_ref(wr.borrow(), &dev.tpt) {
-                posted = Err(e.into());
-                break;
-            }
-        }
+        // One look at the QP's state for the run; each request keeps its checks.
+        let posted: Result<()> = g.core.post_recv_run(wrs, &dev.tpt).map_err(Into::into);
         if posted.is_ok() {
             if g.core.state() == QpState::Error {
                 // A bad receive SGE is a local error: close the connection now
