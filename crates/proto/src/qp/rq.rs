@@ -241,8 +241,9 @@ impl Rq {
         self.push_checked(wr, tpt, pd)
     }
 
-    /// [`Rq::push_resolved`] of any list: the kept one (of any length) copied, or the
-    /// list checked through the TPT.
+    /// [`Rq::push_resolved`] of any other list: the kept one of another length copied,
+    /// or the list checked through the TPT. (The kept single SGE never gets here:
+    /// `push_resolved` takes it.)
     #[inline(never)]
     fn push_checked(&mut self, wr: &RecvWr, tpt: &Tpt, pd: PdId) -> Result<(), WcStatus> {
         if let Some(last) = &self.last
@@ -250,17 +251,8 @@ impl Rq {
             && last.pd == pd
             && last.sgl == wr.sgl
         {
-            if let [one] = last.sges[..] {
-                // The usual repost: one SGE, written straight into its slot.
-                self.queue.push_back(Slot {
-                    wr_id: wr.wr_id,
-                    total: last.total,
-                    first: one,
-                });
-            } else {
-                let (total, sges) = (last.total, last.sges.clone());
-                self.push_sges(wr.wr_id, total, &sges);
-            }
+            let (total, sges) = (last.total, last.sges.clone());
+            self.push_sges(wr.wr_id, total, &sges);
             return Ok(());
         }
         // Compared before anything is copied: only a list that comes again (its first
