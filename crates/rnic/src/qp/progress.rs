@@ -120,8 +120,7 @@ impl QpShared {
     /// The end of a connected QP's pass: close what is done, arm the close timer,
     /// deliver completions and events.
     fn finish_pass(&self, g: &mut QpInner, dev: &Shared) {
-        let disconnected =
-            g.core.is_closing() && self.close_if_done(g, crate::engine::now(), dev);
+        let disconnected = g.core.is_closing() && self.close_if_done(g, crate::engine::now(), dev);
         self.arm_timer(g, dev);
         crate::chaos::point();
         self.deliver(g, dev);

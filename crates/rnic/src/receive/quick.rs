@@ -152,3 +152,7 @@ fn take_staged(
     }
     Quick::Rest
 }
+
+#[cfg(test)]
+#[path = "quick_tests.rs"]
+mod tests;
