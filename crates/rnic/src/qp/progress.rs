@@ -91,6 +91,15 @@ impl QpShared {
         match quick {
             // As the general pass's empty poll: nothing to close, arm or deliver.
             Quick::Empty => false,
+            // A placed Write: nothing to send, nothing released, the state and timer
+            // as they were (`after_receive` would return at once; asked inline).
+            Quick::Took
+                if !g.core.may_transmit()
+                    && g.conn.as_ref().is_some_and(|c| c.tx.is_flushed())
+                    && self.received_quietly(g) =>
+            {
+                true
+            }
             Quick::Took => self.after_receive(g, dev, Pass::ReceiveFirst, false),
             Quick::Rest => {
                 self.receive(g, dev);
@@ -151,6 +160,7 @@ impl QpShared {
     /// After a receive that queued nothing to send: whether it left the rest of the pass
     /// nothing to do (no completion or event released, the state as last delivered, no
     /// close under way, the timer as armed), as a placed Write does.
+    #[inline]
     fn received_quietly(&self, g: &QpInner) -> bool {
         !g.core.has_output()
             && g.core.state() == g.traced_state

@@ -10,10 +10,10 @@
 //! brings the message and the reply's post is latency, and so is half of every empty
 //! poll's (docs/ARCHITECTURE.md, "Session 24").
 
-use super::{Driven, RX_STAGING_LEN, Staging, answer_reads, ctx_for, would_block};
+use super::{Driven, RX_STAGING_LEN, Staging, answer_reads, feed, would_block};
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
-use crate::srq::{SrqShared, SrqSource};
+use crate::srq::SrqShared;
 use softrnic_proto::qp::{Qp as Core, RxNeed};
 
 /// What [`receive_claimed`] did.
@@ -34,8 +34,9 @@ pub(crate) enum Quick {
     General,
 }
 
-/// Whether the one-pass receive applies: read-ahead mode between FPDUs with nothing
-/// staged or pending, the buffer kept (claimed), the stream neither ended nor held back.
+/// Whether the one-pass receive applies: read-ahead mode between FPDUs of an unmarked
+/// stream with nothing staged or pending, the buffer kept (claimed), the stream
+/// neither ended nor held back by its receive queue.
 #[inline]
 fn applies(core: &Core, staging: &Staging) -> bool {
     staging.keep
@@ -43,15 +44,15 @@ fn applies(core: &Core, staging: &Staging) -> bool {
         && staging.start == staging.end
         && staging.buf.len() >= RX_STAGING_LEN
         && staging.pending.is_none()
-        && matches!(core.rx_need(), RxNeed::Internal(_))
-        && !core.rx_mid_fpdu()
+        && core.rx_between_fpdus()
         && !core.peer_finished()
         && !core.transport_closed()
 }
 
-/// A claimed, quiet QP's receive (the caller checked: RTS, nothing queued to send,
-/// no close timer, not closing): one read; whole small FPDUs parsed, checked, placed
-/// and completed in one call of the core. See [`Quick`] for what is left to the caller.
+/// A claimed, quiet QP's receive (the caller checked: nothing queued to send, no
+/// close timer, not closing): one read into the kept staging buffer, its octets fed
+/// to the core at once (`feed`: whole small FPDUs parsed, checked, placed and
+/// completed by its run path). See [`Quick`] for what is left to the caller.
 #[inline]
 pub(crate) fn receive_claimed(
     at: Driven,
@@ -69,6 +70,12 @@ pub(crate) fn receive_claimed(
     let n = match conn.transport.read(&mut staging.buf[..RX_STAGING_LEN]) {
         Ok(n) if n > 0 => n,
         Err(e) if would_block(&e) => {
+            // The kernel's `EAGAIN` (an OS error code) holds nothing to free:
+            // forgetting it saves the drop's call on every empty poll. Any other
+            // error is dropped as usual.
+            if e.raw_os_error().is_some() {
+                std::mem::forget(e);
+            }
             staging.waited = true;
             return Quick::Empty;
         }
@@ -81,68 +88,22 @@ pub(crate) fn receive_claimed(
     staging.waited = false;
     staging.start = 0;
     staging.end = n;
-    take_staged(at, core, conn, stats, staging, dev, srq, n)
-}
-
-/// [`receive_claimed`] once `n` octets are staged: the run of whole FPDUs at their
-/// front, as `receive::feed` takes it (every octet read fits the staging buffer, so
-/// every whole FPDU is small).
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn take_staged(
-    at: Driven,
-    core: &mut Core,
-    conn: &mut Conn,
-    stats: &mut QpStats,
-    staging: &mut Staging,
-    dev: &Shared,
-    srq: Option<&SrqShared>,
-    n: usize,
-) -> Quick {
-    let mut src = srq.map(|s| SrqSource { srq: s, dev });
-    let mut ctx = ctx_for(dev, &mut src);
-    let mut lost = false;
-    let mut copied = 0;
+    // As the general path's loop takes a read-ahead, once.
     let buf = std::mem::take(&mut staging.buf);
-    let region = &mut staging.region;
-    let run = core.rx_take_run(&buf[..n], usize::MAX, &mut ctx, &mut |c, bytes| {
-        let ok = region
-            .get(dev, c.region)
-            .map(|r| r.write(c.offset as usize, bytes).is_ok());
-        // A region deregistered after the TPT check: the payload has nowhere to go.
-        debug_assert!(ok != Some(false), "placement outside its region: {c:?}");
-        lost = ok != Some(true);
-        copied += if lost { 0 } else { bytes.len() };
-        !lost
-    });
+    let fed = feed(core, stats, staging, dev, srq, &buf[..n]);
     staging.buf = buf;
-    let Some(run) = run else {
-        // Not a whole data FPDU at the front: the general path takes the octets.
-        return Quick::Rest;
+    let Ok(used) = fed else {
+        // A placement failed: the QP is in error, the receive ends.
+        return Quick::Took;
     };
-    stats.rx_copied_bytes += copied as u64;
-    if lost {
-        // As `feed`'s failed placement: the QP is in error, the receive ends.
-        core.to_error();
-        return Quick::Took;
-    }
-    staging.start = run.taken;
-    staging.after_payload = false;
-    if run.fpdus > 0 {
-        staging.after_small_run(core, run.fpdus);
-        if !run.complete {
-            staging.after_internal(core);
-        }
-    } else {
-        staging.after_internal(core);
-    }
-    if run.taken < n {
-        // `feed` would go on with the rest in the same call, then answer reads.
-        return Quick::Rest;
-    }
+    staging.start += used;
     answer_reads(at, core, conn, stats, dev);
-    if matches!(core.rx_need(), RxNeed::Stopped | RxNeed::Wait) {
+    if used == 0 || matches!(core.rx_need(), RxNeed::Stopped | RxNeed::Wait) {
         return Quick::Took;
+    }
+    if used < n {
+        // The general path feeds the rest.
+        return Quick::Rest;
     }
     // A short read emptied the kernel's queue: the general path would ask the
     // transport now and stop (`PolledTransport::drained`), which also forgets that the
