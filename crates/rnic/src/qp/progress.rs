@@ -91,13 +91,11 @@ impl QpShared {
         match quick {
             // As the general pass's empty poll: nothing to close, arm or deliver.
             Quick::Empty => false,
-            // A placed Write: nothing to send, nothing released, the state and timer
-            // as they were (`after_receive` would return at once; asked inline).
-            Quick::Took
-                if !g.core.may_transmit()
-                    && g.conn.as_ref().is_some_and(|c| c.tx.is_flushed())
-                    && self.received_quietly(g) =>
-            {
+            // Nothing to send, no close under way, the timer as armed (a placed Write,
+            // a received Send): what `after_receive` would do comes down to
+            // delivering what was released, asked inline.
+            Quick::Took if self.received_quiet(g) => {
+                self.deliver_if_output(g, dev);
                 true
             }
             Quick::Took => self.after_receive(g, dev, Pass::ReceiveFirst, false),
@@ -155,6 +153,17 @@ impl QpShared {
         } else {
             self.progress_pass(g, dev, Pass::TransmitOnly);
         }
+    }
+
+    /// After the claimed pass's receive: nothing to send (nothing queued by the core,
+    /// no octets waiting), no close under way, the timer as armed. The rest of the
+    /// pass is then only the delivery of what the receive released, if anything.
+    #[inline]
+    fn received_quiet(&self, g: &QpInner) -> bool {
+        !g.core.may_transmit()
+            && g.conn.as_ref().is_some_and(|c| c.tx.is_flushed())
+            && !g.core.is_closing()
+            && g.core.poll_timeout() == g.timer_armed
     }
 
     /// After a receive that queued nothing to send: whether it left the rest of the pass

@@ -98,7 +98,10 @@ pub(crate) fn receive_claimed(
     };
     staging.start += used;
     answer_reads(at, core, conn, stats, dev);
-    if used == 0 || matches!(core.rx_need(), RxNeed::Stopped | RxNeed::Wait) {
+    // (Between FPDUs the core neither stopped nor waits: the common case asks no more.)
+    if used == 0
+        || (!core.rx_between_fpdus() && matches!(core.rx_need(), RxNeed::Stopped | RxNeed::Wait))
+    {
         return Quick::Took;
     }
     if used < n {
