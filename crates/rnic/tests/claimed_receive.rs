@@ -77,9 +77,9 @@ fn run(crc: CrcPolicy) {
             let r = splitmix(r ^ (m as u64 + 1));
             // The last message of a burst is a Send: its completion says the burst
             // is in.
-            let write = m + 1 < msgs && r % 3 != 0;
+            let write = m + 1 < msgs && !r.is_multiple_of(3);
             let len = if !write
-                && r % 29 == 0
+                && r.is_multiple_of(29)
                 && !sends
                     .iter()
                     .any(|(_, d): &(usize, Vec<u8>)| d.len() == LARGE)

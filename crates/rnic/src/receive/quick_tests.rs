@@ -176,7 +176,7 @@ impl Bench {
                 lkey,
             }];
             let op = if writes || r & 0x80_0000 != 0 {
-                let rkey = if !writes && r % 97 == 0 {
+                let rkey = if !writes && r.is_multiple_of(97) {
                     // An STag the receiver does not know: a Terminate.
                     self.target.rkey() ^ 0x100
                 } else {
@@ -375,8 +375,8 @@ fn a_claimed_pass_ends_every_cut_stream_as_the_general_path_does() {
     let bench = Bench::new();
     let mut seen = [0; 4];
     for seed in 0..24u64 {
-        let crc = seed % 2 == 0;
-        let flip = seed % 3 == 0;
+        let crc = seed.is_multiple_of(2);
+        let flip = seed.is_multiple_of(3);
         let msgs = 1 + (seed % 7) as usize;
         let recvs = if seed % 5 == 4 { 1 } else { RECVS };
         let wire = bench.stream(seed, msgs, crc, flip);
