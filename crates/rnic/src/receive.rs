@@ -15,6 +15,9 @@ use softrnic_wire::crc::crc32c_append;
 use softrnic_wire::ddp::TAGGED_HEADER_LEN;
 use std::io;
 
+mod quick;
+pub(crate) use quick::{Quick, receive_claimed};
+
 /// The receive path's copy policy: an FPDU whose payload is at least this long (32 KiB)
 /// is *large*. The receive path has two modes.
 ///
@@ -88,6 +91,9 @@ pub(crate) struct Staging {
     /// The last read found the stream empty: in exact mode the next one is preceded
     /// by [`Transport::yield_before_reread`](crate::transport::Transport).
     waited: bool,
+    /// A read the claimed pass ([`quick`]) made that ended the stream or failed: the
+    /// general receive path takes it as its own next read's result.
+    pending: Option<io::Result<usize>>,
 }
 
 impl Staging {
@@ -244,87 +250,92 @@ fn receive_stream(
             }
             continue;
         }
-        if core.peer_finished() || conn.transport.drained() {
-            break;
-        }
-        if staging.exact && staging.waited && conn.transport.yield_before_reread() {
-            stats.rx_idle_yields += 1;
-        }
-        let r = match core.rx_need() {
-            RxNeed::Stopped | RxNeed::Wait => break,
-            RxNeed::Place(chunk) if !marked && staging.direct(core, chunk.len) => {
-                let Some(region) = dev.region(chunk.region) else {
-                    // The region was deregistered between the TPT check and the
-                    // placement: the QP cannot place this payload, and stalling
-                    // here would hang the connection. Go to error (as the transmit
-                    // path does when a region vanishes); the connection closes.
-                    core.to_error();
-                    moved = true;
-                    break;
-                };
-                match region.io_slice(chunk.offset as usize, chunk.len) {
-                    Ok(slice) => {
-                        stats.rx_syscalls += 1;
-                        // The payload's last piece: its trailer and the least of the
-                        // next header come in the same call (`readv`), into staging.
-                        let tail = core
-                            .rx_trailer_after_place()
-                            .map(|t| (t + MIN_FPDU_HEADER).min(RX_STAGING_LEN));
-                        let r = match tail {
-                            Some(t) => {
-                                if staging.buf.is_empty() {
-                                    staging.buf = buf_pool::take_staging();
-                                }
-                                conn.transport.read_into_then(&slice, &mut staging.buf[..t])
-                            }
-                            None => conn.transport.read_into(&slice),
-                        };
-                        if let Ok(n) = r
-                            && n > 0
-                        {
-                            let placed = n.min(chunk.len);
-                            core.rx_placed_with(placed, |crc| {
-                                // SAFETY: the first `placed` octets were just written
-                                // by the read; the shared view lives only for this CRC
-                                // computation.
-                                crc32c_append(crc, unsafe { &slice.as_slice()[..placed] })
-                            });
-                            stats.rx_direct_bytes += placed as u64;
-                            staging.after_payload = true;
-                            // What came after the payload is the stream's next octets.
-                            staging.start = 0;
-                            staging.end = n - placed;
-                        }
-                        r
-                    }
-                    Err(_) => {
-                        // Cannot happen for a chunk the TPT checked (the region's
-                        // bounds are the TPT entry's); never stall, never drop.
-                        debug_assert!(false, "placement outside its region: {chunk:?}");
+        // A read the claimed pass made (an end or a failure) is this one's result.
+        let r = if let Some(r) = staging.pending.take() {
+            r
+        } else {
+            if core.peer_finished() || conn.transport.drained() {
+                break;
+            }
+            if staging.exact && staging.waited && conn.transport.yield_before_reread() {
+                stats.rx_idle_yields += 1;
+            }
+            match core.rx_need() {
+                RxNeed::Stopped | RxNeed::Wait => break,
+                RxNeed::Place(chunk) if !marked && staging.direct(core, chunk.len) => {
+                    let Some(region) = dev.region(chunk.region) else {
+                        // The region was deregistered between the TPT check and the
+                        // placement: the QP cannot place this payload, and stalling
+                        // here would hang the connection. Go to error (as the transmit
+                        // path does when a region vanishes); the connection closes.
                         core.to_error();
                         moved = true;
                         break;
+                    };
+                    match region.io_slice(chunk.offset as usize, chunk.len) {
+                        Ok(slice) => {
+                            stats.rx_syscalls += 1;
+                            // The payload's last piece: its trailer and the least of the
+                            // next header come in the same call (`readv`), into staging.
+                            let tail = core
+                                .rx_trailer_after_place()
+                                .map(|t| (t + MIN_FPDU_HEADER).min(RX_STAGING_LEN));
+                            let r = match tail {
+                                Some(t) => {
+                                    if staging.buf.is_empty() {
+                                        staging.buf = buf_pool::take_staging();
+                                    }
+                                    conn.transport.read_into_then(&slice, &mut staging.buf[..t])
+                                }
+                                None => conn.transport.read_into(&slice),
+                            };
+                            if let Ok(n) = r
+                                && n > 0
+                            {
+                                let placed = n.min(chunk.len);
+                                core.rx_placed_with(placed, |crc| {
+                                    // SAFETY: the first `placed` octets were just written
+                                    // by the read; the shared view lives only for this CRC
+                                    // computation.
+                                    crc32c_append(crc, unsafe { &slice.as_slice()[..placed] })
+                                });
+                                stats.rx_direct_bytes += placed as u64;
+                                staging.after_payload = true;
+                                // What came after the payload is the stream's next octets.
+                                staging.start = 0;
+                                staging.end = n - placed;
+                            }
+                            r
+                        }
+                        Err(_) => {
+                            // Cannot happen for a chunk the TPT checked (the region's
+                            // bounds are the TPT entry's); never stall, never drop.
+                            debug_assert!(false, "placement outside its region: {chunk:?}");
+                            core.to_error();
+                            moved = true;
+                            break;
+                        }
                     }
                 }
-            }
-            // Read ahead, or (in exact mode) a header or trailer exactly.
-            need => {
-                let want = if marked {
-                    RX_STAGING_LEN
-                } else {
-                    staging.read_len(need)
-                };
-                if staging.buf.is_empty() {
-                    staging.buf = buf_pool::take_staging();
-                }
-                stats.rx_syscalls += 1;
-                match conn.transport.read(&mut staging.buf[..want]) {
-                    Ok(n) => {
-                        staging.start = 0;
-                        staging.end = n;
-                        Ok(n)
+                // Read ahead, or (in exact mode) a header or trailer exactly.
+                need => {
+                    let want = if marked {
+                        RX_STAGING_LEN
+                    } else {
+                        staging.read_len(need)
+                    };
+                    if staging.buf.is_empty() {
+                        staging.buf = buf_pool::take_staging();
                     }
-                    Err(e) => Err(e),
+                    stats.rx_syscalls += 1;
+                    match conn.transport.read(&mut staging.buf[..want]) {
+                        Ok(n) => {
+                            staging.start = 0;
+                            staging.end = n;
+                            Ok(n)
+                        }
+                        Err(e) => Err(e),
+                    }
                 }
             }
         };

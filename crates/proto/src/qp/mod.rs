@@ -735,6 +735,15 @@ impl Qp {
         self.rx.trailer_after_place()
     }
 
+    /// Whether the receive path is between FPDUs of an unmarked stream and takes
+    /// octets (not stopped, not waiting for a receive buffer): an I/O layer may read
+    /// ahead and offer the octets to [`Qp::rx_take_run`] first. A few loads, inlined:
+    /// a busy-polling consumer asks on every poll.
+    #[inline]
+    pub fn rx_between_fpdus(&self) -> bool {
+        self.rx.between_fpdus()
+    }
+
     /// Whether the stream is inside an FPDU: some of its octets have arrived, not all.
     /// A stream that ends here was truncated (lost), not closed between messages.
     pub fn rx_mid_fpdu(&self) -> bool {

@@ -118,6 +118,13 @@ impl Receiver {
         self.stream.trailer_after_place()
     }
 
+    /// At an FPDU boundary of an unmarked stream, neither stopped nor waiting for a
+    /// buffer: the next octets are an FPDU's first, read ahead.
+    #[inline]
+    pub(crate) fn between_fpdus(&self) -> bool {
+        self.waiting.is_none() && self.stream.at_plain_boundary()
+    }
+
     pub(crate) fn mid_fpdu(&self) -> bool {
         self.stream.mid_fpdu()
     }

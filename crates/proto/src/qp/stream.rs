@@ -298,12 +298,14 @@ impl RxStream {
     }
 
     /// Whether the next octet starts an FPDU.
+    #[inline]
     pub(crate) fn at_boundary(&self) -> bool {
         self.phase == Phase::Prefix && self.have == 0
     }
 
     /// At an FPDU boundary of a stream without markers: a whole FPDU may be taken
     /// in one step there ([`RxStream::took_whole`]).
+    #[inline]
     pub(crate) fn at_plain_boundary(&self) -> bool {
         self.at_boundary() && self.marks.is_none()
     }

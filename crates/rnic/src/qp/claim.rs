@@ -87,12 +87,14 @@ impl QpShared {
         // one `read(2)` and no transmit bookkeeping.)
         let quiet =
             g.core.send_queue_len() == 0 && g.conn.as_ref().is_some_and(|c| c.tx.is_flushed());
-        let pass = if quiet {
-            Pass::ReceiveFirst
+        let moved = if !quiet {
+            self.progress_pass(g, dev, Pass::Full)
+        } else if g.owner.is_claimed() {
+            // The socket is this consumer's: a small message's receive in one pass.
+            self.claimed_pass(g, dev)
         } else {
-            Pass::Full
+            self.progress_pass(g, dev, Pass::ReceiveFirst)
         };
-        let moved = self.progress_pass(g, dev, pass);
         if g.owner.is_claimed() && g.core.state() != QpState::Rts {
             // Closing or failed: the engine sees it through.
             self.release(g, dev);

@@ -4,7 +4,7 @@
 use super::{QpInner, QpShared};
 use crate::close::close_if_done;
 use crate::device::{AsyncEvent, Shared};
-use crate::receive::{Driven, receive};
+use crate::receive::{Driven, Quick, receive, receive_claimed};
 use crate::transmit::transmit;
 use softrnic_proto::qp::{CqSide, QpEvent};
 use softrnic_proto::{Completion, QpState};
@@ -30,44 +30,110 @@ impl QpShared {
 
     /// [`QpShared::progress_locked`], with the parts `pass` leaves out skipped.
     pub(super) fn progress_pass(&self, g: &mut QpInner, dev: &Shared, pass: Pass) -> bool {
-        let mut moved = false;
-        let mut disconnected = false;
         let timer = fire_close_timer(g);
-        if g.conn.is_some() {
-            // Transmit first: a request just posted leaves before the receive path's
-            // read (often an empty one) is paid; what the receive path queues (Read
-            // Responses, Terminates) goes out in the second pass.
-            if pass != Pass::ReceiveFirst && !self.waits_for_room(g, pass) {
-                moved |= self.transmit(g, dev);
-            }
-            if pass != Pass::TransmitOnly && self.receive(g, dev) {
-                moved = true;
-                // Only if the receive path queued something (a Read Response, a
-                // Terminate) or octets wait: after a Write or a Send arrives there is
-                // nothing, and this pass is on the way to the program's reply.
-                let waiting = g.conn.as_ref().is_some_and(|c| !c.tx.is_flushed());
-                if g.core.may_transmit() || waiting {
-                    self.transmit(g, dev);
-                } else if pass == Pass::ReceiveFirst && !timer && self.received_quietly(g) {
-                    // A consumer's pass that placed a Write: the reply the program
-                    // posts next waits for nothing after the placement.
-                    return true;
-                }
-            } else if pass == Pass::ReceiveFirst && !timer && !g.core.is_closing() {
-                // A busy-polling consumer's empty poll: nothing was read, nothing was
-                // queued to send, no timer ran, so the core is as the last pass (which
-                // delivered) left it. Nothing to close, arm or deliver.
-                return false;
-            }
-            disconnected = g.core.is_closing() && self.close_if_done(g, crate::engine::now(), dev);
-            self.arm_timer(g, dev);
+        if g.conn.is_none() {
+            crate::chaos::point();
+            self.deliver(g, dev);
+            return false;
         }
+        let mut moved = false;
+        // Transmit first: a request just posted leaves before the receive path's read
+        // (often an empty one) is paid; what the receive path queues (Read Responses,
+        // Terminates) goes out in the second pass.
+        if pass != Pass::ReceiveFirst && !self.waits_for_room(g, pass) {
+            moved |= self.transmit(g, dev);
+        }
+        if pass != Pass::TransmitOnly && self.receive(g, dev) {
+            return self.after_receive(g, dev, pass, timer);
+        }
+        if pass == Pass::ReceiveFirst && !timer && !g.core.is_closing() {
+            // A busy-polling consumer's empty poll: nothing was read, nothing was
+            // queued to send, no timer ran, so the core is as the last pass (which
+            // delivered) left it. Nothing to close, arm or deliver.
+            return false;
+        }
+        self.finish_pass(g, dev);
+        moved
+    }
+
+    /// A claimed consumer's pass of a quiet QP (nothing queued to send, the socket the
+    /// consumer's): the receive in one pass (`receive::receive_claimed`) when it
+    /// applies, no close timer runs and no close is under way; otherwise, and for what
+    /// it leaves, the general pass, with the same outcome as a [`Pass::ReceiveFirst`].
+    pub(super) fn claimed_pass(&self, g: &mut QpInner, dev: &Shared) -> bool {
+        if g.core.poll_timeout().is_some() || g.core.is_closing() {
+            return self.progress_pass(g, dev, Pass::ReceiveFirst);
+        }
+        let quick = {
+            let QpInner {
+                core,
+                conn,
+                stats,
+                staging,
+                ..
+            } = g;
+            match conn.as_mut() {
+                Some(conn) => receive_claimed(
+                    Driven {
+                        qp: self.id,
+                        engine: self.engine(),
+                    },
+                    core,
+                    conn,
+                    stats,
+                    staging,
+                    dev,
+                    self.srq.as_deref(),
+                ),
+                None => Quick::General,
+            }
+        };
+        match quick {
+            // As the general pass's empty poll: nothing to close, arm or deliver.
+            Quick::Empty => false,
+            // Nothing to send, no close under way, the timer as armed (a placed Write,
+            // a received Send): what `after_receive` would do comes down to
+            // delivering what was released, asked inline.
+            Quick::Took if self.received_quiet(g) => {
+                self.deliver_if_output(g, dev);
+                true
+            }
+            Quick::Took => self.after_receive(g, dev, Pass::ReceiveFirst, false),
+            Quick::Rest => {
+                self.receive(g, dev);
+                self.after_receive(g, dev, Pass::ReceiveFirst, false)
+            }
+            Quick::General => self.progress_pass(g, dev, Pass::ReceiveFirst),
+        }
+    }
+
+    /// The rest of a pass whose receive moved something; returns true (it moved).
+    fn after_receive(&self, g: &mut QpInner, dev: &Shared, pass: Pass, timer: bool) -> bool {
+        // Only if the receive path queued something (a Read Response, a Terminate) or
+        // octets wait: after a Write or a Send arrives there is nothing, and this pass
+        // is on the way to the program's reply.
+        let waiting = g.conn.as_ref().is_some_and(|c| !c.tx.is_flushed());
+        if g.core.may_transmit() || waiting {
+            self.transmit(g, dev);
+        } else if pass == Pass::ReceiveFirst && !timer && self.received_quietly(g) {
+            // A consumer's pass that placed a Write: the reply the program posts next
+            // waits for nothing after the placement.
+            return true;
+        }
+        self.finish_pass(g, dev);
+        true
+    }
+
+    /// The end of a connected QP's pass: close what is done, arm the close timer,
+    /// deliver completions and events.
+    fn finish_pass(&self, g: &mut QpInner, dev: &Shared) {
+        let disconnected = g.core.is_closing() && self.close_if_done(g, crate::engine::now(), dev);
+        self.arm_timer(g, dev);
         crate::chaos::point();
         self.deliver(g, dev);
         if disconnected {
             dev.post_event(AsyncEvent::Disconnected { qp: self.id });
         }
-        moved
     }
 
     /// The pass after a post (a [`Pass::TransmitOnly`] one), cut to what a post that
@@ -89,9 +155,21 @@ impl QpShared {
         }
     }
 
+    /// After the claimed pass's receive: nothing to send (nothing queued by the core,
+    /// no octets waiting), no close under way, the timer as armed. The rest of the
+    /// pass is then only the delivery of what the receive released, if anything.
+    #[inline]
+    fn received_quiet(&self, g: &QpInner) -> bool {
+        !g.core.may_transmit()
+            && g.conn.as_ref().is_some_and(|c| c.tx.is_flushed())
+            && !g.core.is_closing()
+            && g.core.poll_timeout() == g.timer_armed
+    }
+
     /// After a receive that queued nothing to send: whether it left the rest of the pass
     /// nothing to do (no completion or event released, the state as last delivered, no
     /// close under way, the timer as armed), as a placed Write does.
+    #[inline]
     fn received_quietly(&self, g: &QpInner) -> bool {
         !g.core.has_output()
             && g.core.state() == g.traced_state
