@@ -274,6 +274,7 @@ impl QpShared {
         Ok(())
     }
 
+    #[inline]
     pub(crate) fn lock(&self) -> Result<std::sync::MutexGuard<'_, QpInner>> {
         Ok(self.inner.lock()?)
     }

@@ -242,7 +242,9 @@ fn source(pd: &Pd, len: usize, seed: u8) -> (Mr, Vec<u8>) {
 }
 
 /// Single posts of Writes and Sends (plain, solicited, with invalidate) of 0-7, 13, 64
-/// and 80 octets, CRC off and on, each sent by the post itself: the octets on the wire
+/// and 80 octets (framed on the stack), 101, 110 and 200 (the stack frame's edge and
+/// beyond: framed in the transmit buffer), CRC off and on, each sent by the post
+/// itself: the octets on the wire
 /// are the framer's FPDUs, one `send` each, and every request completes in order.
 #[test]
 fn single_posts_are_the_framers_fpdus_one_send_each() {
@@ -253,7 +255,7 @@ fn single_posts_are_the_framers_fpdus_one_send_each() {
         let mut want = Vec::new();
         let mut msn = 1;
         let mut done = Vec::new();
-        for (i, len) in [0usize, 1, 2, 3, 4, 5, 6, 7, 13, 64, 80]
+        for (i, len) in [0usize, 1, 2, 3, 4, 5, 6, 7, 13, 64, 80, 101, 110, 200]
             .into_iter()
             .enumerate()
         {

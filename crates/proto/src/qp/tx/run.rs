@@ -369,8 +369,10 @@ impl Qp {
             },
             crc: self.tx.crc,
         };
-        let seq = self.out.next_send_seq();
         let gathered = write(&f);
+        // Numbered after the write: a single post's `write` sends, and this is not
+        // needed before.
+        let seq = self.out.next_send_seq();
         if gathered != Gathered::Taken {
             self.queue_send(seq, wr, &[f.payload], total, tpt);
             return Some(gathered);
