@@ -513,7 +513,7 @@ fn in_bounds(e: &TptEntry, to: u64, len: u64) -> Option<u64> {
 }
 
 mod memo;
-pub use memo::LocalKeyMemo;
+pub use memo::{KeptKeyMemo, LocalKeyMemo};
 
 #[cfg(test)]
 mod tests;

@@ -266,7 +266,9 @@ impl Region {
     /// Copies `out.len()` bytes from the region at `offset` into `out`.
     ///
     /// Safe at any time; if the RNIC writes the same bytes concurrently, `out` may hold
-    /// a mixture of old and new data.
+    /// a mixture of old and new data. Inlined: the single post frames its payload
+    /// with it (`transmit::single`).
+    #[inline]
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), RegionError> {
         self.check(offset, out.len())?;
         // SAFETY: the source range is inside the region (checked) and valid for reads for

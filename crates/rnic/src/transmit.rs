@@ -17,12 +17,16 @@ use crate::tx_turns::Turn;
 use arrayvec::ArrayVec;
 use softrnic_proto::qp::PostError;
 use softrnic_proto::qp::{Gathered, Qp as Core, SmallFpdu, TxFpdu};
+use softrnic_proto::tpt::KeptKeyMemo;
 use softrnic_proto::{QpId, SendWr};
 use softrnic_wire::crc::{crc32c, crc32c_append};
 use softrnic_wire::mpa;
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
+
+mod single;
+pub(crate) use single::post_single;
 
 /// FPDUs at most this long (all framing included) are copied into the connection's
 /// transmit buffer and go out together, many per `send`: small messages then cost a
@@ -98,6 +102,9 @@ pub(crate) struct TxQueue {
     /// gone): the QP fails once those are out, so they complete as they would have
     /// without the look-ahead instead of being flushed with it.
     failed_behind: bool,
+    /// The last local key a single post checked, kept across posts
+    /// (`single::post_single`).
+    memo: KeptKeyMemo,
 }
 
 impl TxQueue {

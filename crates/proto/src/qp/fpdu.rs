@@ -274,6 +274,43 @@ impl SmallFpdu {
     }
 }
 
+/// Octets of a [`SmallFpdu`]'s MPA length field and header at most (a Send's).
+pub const SMALL_HEADER_MAX: usize = UNTAGGED_DATA_HEADER;
+
+impl SmallFpdu {
+    /// Writes the MPA length field and the header at the start of `out`, as
+    /// [`SmallFpdu::append_header`] appends them, and returns their length: a frame
+    /// built in a fixed buffer (the single post's, on the stack) has no vector to grow.
+    #[inline(always)]
+    pub fn write_header(&self, out: &mut [u8; SMALL_HEADER_MAX]) -> usize {
+        let prefix = mpa::fpdu_prefix(self.ulpdu_len()).unwrap_or([0xff; 2]);
+        if self.header.tagged() {
+            write_data_header::<TAGGED_DATA_HEADER>(out, prefix, &self.header)
+        } else {
+            write_data_header::<UNTAGGED_DATA_HEADER>(out, prefix, &self.header)
+        }
+    }
+}
+
+/// [`append_data_header`] into the start of a fixed buffer; returns `N`.
+#[inline(always)]
+fn write_data_header<const N: usize>(
+    out: &mut [u8; SMALL_HEADER_MAX],
+    prefix: [u8; 2],
+    h: &DdpRepr,
+) -> usize {
+    if let Some(d) = out
+        .get_mut(..N)
+        .and_then(|d| <&mut [u8; N]>::try_from(d).ok())
+    {
+        let (length, header) = d.split_at_mut(mpa::ULPDU_LEN_LEN);
+        length.copy_from_slice(&prefix);
+        // `header` is exactly `h`'s length (N is chosen by `h.tagged()`): cannot fail.
+        let _ = h.emit(header);
+    }
+    N
+}
+
 /// [`softrnic_wire::markers::marked_len`], out of the unmarked transmit path.
 #[cold]
 #[inline(never)]

@@ -58,6 +58,28 @@ impl Tpt {
     }
 }
 
+/// A [`LocalKeyMemo`] kept across calls (a QP's single posts, which name the same
+/// buffer's lkey post after post), with the table it was filled from: an answer is
+/// only taken from the table that gave it, while that table's epoch is the same.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KeptKeyMemo {
+    table: u64,
+    memo: LocalKeyMemo,
+}
+
+impl KeptKeyMemo {
+    /// The memo for a check against `tpt`: emptied first if it was filled from another
+    /// table.
+    #[inline(always)]
+    pub fn for_table(&mut self, tpt: &Tpt) -> &mut LocalKeyMemo {
+        if self.table != tpt.id {
+            self.table = tpt.id;
+            self.memo = LocalKeyMemo::default();
+        }
+        &mut self.memo
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +137,29 @@ mod tests {
                 .is_err(),
             "removed in the middle of the run"
         );
+    }
+
+    /// A memo kept across posts answers only for the table it was filled from: the
+    /// same STag in another table (another device) is looked up there.
+    #[test]
+    fn a_kept_memo_is_not_taken_for_another_table() {
+        let a = Tpt::new();
+        let b = Tpt::new();
+        let s = a.insert(entry(1, Access::empty())).unwrap();
+        let mut e = entry(1, Access::empty());
+        e.base = 0x8000;
+        assert_eq!(b.insert(e).unwrap(), s, "both tables' first STag");
+        let mut kept = KeptKeyMemo::default();
+        let mut check = |t: &Tpt| {
+            let memo = kept.for_table(t);
+            t.check_local_memo(memo, s, 0x1000, 8, Access::empty(), PdId(1))
+        };
+        assert!(check(&a).is_ok());
+        assert_eq!(
+            check(&b),
+            Err(WcStatus::LocalProtectionError),
+            "0x1000 is outside b's entry"
+        );
+        assert!(check(&a).is_ok());
     }
 }

@@ -5,7 +5,7 @@ use super::{QpInner, QpShared, QpStats};
 use crate::close::drop_conn;
 use crate::device::{AsyncEvent, Shared};
 use crate::error::{Error, Result};
-use crate::transmit::{post_gathered, post_run, send_gathered};
+use crate::transmit::{post_gathered, post_run, post_single, send_gathered};
 use softrnic_proto::qp::QpParams;
 use softrnic_proto::{PdId, QpId, QpState, RecvWr, SendWr};
 use std::sync::Arc;
@@ -138,35 +138,23 @@ impl Qp {
         let Some(dev) = self.shared.pass_dev(&mut g) else {
             return Err(Error::BadState("device closed"));
         };
-        let mut posted = Ok(());
-        let QpInner {
-            core, conn, stats, ..
-        } = &mut *g;
         let mut wrs = wrs.into_iter();
-        loop {
-            // Runs of small requests to an idle send queue go straight into the
-            // transmit buffer (`transmit::post_run`); the request that ends a run goes
-            // the general way (`transmit::post_gathered`).
-            let r = match conn.as_mut() {
-                Some(conn) => match post_run(core, conn, stats, &dev, &mut wrs) {
-                    Some(wr) => post_gathered(core, conn, stats, &dev, wr.borrow()),
-                    None => break,
+        let posted = if wrs.size_hint().1 == Some(1) {
+            // A request posted alone (`post_send`): a small one goes to the socket from
+            // the post itself (`transmit::post_single`); anything else, and a second
+            // request an iterator yields against its size hint, the general way.
+            match wrs.next() {
+                Some(wr) if self.post_single(&mut g, &dev, wr.borrow()) => match wrs.next() {
+                    None => Ok(()),
+                    Some(next) => self.post_locked(&mut g, &dev, std::iter::once(next).chain(wrs)),
                 },
-                None => match wrs.next() {
-                    Some(wr) => core.post_send_ref(wr.borrow(), &dev.tpt),
-                    None => break,
-                },
-            };
-            if let Err(e) = r {
-                posted = Err(e.into());
-                break;
+                Some(wr) => self.post_locked(&mut g, &dev, std::iter::once(wr).chain(wrs)),
+                None => self.post_locked(&mut g, &dev, wrs),
             }
-        }
+        } else {
+            self.post_locked(&mut g, &dev, wrs)
+        };
         if posted.is_ok() {
-            // What the posts gathered leaves first (`transmit::send_gathered`).
-            if let Some(conn) = conn.as_mut() {
-                send_gathered(self.shared.id, core, conn, stats, &dev);
-            }
             // After a post: what was posted goes out and what completed is delivered,
             // without the receive path's `read(2)` (usually an empty one): what
             // arrives is for the engine, which sees the socket readable, or for the
@@ -177,6 +165,54 @@ impl Qp {
         drop(g);
         drop(spare);
         posted
+    }
+
+    /// The direct single post (`transmit::post_single`) under the QP's lock; false if
+    /// it did not take `wr` (nothing was done).
+    #[inline(always)]
+    fn post_single(&self, g: &mut QpInner, dev: &Shared, wr: &SendWr) -> bool {
+        let QpInner {
+            core, conn, stats, ..
+        } = g;
+        conn.as_mut()
+            .and_then(|conn| post_single(self.shared.id, core, conn, stats, dev, wr))
+            .is_some()
+    }
+
+    /// Posts `wrs` under the QP's lock, as runs of small requests and the general way,
+    /// then sends what they gathered; stops at the first refused one (those before it
+    /// are posted).
+    #[inline(always)]
+    fn post_locked<W: std::borrow::Borrow<SendWr>>(
+        &self,
+        g: &mut QpInner,
+        dev: &Shared,
+        mut wrs: impl Iterator<Item = W>,
+    ) -> Result<()> {
+        let QpInner {
+            core, conn, stats, ..
+        } = g;
+        loop {
+            // Runs of small requests to an idle send queue go straight into the
+            // transmit buffer (`transmit::post_run`); the request that ends a run goes
+            // the general way (`transmit::post_gathered`).
+            let r = match conn.as_mut() {
+                Some(conn) => match post_run(core, conn, stats, dev, &mut wrs) {
+                    Some(wr) => post_gathered(core, conn, stats, dev, wr.borrow()),
+                    None => break,
+                },
+                None => match wrs.next() {
+                    Some(wr) => core.post_send_ref(wr.borrow(), &dev.tpt),
+                    None => break,
+                },
+            };
+            r?;
+        }
+        // What the posts gathered leaves first (`transmit::send_gathered`).
+        if let Some(conn) = conn.as_mut() {
+            send_gathered(self.shared.id, core, conn, stats, dev);
+        }
+        Ok(())
     }
 
     /// Graceful close: queued sends finish, then FIN; the QP goes to error (flushing what

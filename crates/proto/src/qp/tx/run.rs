@@ -9,7 +9,7 @@
 use super::super::fpdu::{Chunk, SmallFpdu, TxFpdu, covering_sges};
 use super::super::{PostError, Qp};
 use super::{InFlight, TxState};
-use crate::tpt::{LocalKeyMemo, Tpt};
+use crate::tpt::{KeptKeyMemo, LocalKeyMemo, Tpt};
 use crate::verbs::*;
 use arrayvec::ArrayVec;
 use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
@@ -247,6 +247,24 @@ impl Qp {
         self.post_small_in_run(run, &mut LocalKeyMemo::default(), wr, tpt, write)
     }
 
+    /// [`Qp::post_send_small`] for a request posted alone (`post_send`, a batch of
+    /// one), its local key checked through `memo`, which the caller keeps across posts
+    /// (a ping-pong names one buffer's lkey post after post: the memo answers while no
+    /// entry of the table changed). `write` is called before the request completes, so
+    /// a caller that sends from it has the FPDU on its way before the completion is
+    /// written. Same conditions, checks and results as `post_send_small`.
+    #[inline(always)]
+    pub fn post_single_small(
+        &mut self,
+        wr: &SendWr,
+        tpt: &Tpt,
+        memo: &mut KeptKeyMemo,
+        write: impl FnOnce(&SmallFpdu) -> Gathered,
+    ) -> Option<Gathered> {
+        let run = self.small_run()?;
+        self.post_small_in_run(run, memo.for_table(tpt), wr, tpt, write)
+    }
+
     /// [`Qp::post_send_small`] for each request of `wrs` in turn, as long as each one
     /// is taken: the QP's state and its send queue are checked once for the run (a
     /// request taken changes neither), and the requests' local keys through a memo of
@@ -351,8 +369,10 @@ impl Qp {
             },
             crc: self.tx.crc,
         };
-        let seq = self.out.next_send_seq();
         let gathered = write(&f);
+        // Numbered after the write: a single post's `write` sends, and this is not
+        // needed before.
+        let seq = self.out.next_send_seq();
         if gathered != Gathered::Taken {
             self.queue_send(seq, wr, &[f.payload], total, tpt);
             return Some(gathered);
