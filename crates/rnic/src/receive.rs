@@ -418,8 +418,7 @@ pub(crate) fn feed(
     let mut at = 0;
     // Every whole FPDU in octets no longer than the staging buffer is small (see
     // `after_small_run`).
-    let small_only = data.len() <= RX_DIRECT_MIN;
-    if srq.is_none() && small_only {
+    if srq.is_none() && data.len() <= RX_DIRECT_MIN {
         // A read-ahead of simple Writes and Sends (a ping-pong's, a small-message
         // stream's) is taken here without the general run's set-up; whatever they
         // leave (a control message, a cut FPDU, a fault) the loop below takes.
@@ -442,6 +441,23 @@ pub(crate) fn feed(
             }
         }
     }
+    feed_general(core, stats, staging, dev, srq, data, at)
+}
+
+/// [`feed`]'s general loop, from `at` on: runs of whole data FPDUs by the core's run
+/// path, the rest piece by piece. Out of line, so that a read the simple paths take
+/// whole does not pay this loop's frame and set-up.
+#[inline(never)]
+fn feed_general(
+    core: &mut Core,
+    stats: &mut QpStats,
+    staging: &mut Staging,
+    dev: &Shared,
+    srq: Option<&SrqShared>,
+    data: &[u8],
+    mut at: usize,
+) -> std::result::Result<usize, ()> {
+    let small_only = data.len() <= RX_DIRECT_MIN;
     let mut src = srq.map(|s| SrqSource { srq: s, dev });
     let mut ctx = ctx_for(dev, &mut src);
     while at < data.len() {
