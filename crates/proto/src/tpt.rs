@@ -320,26 +320,7 @@ impl Tpt {
         pd: PdId,
         kind: RemoteAccess,
     ) -> Result<Target, TerminateCause> {
-        let e = self
-            .get(stag)
-            .filter(|e| e.valid)
-            .ok_or_else(|| kind.cause(RemoteFault::InvalidStag))?;
-        if e.pd != pd {
-            return Err(kind.cause(RemoteFault::NotAssociated));
-        }
-        if !e.access.contains(need) {
-            return Err(kind.cause(RemoteFault::Rights));
-        }
-        // An access whose last octet lies beyond 2^64 - 1 is out of bounds too, but
-        // RFC 5041 (DDP) and RFC 5040 (RDMAP) give it its own code, "TO wrap".
-        if len > 0 && to.checked_add(len - 1).is_none() {
-            return Err(kind.cause(RemoteFault::Wrap));
-        }
-        let offset = in_bounds(&e, to, len).ok_or_else(|| kind.cause(RemoteFault::Bounds))?;
-        Ok(Target {
-            region: e.region,
-            offset,
-        })
+        remote_target(self.get(stag).as_ref(), to, len, need, pd, kind)
     }
 
     /// Checks a local SGE: `len` octets at `addr` through `lkey`, in `pd`, needing `need`.
@@ -489,6 +470,38 @@ impl RemoteAccess {
     }
 }
 
+/// [`Tpt::check_remote`]'s checks of the entry `e` the STag named (`None`: no such
+/// STag, or its key does not match), in its order: valid, PD, rights, TO wrap, bounds.
+#[inline(always)]
+fn remote_target(
+    e: Option<&TptEntry>,
+    to: u64,
+    len: u64,
+    need: Access,
+    pd: PdId,
+    kind: RemoteAccess,
+) -> Result<Target, TerminateCause> {
+    let e = e
+        .filter(|e| e.valid)
+        .ok_or_else(|| kind.cause(RemoteFault::InvalidStag))?;
+    if e.pd != pd {
+        return Err(kind.cause(RemoteFault::NotAssociated));
+    }
+    if !e.access.contains(need) {
+        return Err(kind.cause(RemoteFault::Rights));
+    }
+    // An access whose last octet lies beyond 2^64 - 1 is out of bounds too, but
+    // RFC 5041 (DDP) and RFC 5040 (RDMAP) give it its own code, "TO wrap".
+    if len > 0 && to.checked_add(len - 1).is_none() {
+        return Err(kind.cause(RemoteFault::Wrap));
+    }
+    let offset = in_bounds(e, to, len).ok_or_else(|| kind.cause(RemoteFault::Bounds))?;
+    Ok(Target {
+        region: e.region,
+        offset,
+    })
+}
+
 /// What a local access of `len` octets at `addr` in `pd`, needing `need`, reaches
 /// through entry `e`: None if `e` is invalid, of another PD, without those rights, or
 /// does not hold the range. The entry's side of [`Tpt::check_local`], shared with the
@@ -513,7 +526,9 @@ fn in_bounds(e: &TptEntry, to: u64, len: u64) -> Option<u64> {
 }
 
 mod memo;
+mod remote_memo;
 pub use memo::{KeptKeyMemo, LocalKeyMemo};
+pub use remote_memo::RemoteKeyMemo;
 
 #[cfg(test)]
 mod tests;

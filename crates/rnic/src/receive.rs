@@ -415,18 +415,58 @@ pub(crate) fn feed(
     srq: Option<&SrqShared>,
     data: &[u8],
 ) -> std::result::Result<usize, ()> {
+    let mut at = 0;
+    // Every whole FPDU in octets no longer than the staging buffer is small (see
+    // `after_small_run`).
+    if srq.is_none() && data.len() <= RX_DIRECT_MIN {
+        // A read-ahead of simple Writes and Sends (a ping-pong's, a small-message
+        // stream's) is taken here without the general run's set-up; whatever they
+        // leave (a control message, a cut FPDU, a fault) the loop below takes.
+        let before = core.rx_placed_bytes();
+        let run = core.rx_take_simple(data, &dev.tpt, &mut |c, bytes| {
+            // A region gone after the TPT check refuses: the loop below meets the
+            // same FPDU and fails the QP.
+            staging
+                .region
+                .get(dev, c.region)
+                .is_some_and(|r| r.write(c.offset as usize, bytes).is_ok())
+        });
+        if run.fpdus > 0 {
+            stats.rx_copied_bytes += core.rx_placed_bytes() - before;
+            staging.after_payload = false;
+            staging.after_small_run(core, run.fpdus);
+            at = run.taken;
+            if at == data.len() {
+                return Ok(at);
+            }
+        }
+    }
+    feed_general(core, stats, staging, dev, srq, data, at)
+}
+
+/// [`feed`]'s general loop, from `at` on: runs of whole data FPDUs by the core's run
+/// path, the rest piece by piece. Out of line, so that a read the simple paths take
+/// whole does not pay this loop's frame and set-up.
+#[inline(never)]
+fn feed_general(
+    core: &mut Core,
+    stats: &mut QpStats,
+    staging: &mut Staging,
+    dev: &Shared,
+    srq: Option<&SrqShared>,
+    data: &[u8],
+    mut at: usize,
+) -> std::result::Result<usize, ()> {
+    let small_only = data.len() <= RX_DIRECT_MIN;
     let mut src = srq.map(|s| SrqSource { srq: s, dev });
     let mut ctx = ctx_for(dev, &mut src);
-    let mut at = 0;
     while at < data.len() {
         // Whole small FPDUs in the read-ahead (the usual case for small messages) go
         // through the core's fast path, one call each; `staging.region` keeps the
         // region the previous one went to.
         let mut lost = false;
         let mut copied = 0;
-        // Every whole FPDU in octets no longer than the staging buffer is small (see
-        // `after_small_run`): then a run of them goes in one call.
-        let small_only = data.len() <= RX_DIRECT_MIN;
+        // A run of small FPDUs goes in one call.
         let max = if small_only { usize::MAX } else { 1 };
         let run = core.rx_take_run(&data[at..], max, &mut ctx, &mut |c, bytes| {
             let ok = staging

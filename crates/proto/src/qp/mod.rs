@@ -713,6 +713,36 @@ impl Qp {
         (run.taken > 0).then_some(run)
     }
 
+    /// The shortest way for a read-ahead of small messages on a QP with its own
+    /// receive queue: whole simple Writes and Sends at the front of `data` (the one-step
+    /// paths of [`Qp::rx_take_run`], which check everything before they change
+    /// anything), taken with only the table of STags. Stops at the first FPDU they do
+    /// not take, which is left untouched for [`Qp::rx_take_run`] and the steps: so the
+    /// outcome, faults included, is theirs. Nothing is taken on a QP that uses a shared
+    /// queue. Skips the general run's set-up (the receive context, a dynamic buffer
+    /// source, the step's fault handling): a ping-pong's FPDU pays none of it.
+    #[inline]
+    pub fn rx_take_simple(
+        &mut self,
+        data: &[u8],
+        tpt: &Tpt,
+        place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
+    ) -> RxRun {
+        let mut run = RxRun::default();
+        if !self.on_srq {
+            let mut d = RxDeps {
+                qp: self.cfg.id,
+                pd: self.cfg.pd,
+                tx: &mut self.tx,
+                tpt,
+                buffers: &mut self.rq,
+                out: &mut self.out,
+            };
+            self.rx.take_simple_run(data, &mut d, place, &mut run);
+        }
+        run
+    }
+
     /// Payload octets were read into the memory [`RxNeed::Place`] named; `placed` is
     /// those octets (the CRC is computed over them while they are hot in cache).
     pub fn rx_placed(&mut self, placed: &[u8]) {

@@ -19,7 +19,7 @@ use super::place::{
 use super::rq::RecvSource;
 use super::stream::{MAX_BODY, RxNeed, RxStream, Step};
 use super::tx::TxState;
-use crate::tpt::Tpt;
+use crate::tpt::{RemoteKeyMemo, Tpt};
 use crate::verbs::*;
 use softrnic_wire::WireError;
 use softrnic_wire::ddp::{DdpRepr, Placement};
@@ -66,6 +66,9 @@ pub(crate) struct Receiver {
     /// is queued once its FPDU is whole, so that nothing is sent for a request whose
     /// CRC then fails.
     read_taken: Option<(ReadRequest, Chunk)>,
+    /// The STag the last simple Write was checked through, while the table has not
+    /// changed ([`RemoteKeyMemo`]).
+    write_key: RemoteKeyMemo,
 }
 
 type Res = Result<(), Fatal>;
@@ -277,6 +280,35 @@ impl Receiver {
             run.fpdus += 1;
         }
         Ok(())
+    }
+
+    /// The one-step paths alone, over whole FPDUs at the front of `data`: stops at the
+    /// first FPDU neither takes (then nothing of it changed). `run.complete` stays
+    /// true: every FPDU counted is taken whole.
+    #[inline]
+    pub(crate) fn take_simple_run(
+        &mut self,
+        data: &[u8],
+        d: &mut RxDeps<'_>,
+        place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
+        run: &mut RxRun,
+    ) {
+        run.complete = true;
+        while run.taken < data.len() {
+            let rest = &data[run.taken..];
+            let took = if sends::untagged_first(rest) {
+                self.take_simple_send(rest, d, place)
+            } else if writes::tagged_first(rest) {
+                self.take_simple_write(rest, d, place)
+            } else {
+                None
+            };
+            let Some(n) = took else {
+                return;
+            };
+            run.taken += n;
+            run.fpdus += 1;
+        }
     }
 
     fn fail(&mut self, cause: TerminateCause) -> Fatal {

@@ -34,6 +34,7 @@ impl Receiver {
     /// the module documentation), and returns its octets on the wire; `None` when it is
     /// not, and then nothing changed (a payload chunk `place` refused may have been
     /// written: the general path writes the same octets again and fails the same way).
+    #[inline(always)]
     pub(super) fn take_simple_send(
         &mut self,
         data: &[u8],

@@ -34,6 +34,7 @@ impl Receiver {
     /// `None` when it is not, and then nothing changed (a payload `place` refused may
     /// have been written: the general path writes the same octets again and fails the
     /// same way).
+    #[inline(always)]
     pub(super) fn take_simple_write(
         &mut self,
         data: &[u8],
@@ -55,7 +56,8 @@ impl Receiver {
         if len > 0 {
             let t = d
                 .tpt
-                .check_remote(
+                .check_remote_memo(
+                    &mut self.write_key,
                     stag,
                     to,
                     len as u64,

@@ -125,6 +125,20 @@ impl Side {
         self.feed_cut(bytes, &mut chunking.cutter());
     }
 
+    /// Feeds `bytes` whole as the I/O layer does for a QP with its own receive
+    /// queue: the simple Writes and Sends at the front by [`Qp::rx_take_simple`] first,
+    /// whatever it leaves as [`Pair::feed`] takes it.
+    pub fn feed_simple_first(&mut self, bytes: &[u8]) {
+        let mem = &mut self.mem;
+        let run = self.qp.rx_take_simple(bytes, &self.tpt, &mut |c, data| {
+            let r = &mut mem[c.region.0 as usize];
+            r[c.offset as usize..c.offset as usize + data.len()].copy_from_slice(data);
+            true
+        });
+        assert!(run.complete, "the simple paths take whole FPDUs only");
+        self.take(&bytes[run.taken..]);
+    }
+
     fn feed_cut(&mut self, bytes: &[u8], cut: &mut Cutter) {
         let mut rest = bytes;
         while !rest.is_empty() {

@@ -5,7 +5,9 @@
 //! and the one-step Send and Write paths take what they can, ends exactly as the same
 //! stream cut into pieces of 1 to 11
 //! octets, which only the step machine can take: the same completions in the same
-//! order, the same Terminate cause, the same events, the same octets in memory.
+//! order, the same Terminate cause, the same events, the same octets in memory. Fed
+//! whole through [`Qp::rx_take_simple`] first (as the I/O layer feeds a QP with its own
+//! receive queue), it ends alike too.
 
 use super::*;
 use proptest::prelude::*;
@@ -47,9 +49,20 @@ struct End {
     mem: Vec<Vec<u8>>,
 }
 
+/// How the receiver takes the stream.
+#[derive(Debug, Clone, Copy)]
+enum Feed {
+    /// Whole, by runs and the steps.
+    Whole,
+    /// Whole, by the simple paths alone first.
+    SimpleFirst,
+    /// Cut, by the steps alone.
+    Cut,
+}
+
 /// Builds the pair, the receives (each a one- or two-SGE buffer) and the stream, and
-/// feeds it to the receiver whole or cut.
-fn run(msgs: &[Msg], crc: bool, flip: Option<(usize, u8)>, cut: bool) -> End {
+/// feeds it to the receiver as `feed` says.
+fn run(msgs: &[Msg], crc: bool, flip: Option<(usize, u8)>, feed: Feed) -> End {
     let (mut a, mut b) = pair(QpParams {
         crc,
         ..Default::default()
@@ -98,7 +111,11 @@ fn run(msgs: &[Msg], crc: bool, flip: Option<(usize, u8)>, cut: bool) -> End {
         let at = at % wire.len();
         wire[at] ^= x;
     }
-    b.feed(&wire, cut);
+    match feed {
+        Feed::Whole => b.feed(&wire, false),
+        Feed::SimpleFirst => b.feed_simple_first(&wire),
+        Feed::Cut => b.feed(&wire, true),
+    }
     End {
         completions: b.completions(),
         events: std::iter::from_fn(|| b.qp.poll_event()).collect(),
@@ -116,8 +133,10 @@ proptest! {
         crc in any::<bool>(),
         flip in prop::option::of((any::<usize>(), 1..=255u8)),
     ) {
-        let whole = run(&msgs, crc, flip, false);
-        let cut = run(&msgs, crc, flip, true);
+        let whole = run(&msgs, crc, flip, Feed::Whole);
+        let simple = run(&msgs, crc, flip, Feed::SimpleFirst);
+        let cut = run(&msgs, crc, flip, Feed::Cut);
+        prop_assert_eq!(&simple, &cut);
         prop_assert_eq!(whole, cut);
     }
 }
