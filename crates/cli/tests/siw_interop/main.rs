@@ -584,12 +584,20 @@ fn perftest_rdma_cm_both_roles() {
 
     // perftest clients -> softrnic servers (the binary), one port each.
     let mut servers = Vec::new();
-    let mut host_ports = Vec::new();
-    for (t, size) in &tests {
-        let port = std::net::TcpListener::bind(localhost(0))
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+    // One free port per server, all probed before any is released: a port probed and
+    // released at once may be handed out again by the next probe, and two servers
+    // would then listen on one port (seen once: the second server's client got
+    // "rdma_connect failed").
+    let probes: Vec<_> = tests
+        .iter()
+        .map(|_| std::net::TcpListener::bind(localhost(0)).expect("a free port"))
+        .collect();
+    let host_ports: Vec<u16> = probes
+        .iter()
+        .map(|l| l.local_addr().expect("a bound port").port())
+        .collect();
+    drop(probes);
+    for ((t, size), &port) in tests.iter().zip(&host_ports) {
         let child = Command::new(env!("CARGO_BIN_EXE_softrnic"))
             .args([t, "-R", "-p", &port.to_string(), "-n", iters, "-s", size])
             .args(["--bind", "127.0.0.1"])
@@ -598,7 +606,6 @@ fn perftest_rdma_cm_both_roles() {
             .spawn()
             .expect("softrnic server starts");
         servers.push((t, size, child));
-        host_ports.push(port);
     }
     let cmd = tests
         .iter()
