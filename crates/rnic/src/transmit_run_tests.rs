@@ -94,40 +94,12 @@ impl Rig {
     /// The framer's FPDU for `wr` (a one-SGE Send or Write), `msn` its Send's MSN.
     fn framed(&self, wr: &SendWr, msn: u32, crc: bool) -> Vec<u8> {
         let sge = wr.sgl[0];
-        let payload = &self.pattern[sge.addr as usize..][..sge.len as usize];
-        let h = match wr.op {
-            SendOp::Write { remote_addr, rkey } => DdpRepr {
-                last: true,
-                opcode: Opcode::Write,
-                placement: Placement::Tagged {
-                    stag: rkey,
-                    to: remote_addr,
-                },
-            },
-            SendOp::Send {
-                solicited,
-                invalidate,
-            } => DdpRepr {
-                last: true,
-                opcode: match (solicited, invalidate.is_some()) {
-                    (false, false) => Opcode::Send,
-                    (true, false) => Opcode::SendSe,
-                    (false, true) => Opcode::SendInvalidate,
-                    (true, true) => Opcode::SendSeInvalidate,
-                },
-                placement: Placement::Untagged {
-                    rsvd_ulp: invalidate.unwrap_or(0),
-                    qn: QN_SEND,
-                    msn,
-                    mo: 0,
-                },
-            },
-            _ => unreachable!("only Sends and Writes are framed here"),
-        };
-        let (bytes, n) = h.to_bytes();
-        let mut out = Vec::new();
-        mpa::append_fpdu(&[&bytes[..n], payload], crc, None, &mut out).unwrap();
-        out
+        framed(
+            wr,
+            &self.pattern[sge.addr as usize..][..sge.len as usize],
+            msn,
+            crc,
+        )
     }
 
     /// The framer's FPDUs of `wrs` back to back, Sends numbered from `msn` on.
@@ -249,4 +221,43 @@ fn a_refused_sge_in_the_middle_of_a_run_fails_it_as_the_general_path_does() {
         assert_eq!(r.completions(), want, "crc {crc}");
         assert_eq!(r.core.state(), QpState::Error);
     }
+}
+
+/// The wire crate's framing of a one-SGE Send or Write carrying `payload`, `msn` its
+/// Send's MSN: what the transmit paths' octets are compared with (here and in the
+/// single post's tests).
+pub(super) fn framed(wr: &SendWr, payload: &[u8], msn: u32, crc: bool) -> Vec<u8> {
+    let h = match wr.op {
+        SendOp::Write { remote_addr, rkey } => DdpRepr {
+            last: true,
+            opcode: Opcode::Write,
+            placement: Placement::Tagged {
+                stag: rkey,
+                to: remote_addr,
+            },
+        },
+        SendOp::Send {
+            solicited,
+            invalidate,
+        } => DdpRepr {
+            last: true,
+            opcode: match (solicited, invalidate.is_some()) {
+                (false, false) => Opcode::Send,
+                (true, false) => Opcode::SendSe,
+                (false, true) => Opcode::SendInvalidate,
+                (true, true) => Opcode::SendSeInvalidate,
+            },
+            placement: Placement::Untagged {
+                rsvd_ulp: invalidate.unwrap_or(0),
+                qn: QN_SEND,
+                msn,
+                mo: 0,
+            },
+        },
+        _ => unreachable!("only Sends and Writes are framed here"),
+    };
+    let (bytes, n) = h.to_bytes();
+    let mut out = Vec::new();
+    mpa::append_fpdu(&[&bytes[..n], payload], crc, None, &mut out).unwrap();
+    out
 }

@@ -8,14 +8,12 @@
 use super::*;
 use crate::device::{Device, Shared};
 use crate::sys::socket::IoVecs;
+use crate::transmit::run_tests::framed;
 use crate::transmit::{post_gathered, post_run, send_gathered, transmit};
 use crate::transport::Transport;
 use crate::{Access, DeviceConfig, Mr, Pd};
 use softrnic_proto::qp::{PostError, QpConfig, QpParams};
 use softrnic_proto::{Completion, STag, SendOp, Sge, WcOpcode, WcStatus};
-use softrnic_wire::ddp::{DdpRepr, Placement};
-use softrnic_wire::mpa;
-use softrnic_wire::rdmap::{Opcode, QN_SEND};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
@@ -187,43 +185,6 @@ impl Side {
             .map(|(_, c): (_, Completion)| (c.wr_id, c.status, c.opcode, c.byte_len))
             .collect()
     }
-}
-
-/// The framer's FPDU of a one-SGE Send or Write with `payload`, `msn` its Send's MSN.
-fn framed(wr: &SendWr, payload: &[u8], msn: u32, crc: bool) -> Vec<u8> {
-    let h = match wr.op {
-        SendOp::Write { remote_addr, rkey } => DdpRepr {
-            last: true,
-            opcode: Opcode::Write,
-            placement: Placement::Tagged {
-                stag: rkey,
-                to: remote_addr,
-            },
-        },
-        SendOp::Send {
-            solicited,
-            invalidate,
-        } => DdpRepr {
-            last: true,
-            opcode: match (solicited, invalidate.is_some()) {
-                (false, false) => Opcode::Send,
-                (true, false) => Opcode::SendSe,
-                (false, true) => Opcode::SendInvalidate,
-                (true, true) => Opcode::SendSeInvalidate,
-            },
-            placement: Placement::Untagged {
-                rsvd_ulp: invalidate.unwrap_or(0),
-                qn: QN_SEND,
-                msn,
-                mo: 0,
-            },
-        },
-        _ => unreachable!("only Sends and Writes are framed here"),
-    };
-    let (bytes, n) = h.to_bytes();
-    let mut out = Vec::new();
-    mpa::append_fpdu(&[&bytes[..n], payload], crc, None, &mut out).unwrap();
-    out
 }
 
 fn device() -> (Device, Pd) {
