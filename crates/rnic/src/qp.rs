@@ -28,11 +28,11 @@ use crate::handoff::Owner;
 use crate::receive::{Staging, feed};
 use crate::srq::SrqShared;
 use crate::transmit::TxQueue;
-use crate::transport::Transport;
 use crate::transport::fault::FaultTransport;
 use crate::transport::pcap::{ConnRecorder, PcapTransport};
 use crate::transport::polled::PolledTransport;
 use crate::transport::stream::ConnStream;
+use crate::transport::{ConnTransport, Transport};
 use softrnic_proto::qp::{QpConfig, QpParams};
 use softrnic_proto::{PdId, QpId, QpState};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -118,7 +118,7 @@ impl QpStats {
 /// A QP's connection: the stream and what is queued for it. (How far closing went is
 /// the core's close machine's.)
 pub(crate) struct Conn {
-    pub(crate) transport: Box<dyn Transport>,
+    pub(crate) transport: ConnTransport,
     pub(crate) tx: TxQueue,
 }
 
@@ -294,17 +294,23 @@ impl QpShared {
         if params.markers_tx {
             stream.frames_marked();
         }
-        let mut transport: Box<dyn Transport> = Box::new(PolledTransport::new(
+        let polled = PolledTransport::new(
             stream.into_transport(dev.cfg.keepalive, &dev.socket_buffers)?,
             self.claimed.clone(),
-        ));
-        if let Some(rec) = rec {
-            // Innermost: the recording shows what really crossed the socket.
-            transport = Box::new(PcapTransport::new(transport, rec));
-        }
-        if let Some(plan) = &dev.cfg.fault {
-            transport = Box::new(FaultTransport::new(transport, plan.clone()));
-        }
+        );
+        let mut transport = if rec.is_none() && dev.cfg.fault.is_none() {
+            ConnTransport::Polled(polled)
+        } else {
+            let mut t: Box<dyn Transport> = Box::new(polled);
+            if let Some(rec) = rec {
+                // Innermost: the recording shows what really crossed the socket.
+                t = Box::new(PcapTransport::new(t, rec));
+            }
+            if let Some(plan) = &dev.cfg.fault {
+                t = Box::new(FaultTransport::new(t, plan.clone()));
+            }
+            ConnTransport::Wrapped(t)
+        };
         let mut g = self.lock()?;
         g.core.connect(params)?;
         g.core.pack_segments(transport.packed_segment());

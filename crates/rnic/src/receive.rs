@@ -254,7 +254,7 @@ fn receive_stream(
         let r = if let Some(r) = staging.pending.take() {
             r
         } else {
-            if core.peer_finished() || conn.transport.drained() {
+            if core.peer_finished() || conn.transport.drained_polled() {
                 break;
             }
             if staging.exact && staging.waited && conn.transport.yield_before_reread() {
@@ -328,7 +328,7 @@ fn receive_stream(
                         staging.buf = buf_pool::take_staging();
                     }
                     stats.rx_syscalls += 1;
-                    match conn.transport.read(&mut staging.buf[..want]) {
+                    match conn.transport.read_polled(&mut staging.buf[..want]) {
                         Ok(n) => {
                             staging.start = 0;
                             staging.end = n;

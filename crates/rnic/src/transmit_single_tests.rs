@@ -10,7 +10,7 @@ use crate::device::{Device, Shared};
 use crate::sys::socket::IoVecs;
 use crate::transmit::run_tests::framed;
 use crate::transmit::{post_gathered, post_run, send_gathered, transmit};
-use crate::transport::Transport;
+use crate::transport::{ConnTransport, Transport};
 use crate::{Access, DeviceConfig, Mr, Pd};
 use softrnic_proto::qp::{PostError, QpConfig, QpParams};
 use softrnic_proto::{Completion, STag, SendOp, Sge, WcOpcode, WcStatus};
@@ -131,7 +131,7 @@ fn side(pd: &Pd, crc: bool, sq_depth: usize) -> Side {
     Side {
         core,
         conn: Conn {
-            transport: Box::new(Scripted(script.clone())),
+            transport: ConnTransport::Wrapped(Box::new(Scripted(script.clone()))),
             tx: TxQueue::default(),
         },
         stats: QpStats::default(),

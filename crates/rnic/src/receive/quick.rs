@@ -67,7 +67,10 @@ pub(crate) fn receive_claimed(
         return Quick::General;
     }
     stats.rx_syscalls += 1;
-    let n = match conn.transport.read(&mut staging.buf[..RX_STAGING_LEN]) {
+    let n = match conn
+        .transport
+        .read_polled(&mut staging.buf[..RX_STAGING_LEN])
+    {
         Ok(n) if n > 0 => n,
         Err(e) if would_block(&e) => {
             // The kernel's `EAGAIN` (an OS error code) holds nothing to free:
@@ -111,7 +114,7 @@ pub(crate) fn receive_claimed(
     // A short read emptied the kernel's queue: the general path would ask the
     // transport now and stop (`PolledTransport::drained`), which also forgets that the
     // queue was empty; so does this pass. After a full read it reads on.
-    if n < RX_STAGING_LEN && conn.transport.drained() {
+    if n < RX_STAGING_LEN && conn.transport.drained_polled() {
         return Quick::Took;
     }
     Quick::Rest

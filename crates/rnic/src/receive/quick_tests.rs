@@ -12,8 +12,8 @@ use crate::qp::{Conn, QpStats};
 use crate::receive::{Driven, RX_STAGING_LEN, Staging, receive};
 use crate::region::RegionSlice;
 use crate::sys::socket::IoVecs;
-use crate::transport::Transport;
 use crate::transport::polled::PolledTransport;
+use crate::transport::{ConnTransport, Transport};
 use softrnic_proto::qp::Qp as Core;
 use softrnic_proto::qp::{CqSide, QpConfig, QpEvent, QpParams, TxFpdu};
 use softrnic_proto::tpt::{Tpt, TptEntry};
@@ -250,7 +250,7 @@ impl Bench {
         let claimed = Arc::new(AtomicBool::new(true));
         let reads = Arc::new(AtomicUsize::new(0));
         let mut conn = Conn {
-            transport: Box::new(PolledTransport::new(
+            transport: ConnTransport::Polled(PolledTransport::new(
                 Box::new(Script {
                     answers: script.iter().cloned().collect(),
                     reads: reads.clone(),

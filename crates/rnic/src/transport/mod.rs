@@ -47,8 +47,11 @@ pub(crate) mod user;
 
 use crate::region::RegionSlice;
 use crate::sys::socket::IoVecs;
+use polled::PolledTransport;
 use std::io;
 use std::net::Shutdown;
+use std::ops::{Deref, DerefMut};
+use std::os::fd::RawFd;
 
 /// A connection's byte stream, non-blocking, as the QP drives it.
 ///
@@ -112,5 +115,68 @@ pub(crate) trait Transport: mio::event::Source + Send {
     /// kernel socket's is the kernel's to tell, `ss -ti`).
     fn stall_report(&self) -> String {
         String::new()
+    }
+
+    /// The kernel socket whose `recv(2)` [`Transport::read`] is, if it is nothing more
+    /// (the kernel TCP transport): a wrapper may then read it itself, without a call
+    /// through this trait. By default none.
+    fn kernel_socket(&self) -> Option<RawFd> {
+        None
+    }
+}
+
+/// A QP's transport as its connection holds it: the polled transport by itself (a
+/// connection neither recorded nor under a fault plan), whose reads a claimed
+/// consumer's pass makes without a dynamic call ([`ConnTransport::read_polled`]), or
+/// any stack of wrappers. Everything else reaches it as a `dyn Transport`.
+pub(crate) enum ConnTransport {
+    Polled(PolledTransport),
+    Wrapped(Box<dyn Transport>),
+}
+
+impl ConnTransport {
+    /// [`Transport::read`], called directly when the transport is the polled one: an
+    /// empty poll of a claimed QP makes one (docs/ARCHITECTURE.md, "Session 25").
+    #[inline]
+    pub(crate) fn read_polled(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            ConnTransport::Polled(p) => p.read_inline(buf),
+            ConnTransport::Wrapped(t) => t.read(buf),
+        }
+    }
+
+    /// [`Transport::drained`], called directly when the transport is the polled one.
+    #[inline]
+    pub(crate) fn drained_polled(&mut self) -> bool {
+        match self {
+            ConnTransport::Polled(p) => p.drained_inline(),
+            ConnTransport::Wrapped(t) => t.drained(),
+        }
+    }
+}
+
+impl Deref for ConnTransport {
+    type Target = dyn Transport;
+
+    fn deref(&self) -> &(dyn Transport + 'static) {
+        match self {
+            ConnTransport::Polled(p) => p,
+            ConnTransport::Wrapped(t) => &**t,
+        }
+    }
+}
+
+impl DerefMut for ConnTransport {
+    fn deref_mut(&mut self) -> &mut (dyn Transport + 'static) {
+        match self {
+            ConnTransport::Polled(p) => p,
+            ConnTransport::Wrapped(t) => &mut **t,
+        }
+    }
+}
+
+impl From<Box<dyn Transport>> for ConnTransport {
+    fn from(t: Box<dyn Transport>) -> ConnTransport {
+        ConnTransport::Wrapped(t)
     }
 }

@@ -8,6 +8,9 @@
 //! on its next poll, and no epoll edge is awaited), the read after such a short one
 //! answers `WouldBlock` without a system call. While the engine owns the socket, every
 //! read goes to the kernel.
+//!
+//! Over the kernel TCP transport it makes the plain reads (`recv(2)`, the spin's every
+//! read) on the socket itself, without a second call through the [`Transport`] trait.
 
 use super::Transport;
 use crate::cpu_share::{IdleYield, Spinner};
@@ -16,6 +19,7 @@ use crate::sys::socket::IoVecs;
 use std::cell::RefCell;
 use std::io;
 use std::net::Shutdown;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -27,15 +31,39 @@ pub(crate) struct PolledTransport {
     claimed: Arc<AtomicBool>,
     /// The last read was short: the kernel's queue was empty after it.
     drained: bool,
+    /// `inner`'s kernel socket, when its read is that socket's `recv(2)` and nothing
+    /// more ([`Transport::kernel_socket`]); open while `inner` is.
+    sock: Option<RawFd>,
 }
 
 impl PolledTransport {
     pub(crate) fn new(inner: Box<dyn Transport>, claimed: Arc<AtomicBool>) -> PolledTransport {
         PolledTransport {
+            sock: inner.kernel_socket(),
             inner,
             claimed,
             drained: false,
         }
+    }
+
+    /// [`Transport::read`], for a caller that holds this type (inlined there).
+    #[inline]
+    pub(crate) fn read_inline(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.skip() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let r = match self.sock {
+            Some(fd) => crate::sys::socket::recv(fd, buf),
+            None => self.inner.read(buf),
+        };
+        self.note(&r, buf.len());
+        r
+    }
+
+    /// [`Transport::drained`], for a caller that holds this type.
+    #[inline]
+    pub(crate) fn drained_inline(&mut self) -> bool {
+        self.skip()
     }
 
     /// Whether to answer this read with `WouldBlock` at once.
@@ -50,12 +78,7 @@ impl PolledTransport {
 
 impl Transport for PolledTransport {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.skip() {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        let r = self.inner.read(buf);
-        self.note(&r, buf.len());
-        r
+        self.read_inline(buf)
     }
 
     fn read_into(&mut self, dst: &RegionSlice<'_>) -> io::Result<usize> {
@@ -80,7 +103,7 @@ impl Transport for PolledTransport {
     /// The `WouldBlock` of a skipped read, known without making one (nor an
     /// `io::Error`): the receive path stops right after the message.
     fn drained(&mut self) -> bool {
-        self.skip()
+        self.drained_inline()
     }
 
     /// Only while a polling consumer owns the socket (the engine reads on readiness
@@ -123,6 +146,11 @@ impl Transport for PolledTransport {
         self.inner.all_sent()
     }
 
+    fn kernel_socket(&self) -> Option<RawFd> {
+        // Its reads are not the socket's alone (it skips some).
+        None
+    }
+
     fn stall_report(&self) -> String {
         format!(
             "{} (next read skipped: {})",
@@ -142,3 +170,7 @@ fn engine_waits() -> bool {
     }
     LOOK.with(|l| l.borrow_mut().other_waits())
 }
+
+#[cfg(test)]
+#[path = "polled_tests.rs"]
+mod tests;

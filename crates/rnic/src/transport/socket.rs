@@ -49,7 +49,12 @@ impl Transport for SocketTransport {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         // `recv(2)` as std makes it, without glibc's cancellation-point wrapper
         // (`sys::socket::recv`): this is the busy-polling consumer's every spin.
+        // (`kernel_socket` below promises that this is all a read is.)
         sys::socket::recv(self.sock.as_raw_fd(), buf)
+    }
+
+    fn kernel_socket(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.sock.as_raw_fd())
     }
 
     fn read_into(&mut self, dst: &RegionSlice<'_>) -> io::Result<usize> {
