@@ -297,7 +297,11 @@ mod tests {
         e.base = 0x8000;
         let sb = b.insert(e).unwrap();
         let ta = Tpt::new();
-        assert_eq!(ta.insert(entry(1, Access::empty())).unwrap(), sb, "same STag");
+        assert_eq!(
+            ta.insert(entry(1, Access::empty())).unwrap(),
+            sb,
+            "same STag"
+        );
         assert!(ok(&ta, &mut kept, sb).is_ok());
         assert_eq!(
             ok(&b, &mut kept, sb),

@@ -41,7 +41,7 @@ impl Default for Frame {
 }
 
 /// Posts `wr` and sends its FPDU, if it is a request the direct post takes
-/// ([`Core::post_single_small`]) and the connection has nothing waiting to be sent
+/// ([`Core::begin_single_small`]) and the connection has nothing waiting to be sent
 /// (no gathered octets unsent, no large FPDU, the socket not known to be full, the
 /// transport open). Returns None, with nothing done, otherwise: the caller posts it
 /// the general way, so a misuse fails with the same error value and completion.
@@ -77,11 +77,21 @@ pub(crate) fn post_single(
     // No closure for the framing and the send (see `Core::begin_single_small`): the
     // post's common case is inlined whole; the transmit buffer's, rarer and longer,
     // is a call.
-    let single = core.begin_single_small(wr, &dev.tpt, memo)?;
-    let f = single.fpdu();
+    let (single, f) = core.begin_single_small(wr, &dev.tpt, memo)?;
+    let f = &f;
     let total = f.wire_len();
     let framed = if total > FRAME {
-        post_buffered(f, buf, sent, dev, region, transport, stats, blocked, &mut failed)
+        post_buffered(
+            f,
+            buf,
+            sent,
+            dev,
+            region,
+            transport,
+            stats,
+            blocked,
+            &mut failed,
+        )
     } else if let Some(octets) = region
         .get(dev, f.payload.region)
         .and_then(|r| frame_small(f, r, &mut frame.0))

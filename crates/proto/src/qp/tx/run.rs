@@ -252,7 +252,7 @@ impl Qp {
     /// (a ping-pong names one buffer's lkey post after post: the memo answers while no
     /// entry of the table changed). Same conditions and checks as `post_send_small`,
     /// but in two steps with the caller's work between them: this one checks the
-    /// request and describes its FPDU ([`SingleSmall::fpdu`]); the caller frames and
+    /// request and returns its FPDU with a [`SingleSmall`]; the caller frames and
     /// sends it, then [`SingleSmall::finish`] numbers and completes the request (or
     /// queues it), as `post_send_small` does after its `write`. A closure for that
     /// work was not inlined into the post: its call, and the FPDU's description
@@ -265,15 +265,17 @@ impl Qp {
         wr: &'w SendWr,
         tpt: &Tpt,
         memo: &mut KeptKeyMemo,
-    ) -> Option<SingleSmall<'q, 'w>> {
+    ) -> Option<(SingleSmall<'q, 'w>, SmallFpdu)> {
         let run = self.small_run()?;
         let (fpdu, msn) = self.check_small_in_run(run, memo, wr, tpt)?;
-        Some(SingleSmall {
+        let single = SingleSmall {
             qp: self,
             wr,
-            fpdu,
+            payload: fpdu.payload,
+            wire_len: fpdu.wire_len(),
             msn,
-        })
+        };
+        Some((single, fpdu))
     }
 
     /// [`Qp::post_send_small`] for each request of `wrs` in turn, as long as each one
@@ -353,7 +355,7 @@ impl Qp {
     ) -> Option<Gathered> {
         let (f, msn) = self.check_small_in_run(run, memo, wr, tpt)?;
         let gathered = write(&f);
-        Some(self.finish_small_in_run(wr, &f, msn, gathered, tpt))
+        Some(self.finish_small_in_run(wr, f.payload, f.wire_len(), msn, gathered, tpt))
     }
 
     /// The checks of [`Qp::post_small_in_run`], before its `write`: the request's FPDU
@@ -400,13 +402,14 @@ impl Qp {
     }
 
     /// The end of [`Qp::post_small_in_run`], after its `write` did `gathered` with
-    /// `f`: the request is numbered and completes if it was taken, and is queued
-    /// otherwise.
+    /// the FPDU of `payload`, `wire_len` octets: the request is numbered and
+    /// completes if it was taken, and is queued otherwise.
     #[inline(always)]
     fn finish_small_in_run(
         &mut self,
         wr: &SendWr,
-        f: &SmallFpdu,
+        payload: Chunk,
+        wire_len: usize,
         msn: u32,
         gathered: Gathered,
         tpt: &Tpt,
@@ -414,12 +417,12 @@ impl Qp {
         // Numbered after the write: a single post's `write` sends, and this is not
         // needed before.
         let seq = self.out.next_send_seq();
-        let total = f.payload.len as u32;
+        let total = payload.len as u32;
         if gathered != Gathered::Taken {
-            self.queue_send(seq, wr, &[f.payload], total, tpt);
+            self.queue_send(seq, wr, &[payload], total, tpt);
             return gathered;
         }
-        self.tx.handed_out(f.wire_len());
+        self.tx.handed_out(wire_len);
         if matches!(wr.op, SendOp::Send { .. }) {
             self.tx.send_msn = msn.wrapping_add(1);
         }
@@ -432,30 +435,32 @@ impl Qp {
 
 /// A single small request checked by [`Qp::begin_single_small`], its FPDU not yet
 /// sent; [`SingleSmall::finish`] completes or queues it. Holds the QP: nothing can
-/// change it between the check and the finish.
+/// change it between the check and the finish. Only what the finish needs is kept
+/// (the FPDU's header is the caller's): it stays alive across the `send`.
 #[derive(Debug)]
 pub struct SingleSmall<'q, 'w> {
     qp: &'q mut Qp,
     wr: &'w SendWr,
-    fpdu: SmallFpdu,
+    payload: Chunk,
+    wire_len: usize,
     msn: u32,
 }
 
 impl SingleSmall<'_, '_> {
-    /// The request's FPDU, to be framed and sent.
-    #[inline(always)]
-    pub fn fpdu(&self) -> &SmallFpdu {
-        &self.fpdu
-    }
-
-    /// What the caller did with the FPDU: [`Gathered::Taken`] completes the request
-    /// (as `post_send_small` after its `write` took it); otherwise the request is
-    /// queued (and after [`Gathered::Lost`] the caller puts the QP in error). Returns
-    /// `gathered`.
+    /// What the caller did with the request's FPDU: [`Gathered::Taken`] completes
+    /// the request (as `post_send_small` after its `write` took it); otherwise the
+    /// request is queued (and after [`Gathered::Lost`] the caller puts the QP in
+    /// error). Returns `gathered`.
     #[inline(always)]
     pub fn finish(self, gathered: Gathered, tpt: &Tpt) -> Gathered {
-        let SingleSmall { qp, wr, fpdu, msn } = self;
-        qp.finish_small_in_run(wr, &fpdu, msn, gathered, tpt)
+        let SingleSmall {
+            qp,
+            wr,
+            payload,
+            wire_len,
+            msn,
+        } = self;
+        qp.finish_small_in_run(wr, payload, wire_len, msn, gathered, tpt)
     }
 }
 
