@@ -93,7 +93,7 @@ pub(crate) fn post_single(
             &mut failed,
         )
     } else if let Some(octets) = region
-        .get(dev, f.payload.region)
+        .get_inlined(dev, f.payload.region)
         .and_then(|r| frame_small(f, r, &mut frame.0))
     {
         let taken = settle(send(transport, stats, octets), blocked, &mut failed);
