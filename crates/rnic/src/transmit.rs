@@ -105,6 +105,8 @@ pub(crate) struct TxQueue {
     /// The last local key a single post checked, kept across posts
     /// (`single::post_single`).
     memo: KeptKeyMemo,
+    /// The buffer a single post frames its FPDU in (`single::post_single`).
+    frame: single::Frame,
 }
 
 impl TxQueue {

@@ -254,6 +254,41 @@ fn single_posts_are_the_framers_fpdus_one_send_each() {
     }
 }
 
+/// The frame buffer is kept across posts, not zeroed: a short FPDU after a longer one
+/// (its pad and CRC field where the longer one's payload was) is still the framer's,
+/// with and without CRC, for a Write and a Send, at every pad length.
+#[test]
+fn a_short_fpdu_after_a_long_one_has_its_own_pad_and_crc_field() {
+    let (dev, pd) = device();
+    let (mr, data) = source(&pd, 512, 9);
+    for crc in [false, true] {
+        let mut s = side(&pd, crc, 16);
+        let mut want = Vec::new();
+        let mut msn = 1;
+        for (i, len) in [101usize, 0, 90, 1, 80, 2, 70, 3, 60, 5]
+            .into_iter()
+            .enumerate()
+        {
+            let sge = mr.sge(i * 13, len);
+            let id = i as u64;
+            let wr = if i % 4 < 2 {
+                SendWr::write(id, [sge], 0x20_0000 + id, 0x5500 + id as u32)
+            } else {
+                SendWr::send(id, [sge])
+            };
+            assert!(
+                post_single(QP, &mut s.core, &mut s.conn, &mut s.stats, &dev.shared, &wr).is_some(),
+                "taken by the single post: len {len}"
+            );
+            want.extend(framed(&wr, &data[i * 13..][..len], msn, crc));
+            if i % 4 >= 2 {
+                msn += 1;
+            }
+        }
+        assert!(s.wire() == want, "crc {crc}");
+    }
+}
+
 /// A socket that takes a few octets and then is full: the post completes its request,
 /// the rest of the FPDU stays queued, the next posts queue behind it (the single post
 /// steps aside), and once the socket has room everything leaves in posting order.

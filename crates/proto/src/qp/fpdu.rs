@@ -4,7 +4,7 @@
 
 use crate::verbs::*;
 use arrayvec::ArrayVec;
-use softrnic_wire::ddp::{DdpRepr, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use softrnic_wire::mpa;
 use softrnic_wire::rdmap::READ_REQUEST_LEN;
 
@@ -280,35 +280,39 @@ pub const SMALL_HEADER_MAX: usize = UNTAGGED_DATA_HEADER;
 impl SmallFpdu {
     /// Writes the MPA length field and the header at the start of `out`, as
     /// [`SmallFpdu::append_header`] appends them, and returns their length: a frame
-    /// built in a fixed buffer (the single post's, on the stack) has no vector to grow.
+    /// built in a fixed buffer (the single post's) has no vector to grow. The fields
+    /// are stored as words into the fixed array, without the wire codec's length
+    /// checks (`DdpRepr::emit` was a call of its own in the single post); octets of
+    /// `out` past a Write's header are zeroed (the payload follows there).
     #[inline(always)]
     pub fn write_header(&self, out: &mut [u8; SMALL_HEADER_MAX]) -> usize {
-        let prefix = mpa::fpdu_prefix(self.ulpdu_len()).unwrap_or([0xff; 2]);
-        if self.header.tagged() {
-            write_data_header::<TAGGED_DATA_HEADER>(out, prefix, &self.header)
-        } else {
-            write_data_header::<UNTAGGED_DATA_HEADER>(out, prefix, &self.header)
-        }
+        let [p0, p1] = mpa::fpdu_prefix(self.ulpdu_len()).unwrap_or([0xff; 2]);
+        let [c0, c1] = self.header.control_octets();
+        let mut h = [0u8; SMALL_HEADER_MAX];
+        let (start, fields) = h.split_at_mut(4);
+        start.copy_from_slice(&[p0, p1, c0, c1]);
+        let len = match self.header.placement {
+            Placement::Tagged { stag, to } => {
+                fields[..4].copy_from_slice(&stag.to_be_bytes());
+                fields[4..12].copy_from_slice(&to.to_be_bytes());
+                TAGGED_DATA_HEADER
+            }
+            Placement::Untagged {
+                rsvd_ulp,
+                qn,
+                msn,
+                mo,
+            } => {
+                fields[..4].copy_from_slice(&rsvd_ulp.to_be_bytes());
+                fields[4..8].copy_from_slice(&qn.to_be_bytes());
+                fields[8..12].copy_from_slice(&msn.to_be_bytes());
+                fields[12..16].copy_from_slice(&mo.to_be_bytes());
+                UNTAGGED_DATA_HEADER
+            }
+        };
+        *out = h;
+        len
     }
-}
-
-/// [`append_data_header`] into the start of a fixed buffer; returns `N`.
-#[inline(always)]
-fn write_data_header<const N: usize>(
-    out: &mut [u8; SMALL_HEADER_MAX],
-    prefix: [u8; 2],
-    h: &DdpRepr,
-) -> usize {
-    if let Some(d) = out
-        .get_mut(..N)
-        .and_then(|d| <&mut [u8; N]>::try_from(d).ok())
-    {
-        let (length, header) = d.split_at_mut(mpa::ULPDU_LEN_LEN);
-        length.copy_from_slice(&prefix);
-        // `header` is exactly `h`'s length (N is chosen by `h.tagged()`): cannot fail.
-        let _ = h.emit(header);
-    }
-    N
 }
 
 /// [`softrnic_wire::markers::marked_len`], out of the unmarked transmit path.
@@ -359,5 +363,68 @@ fn append_data_header<const N: usize>(out: &mut Vec<u8>, prefix: [u8; 2], h: &Dd
         length.copy_from_slice(&prefix);
         // `header` is exactly `h`'s length (N is chosen by `h.tagged()`): cannot fail.
         let _ = h.emit(header);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softrnic_wire::rdmap::{Opcode, QN_SEND};
+
+    /// The single post's header, written as words into a fixed array, is the one the
+    /// wire codec appends, for a Write and for each kind of Send, at field values
+    /// whose every octet differs.
+    #[test]
+    fn a_written_header_is_the_appended_one() {
+        let placements = [
+            (
+                Opcode::Write,
+                Placement::Tagged {
+                    stag: 0x0102_0304,
+                    to: 0x1112_1314_1516_1718,
+                },
+            ),
+            (
+                Opcode::Send,
+                Placement::Untagged {
+                    rsvd_ulp: 0,
+                    qn: QN_SEND,
+                    msn: 0x2122_2324,
+                    mo: 0,
+                },
+            ),
+            (
+                Opcode::SendSeInvalidate,
+                Placement::Untagged {
+                    rsvd_ulp: 0x3132_3334,
+                    qn: QN_SEND,
+                    msn: 0x4142_4344,
+                    mo: 0x5152_5354,
+                },
+            ),
+        ];
+        for (opcode, placement) in placements {
+            for len in [0, 8, 1000] {
+                let f = SmallFpdu {
+                    header: DdpRepr {
+                        last: true,
+                        opcode,
+                        placement,
+                    },
+                    payload: Chunk {
+                        region: RegionId(3),
+                        offset: 0,
+                        len,
+                    },
+                    crc: true,
+                };
+                let mut appended = Vec::new();
+                f.append_header(&mut appended);
+                let mut written = [0xeeu8; SMALL_HEADER_MAX];
+                let n = f.write_header(&mut written);
+                assert_eq!(n, appended.len(), "{opcode:?} {len}");
+                assert_eq!(&written[..n], &appended[..], "{opcode:?} {len}");
+            }
+        }
     }
 }

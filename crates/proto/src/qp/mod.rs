@@ -29,7 +29,7 @@ pub use fpdu::{Chunk, CopiedHeaders, MAX_TX_HEADER, SMALL_HEADER_MAX, SmallFpdu,
 pub use params::{DEFAULT_CLOSE_TIMEOUT, QpConfig, QpParams, RtrKind};
 pub use rq::{Grant, RecvSource, RecvWqe, Rq};
 pub use stream::RxNeed;
-pub use tx::{Gathered, SmallRunEnd};
+pub use tx::{Gathered, SingleSmall, SmallRunEnd};
 
 use crate::tpt::Tpt;
 use crate::verbs::*;

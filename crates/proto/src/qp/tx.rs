@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 
 mod run;
 mod segment;
-pub use run::{Gathered, SmallRunEnd};
+pub use run::{Gathered, SingleSmall, SmallRunEnd};
 use segment::SegmentFill;
 
 struct SqEntry {

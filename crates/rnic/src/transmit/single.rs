@@ -11,6 +11,7 @@ use crate::close::connection_lost;
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
 use crate::region::Region;
+use crate::region_table::LastRegion;
 use crate::transport::Transport;
 use softrnic_proto::qp::{Gathered, Qp as Core, SMALL_HEADER_MAX, SmallFpdu};
 use softrnic_proto::{QpId, SendWr};
@@ -18,14 +19,29 @@ use softrnic_wire::crc::crc32c;
 use softrnic_wire::mpa;
 use std::io;
 
-/// FPDUs of a single post at most this long are framed in a zeroed buffer on the
-/// stack (its pad and an empty CRC field are already there) and sent from it: no
-/// transmit buffer to make room in and append to. Longer ones are written into the
-/// transmit buffer and sent from there.
+/// FPDUs of a single post at most this long are framed in the QP's frame buffer
+/// ([`Frame`]) and sent from it: no transmit buffer to make room in and append to.
+/// Longer ones are written into the transmit buffer and sent from there.
 const FRAME: usize = 128;
 
+/// Zeros written right after a framed payload: they cover its pad (at most 3 octets)
+/// and an empty CRC field (4), whatever the payload's length.
+const TRAILER_ZEROS: usize = 8;
+
+/// The buffer a single post frames its FPDU in, kept with the QP's transmit queue.
+/// It used to be an array on the stack, zeroed on every post (nine instructions, and
+/// a larger stack frame) for the pad and CRC field; here only [`TRAILER_ZEROS`]
+/// octets after the payload are cleared, and the rest is overwritten by the frame.
+pub(crate) struct Frame([u8; FRAME + TRAILER_ZEROS]);
+
+impl Default for Frame {
+    fn default() -> Self {
+        Frame([0; FRAME + TRAILER_ZEROS])
+    }
+}
+
 /// Posts `wr` and sends its FPDU, if it is a request the direct post takes
-/// ([`Core::post_single_small`]) and the connection has nothing waiting to be sent
+/// ([`Core::begin_single_small`]) and the connection has nothing waiting to be sent
 /// (no gathered octets unsent, no large FPDU, the socket not known to be full, the
 /// transport open). Returns None, with nothing done, otherwise: the caller posts it
 /// the general way, so a misuse fails with the same error value and completion.
@@ -53,53 +69,47 @@ pub(crate) fn post_single(
         region,
         memo,
         blocked,
+        frame,
         ..
     } = tx;
     let transport = &mut *conn.transport;
     let mut failed = None;
-    let gathered = core.post_single_small(wr, &dev.tpt, memo, |f| {
-        let mut frame = [0u8; FRAME];
-        let total = f.wire_len();
-        let r = if total <= FRAME {
-            let Some(r) = region.get(dev, f.payload.region) else {
-                return Gathered::Lost;
-            };
-            if !frame_small(f, r, &mut frame) {
-                return Gathered::Lost;
-            }
-            send(transport, stats, frame.get(..total).unwrap_or_default())
-        } else {
-            let g = write_small(f, buf, sent, dev, region);
-            if g != Gathered::Taken {
-                return g;
-            }
-            send(transport, stats, buf.get(*sent..).unwrap_or_default())
-        };
-        // Octets of the stack frame the socket did not take are queued (the buffer
-        // was flushed: it has room); those of the transmit buffer stay where they are.
-        let taken = match r {
-            Ok(n) => n,
-            Err(e) => {
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => *blocked = true,
-                    // The pass that follows tries again.
-                    io::ErrorKind::Interrupted => {}
-                    kind => failed = Some(kind),
-                }
-                0
-            }
-        };
-        if total <= FRAME {
-            if taken < total {
-                let rest = frame.get(taken..total).unwrap_or_default();
-                room_in(buf, sent, rest.len());
-                buf.extend_from_slice(rest);
-            }
-        } else {
-            *sent += taken;
+    // No closure for the framing and the send (see `Core::begin_single_small`): the
+    // post's common case is inlined whole; the transmit buffer's, rarer and longer,
+    // is a call.
+    let (single, f) = core.begin_single_small(wr, &dev.tpt, memo)?;
+    let f = &f;
+    let total = f.wire_len();
+    let framed = if total > FRAME {
+        post_buffered(
+            f,
+            buf,
+            sent,
+            dev,
+            region,
+            transport,
+            stats,
+            blocked,
+            &mut failed,
+        )
+    } else if let Some(octets) = region
+        .get_inlined(dev, f.payload.region)
+        .and_then(|r| frame_small(f, r, &mut frame.0))
+    {
+        let taken = settle(send(transport, stats, octets), blocked, &mut failed);
+        // Octets of the frame the socket did not take are queued (the buffer was
+        // flushed: it has room).
+        if let Some(rest) = octets.get(taken..)
+            && !rest.is_empty()
+        {
+            room_in(buf, sent, rest.len());
+            buf.extend_from_slice(rest);
         }
         Gathered::Taken
-    })?;
+    } else {
+        Gathered::Lost
+    };
+    let gathered = single.finish(framed, &dev.tpt);
     match gathered {
         Gathered::Taken => stats.tx_fpdus += 1,
         Gathered::NoRoom => {}
@@ -112,6 +122,49 @@ pub(crate) fn post_single(
     Some(())
 }
 
+/// A single post's FPDU longer than [`FRAME`]: written into the transmit buffer and
+/// sent from there (the octets the socket does not take stay where they are). Not
+/// inlined: it kept the post's common case from being inlined into the post.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn post_buffered(
+    f: &SmallFpdu,
+    buf: &mut Vec<u8>,
+    sent: &mut usize,
+    dev: &Shared,
+    region: &mut LastRegion,
+    transport: &mut dyn Transport,
+    stats: &mut QpStats,
+    blocked: &mut bool,
+    failed: &mut Option<io::ErrorKind>,
+) -> Gathered {
+    let g = write_small(f, buf, sent, dev, region);
+    if g != Gathered::Taken {
+        return g;
+    }
+    let r = send(transport, stats, buf.get(*sent..).unwrap_or_default());
+    *sent += settle(r, blocked, failed);
+    Gathered::Taken
+}
+
+/// The octets a `send` took (0 on an error): a full socket marks the queue blocked, an
+/// interrupted call is tried again by the pass that follows, any other error is kept
+/// in `failed` (the connection ends once the request completed).
+#[inline(always)]
+fn settle(r: io::Result<usize>, blocked: &mut bool, failed: &mut Option<io::ErrorKind>) -> usize {
+    match r {
+        Ok(n) => n,
+        Err(e) => {
+            match e.kind() {
+                io::ErrorKind::WouldBlock => *blocked = true,
+                io::ErrorKind::Interrupted => {}
+                kind => *failed = Some(kind),
+            }
+            0
+        }
+    }
+}
+
 /// One `send` of `octets`, counted.
 #[inline(always)]
 fn send(transport: &mut dyn Transport, stats: &mut QpStats, octets: &[u8]) -> io::Result<usize> {
@@ -121,31 +174,34 @@ fn send(transport: &mut dyn Transport, stats: &mut QpStats, octets: &[u8]) -> io
     r
 }
 
-/// Frames `f` in `frame` (zeroed, at least its wire length long): length field and
-/// header, payload copied from `r`, and the CRC when negotiated (pad and an empty CRC
-/// field are the frame's zeros). False if `r` no longer holds the payload's range.
+/// Frames `f` at the start of `frame` (at least its wire length and
+/// [`TRAILER_ZEROS`] long): length field and header, payload copied from `r`, pad and
+/// CRC field zeroed, and the CRC when negotiated. Returns the FPDU's octets; None if
+/// `r` no longer holds the payload's range.
 #[inline(always)]
-fn frame_small(f: &SmallFpdu, r: &Region, frame: &mut [u8; FRAME]) -> bool {
-    let Some(head) = frame.first_chunk_mut::<SMALL_HEADER_MAX>() else {
-        return false;
-    };
+fn frame_small<'a>(
+    f: &SmallFpdu,
+    r: &Region,
+    frame: &'a mut [u8; FRAME + TRAILER_ZEROS],
+) -> Option<&'a [u8]> {
+    let head = frame.first_chunk_mut::<SMALL_HEADER_MAX>()?;
     let at = f.write_header(head);
-    let Some(payload) = frame.get_mut(at..at + f.payload.len) else {
-        return false;
-    };
-    if r.read(f.payload.offset as usize, payload).is_err() {
-        return false;
-    }
+    let end = at + f.payload.len;
+    r.read(f.payload.offset as usize, frame.get_mut(at..end)?)
+        .ok()?;
+    frame
+        .get_mut(end..end + TRAILER_ZEROS)?
+        .copy_from_slice(&[0; TRAILER_ZEROS]);
+    let total = f.wire_len();
     if f.crc {
-        let total = f.wire_len();
         let covered = total - mpa::CRC_LEN;
-        let crc = crc32c(frame.get(..covered).unwrap_or_default());
+        let crc = crc32c(frame.get(..covered)?);
         let (trailer, len) = mpa::fpdu_trailer(f.ulpdu_len(), crc);
-        if let Some(field) = frame.get_mut(covered..total) {
-            field.copy_from_slice(&trailer[len - mpa::CRC_LEN..len]);
-        }
+        frame
+            .get_mut(covered..total)?
+            .copy_from_slice(trailer.get(len - mpa::CRC_LEN..len)?);
     }
-    true
+    frame.get(..total)
 }
 
 #[cfg(test)]
