@@ -363,18 +363,28 @@ impl CqShared {
         self.pop_some_into(out)
     }
 
-    /// [`CqShared::pop_into`] once the CQ may hold completions.
+    /// [`CqShared::pop_into`] once the CQ may hold completions. The overflow list's
+    /// part is a call of its own: inline, its registers and frame were paid by every
+    /// pop (a ping-pong pops one completion a poll).
     #[inline(never)]
     fn pop_some_into(&self, out: &mut [Completion]) -> usize {
         crate::chaos::point();
-        let mut n = match self.ring.consumer() {
+        let n = match self.ring.consumer() {
             Some(mut c) => c.pop_into(out),
             None => return 0,
         };
-        if n < out.len()
-            && self.overflowed.load(Ordering::Acquire)
-            && let Ok(mut o) = self.overflow.lock()
-        {
+        if n < out.len() && self.overflowed.load(Ordering::Acquire) {
+            return self.pop_overflowed(out, n);
+        }
+        n
+    }
+
+    /// The rest of a pop while the overflow list is in use: `out[..n]` holds what the
+    /// ring gave; fills the rest, the ring's newer completions first, then the list's.
+    #[cold]
+    #[inline(never)]
+    fn pop_overflowed(&self, out: &mut [Completion], mut n: usize) -> usize {
+        if let Ok(mut o) = self.overflow.lock() {
             while n < out.len() {
                 // The ring may have taken new completions before the flag was set:
                 // those come first.
