@@ -176,22 +176,31 @@ impl CqShared {
     }
 
     pub(crate) fn push_run(self: &Arc<Self>, run: &[Completion], claimed: bool) {
-        let solicited = |c: &Completion| c.solicited || c.status != WcStatus::Success;
         let first = if self.overflowed.load(Ordering::Acquire) {
             None
         } else {
             self.ring.push_run(run)
         };
         crate::chaos::point();
+        if claimed && first.is_some() {
+            return;
+        }
+        self.push_run_rest(run, first);
+    }
+
+    /// The rest of [`CqShared::push_run`] once the ring took the run (`first`, its
+    /// position) for a consumer that may be armed, or did not take it. Out of line:
+    /// inline, its registers and frame were paid by every push of a claimed QP's
+    /// completion.
+    #[inline(never)]
+    fn push_run_rest(self: &Arc<Self>, run: &[Completion], first: Option<usize>) {
+        let solicited = |c: &Completion| c.solicited || c.status != WcStatus::Success;
         let Some(first) = first else {
             for c in run {
                 self.push(*c, solicited(c));
             }
             return;
         };
-        if claimed {
-            return;
-        }
         let last = first.wrapping_add(run.len() - 1);
         let later = || self.ring.claimed_after(last);
         if self.arm.completion_added(run.iter().any(solicited), later) {
@@ -363,18 +372,28 @@ impl CqShared {
         self.pop_some_into(out)
     }
 
-    /// [`CqShared::pop_into`] once the CQ may hold completions.
+    /// [`CqShared::pop_into`] once the CQ may hold completions. The overflow list's
+    /// part is a call of its own: inline, its registers and frame were paid by every
+    /// pop (a ping-pong pops one completion a poll).
     #[inline(never)]
     fn pop_some_into(&self, out: &mut [Completion]) -> usize {
         crate::chaos::point();
-        let mut n = match self.ring.consumer() {
+        let n = match self.ring.consumer() {
             Some(mut c) => c.pop_into(out),
             None => return 0,
         };
-        if n < out.len()
-            && self.overflowed.load(Ordering::Acquire)
-            && let Ok(mut o) = self.overflow.lock()
-        {
+        if n < out.len() && self.overflowed.load(Ordering::Acquire) {
+            return self.pop_overflowed(out, n);
+        }
+        n
+    }
+
+    /// The rest of a pop while the overflow list is in use: `out[..n]` holds what the
+    /// ring gave; fills the rest, the ring's newer completions first, then the list's.
+    #[cold]
+    #[inline(never)]
+    fn pop_overflowed(&self, out: &mut [Completion], mut n: usize) -> usize {
+        if let Ok(mut o) = self.overflow.lock() {
             while n < out.len() {
                 // The ring may have taken new completions before the flag was set:
                 // those come first.

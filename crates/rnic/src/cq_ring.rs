@@ -353,34 +353,6 @@ impl CqRing {
     }
 }
 
-impl CqRing {
-    /// [`CqRing::take`] straight into `dst`: whether a completion was there. The value
-    /// is copied from the slot to `dst` as one block; through `take`'s `Option` it went
-    /// via stack temporaries written and read back in overlapping pieces, which stalled
-    /// the CPU on every completion (a store the next load could not be served from).
-    ///
-    /// Same contract as `take`: only the consumer, with `head` its current position.
-    fn take_into(&self, head: usize, dst: &mut Completion) -> bool {
-        let slot = &self.slots[head & self.mask];
-        // Acquire: pairs with the producer's release of `head + 1`.
-        if slot.seq.load(Ordering::Acquire) != head.wrapping_add(1) {
-            return false;
-        }
-        // SAFETY: as in `take`: the sequence `head + 1` means the producer of `head`
-        // wrote the slot and released it to us, we are the only consumer, and no
-        // producer touches the slot before we store `head + capacity` below. The value
-        // is initialised, `MaybeUninit<Completion>` has `Completion`'s layout, and
-        // `dst` is a distinct, valid `&mut Completion` (it cannot overlap the slot,
-        // which only the ring holds); `Completion: Copy`, so nothing is dropped.
-        slot.value
-            .with(|p| unsafe { std::ptr::copy_nonoverlapping(p.cast::<Completion>(), dst, 1) });
-        // Release: our read of the value happens before the next lap's producer write.
-        slot.seq
-            .store(head.wrapping_add(self.capacity()), Ordering::Release);
-        true
-    }
-}
-
 impl fmt::Debug for CqRing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CqRing")
@@ -419,22 +391,49 @@ impl CqConsumer<'_> {
     }
 
     /// Moves up to `out.len()` completions, oldest first, into `out`; returns how many.
+    ///
+    /// Looks only at the positions producers had claimed when it started (`tail`, read
+    /// once): a slot beyond them cannot be published yet, and checking it cost every
+    /// pop a second turn of the loop (a ping-pong pops one completion at a time). A
+    /// completion claimed after that read is what a pop a moment earlier would have
+    /// missed too; the next pop takes it. The ring's fields are read once, not per slot.
     pub fn pop_into(&mut self, out: &mut [Completion]) -> usize {
-        let start = self.ring.head.0.load(Ordering::Relaxed);
-        let mut n = 0;
+        let ring = self.ring;
+        let start = ring.head.0.load(Ordering::Relaxed);
+        // Relaxed: only a bound; each slot's sequence (acquire) publishes its value. It
+        // is at least `start` (the claims of everything consumed happened before).
+        let tail = ring.tail.0.load(Ordering::Relaxed);
+        let mut head = start;
         for dst in out.iter_mut() {
-            if !self.ring.take_into(start.wrapping_add(n), dst) {
+            if head == tail {
                 break;
             }
-            n += 1;
+            let slot = &ring.slots[head & ring.mask];
+            // Acquire: pairs with the producer's release of `head + 1`.
+            if slot.seq.load(Ordering::Acquire) != head.wrapping_add(1) {
+                // The producer of `head` has not finished writing.
+                break;
+            }
+            // SAFETY: as in `CqRing::take`: the sequence `head + 1` means the producer
+            // of `head` wrote the slot and released it to us, this handle is the only
+            // consumer (`&mut self`), and no producer touches the slot before we store
+            // `head + capacity` below. The value is initialised, `MaybeUninit<Completion>`
+            // has `Completion`'s layout, and `dst` is a distinct, valid
+            // `&mut Completion` (the slot belongs to the ring alone); `Completion:
+            // Copy`, so nothing is dropped.
+            slot.value
+                .with(|p| unsafe { std::ptr::copy_nonoverlapping(p.cast::<Completion>(), dst, 1) });
+            // Release: our read of the value happens before the next lap's producer write.
+            slot.seq.store(
+                head.wrapping_add(ring.mask).wrapping_add(1),
+                Ordering::Release,
+            );
+            head = head.wrapping_add(1);
         }
-        if n > 0 {
-            self.ring
-                .head
-                .0
-                .store(start.wrapping_add(n), Ordering::Release);
+        if head != start {
+            ring.head.0.store(head, Ordering::Release);
         }
-        n
+        head.wrapping_sub(start)
     }
 }
 

@@ -309,3 +309,57 @@ fn two_runs_race_for_the_room_of_one() {
         assert_eq!(all, [(winner, 0), (winner, 1)]);
     });
 }
+
+/// `pop_into` bounded by the positions claimed when it starts (`tail`, read once): a
+/// run and a single push race a consumer that pops in batches larger than what is
+/// there, on a capacity-2 ring across laps: a slot claimed but not yet written is never
+/// read (loom reports an unsynchronised access to its value), every completion pushed
+/// comes out exactly once, each producer's in order, and what a pop's bound left out
+/// is taken by a later pop.
+#[test]
+fn a_batch_pop_takes_only_what_was_published() {
+    bounded(3).check(|| {
+        let ring = Arc::new(CqRing::new(2).unwrap());
+        // One completion first, so the producers' slots are reused across laps.
+        ring.push(comp(2, 0)).unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        let runner = {
+            let (ring, done) = (ring.clone(), done.clone());
+            thread::spawn(move || {
+                let pushed = ring.push_run(&[comp(0, 0), comp(0, 1)]).is_some();
+                done.fetch_add(1, SeqCst);
+                pushed
+            })
+        };
+        let single = {
+            let (ring, done) = (ring.clone(), done.clone());
+            thread::spawn(move || {
+                let pushed = ring.push(comp(1, 0)).is_ok();
+                done.fetch_add(1, SeqCst);
+                pushed
+            })
+        };
+        let mut rx = ring.consumer().unwrap();
+        let mut popped = [Vec::new(), Vec::new(), Vec::new()];
+        let mut batch = [comp(9, 9); 3];
+        loop {
+            let finished = done.load(SeqCst) == 2;
+            let n = rx.pop_into(&mut batch);
+            for c in &batch[..n] {
+                popped[c.qp.0 as usize].push(c.wr_id);
+            }
+            match n {
+                0 if finished => break,
+                0 => thread::yield_now(),
+                _ => {}
+            }
+        }
+        drop(rx);
+        let run = runner.join().unwrap();
+        let one = single.join().unwrap();
+        assert_eq!(popped[2], [0]);
+        assert_eq!(popped[0], if run { vec![0, 1] } else { vec![] });
+        assert_eq!(popped[1], if one { vec![0] } else { vec![] });
+        assert!(ring.is_empty());
+    });
+}

@@ -80,6 +80,18 @@ pub(crate) struct Outbox {
     done: VecDeque<Option<Option<Completion>>>,
 }
 
+impl super::Qp {
+    /// The delivery of a pass that released one completion and nothing else: `f`
+    /// gets it and true is returned, the completion queue then empty; false (nothing
+    /// taken) when an event waits or there are more or fewer completions. The I/O
+    /// layer's general delivery ([`super::Qp::poll_event`],
+    /// [`super::Qp::drain_completions`]) takes those.
+    #[inline]
+    pub fn drain_lone_completion(&mut self, f: impl FnOnce(CqSide, &Completion)) -> bool {
+        self.out.drain_lone(f)
+    }
+}
+
 impl Outbox {
     pub(crate) fn new(qp: QpId) -> Self {
         Outbox {
@@ -274,6 +286,21 @@ impl Outbox {
 
     pub(crate) fn poll_event(&mut self) -> Option<QpEvent> {
         self.events.pop_front()
+    }
+
+    /// [`Outbox::drain_completions`] when the outbox holds one completion and no
+    /// event (a ping-pong's pass releases exactly that): `f` gets it, the queue is
+    /// emptied, true. Anything else is left as it is: false.
+    #[inline]
+    pub(crate) fn drain_lone(&mut self, f: impl FnOnce(CqSide, &Completion)) -> bool {
+        if !self.events.is_empty() || self.completions.len() != 1 {
+            return false;
+        }
+        if let Some(one) = self.completions.front() {
+            f(CqSide::of(one), one);
+        }
+        self.completions.clear();
+        true
     }
 
     /// The outbox in one line, for a hang report: completions and events released

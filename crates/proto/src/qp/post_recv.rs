@@ -34,6 +34,20 @@ impl Qp {
         Ok(())
     }
 
+    /// One receive, when the QP takes it on its own queue (not on an SRQ, not in
+    /// error): the request's checks and its buffer resolved into the queue, as
+    /// [`Qp::post_recv_ref`] does; `None`, with nothing done, when the QP's state or
+    /// its shared queue leave it to [`Qp::post_recv_ref`]. The I/O layer's single
+    /// repost (a program's receive given back after its completion) takes this way,
+    /// without the run's iterator and the general post's state handling.
+    #[inline]
+    pub fn post_recv_working(&mut self, wr: &RecvWr, tpt: &Tpt) -> Option<Result<(), PostError>> {
+        if self.on_srq || !matches!(self.state, QpState::Idle | QpState::Rts | QpState::Closing) {
+            return None;
+        }
+        Some(self.post_recv_postable(wr, tpt).map(|_| ()))
+    }
+
     /// One receive to a QP that takes it (its own queue, not errored): the request's
     /// checks, then its buffer resolved into the queue (true), or its fault completed
     /// and the QP ended (false). Inlined into the single post and the run.

@@ -247,7 +247,29 @@ impl QpShared {
         }
     }
 
+    /// Hands the program what the core released: events, completions into their
+    /// CQs, the state change traced. A pass that released one completion and nothing
+    /// else in a working state that was already traced (a Send received, a send
+    /// completed) pushes it without the general walk (about 40 instructions less on
+    /// a Send's way to its reply): the general walk would do just that.
     pub(super) fn deliver(&self, g: &mut QpInner, dev: &Shared) {
+        let state = g.core.state();
+        if state == g.traced_state && state != QpState::Error {
+            let claimed = g.owner.is_claimed();
+            if g.core.drain_lone_completion(|side, one| {
+                self.push_run(side, std::slice::from_ref(one), claimed)
+            }) {
+                g.core.shrink_idle_queues();
+                return;
+            }
+        }
+        self.deliver_general(g, dev);
+    }
+
+    /// [`QpShared::deliver`] of anything: the state traced, an SRQ told its bound
+    /// buffers were flushed, events posted, completions pushed in runs per CQ.
+    #[inline(never)]
+    fn deliver_general(&self, g: &mut QpInner, dev: &Shared) {
         crate::trace::qp_state(dev.serial, self.id, &mut g.traced_state, g.core.state());
         if let Some(srq) = &self.srq
             && g.core.state() == QpState::Error
