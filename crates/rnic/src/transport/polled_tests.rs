@@ -30,7 +30,8 @@ fn pair(claimed: bool) -> (ConnTransport, TcpStream, RawFd) {
     (ConnTransport::Polled(polled), b, fd)
 }
 
-/// Blocks until the socket has something to read (or its end).
+/// Waits until the socket has something to read (or its end); a socket that stays
+/// empty for 30 s fails the test instead of hanging it.
 fn readable(fd: RawFd) {
     let mut pfd = libc::pollfd {
         fd,
@@ -38,7 +39,8 @@ fn readable(fd: RawFd) {
         revents: 0,
     };
     // SAFETY: one valid pollfd, and its count.
-    assert_eq!(unsafe { libc::poll(&mut pfd, 1, -1) }, 1);
+    let ready = unsafe { libc::poll(&mut pfd, 1, 30_000) };
+    assert_eq!(ready, 1, "the socket did not become readable within 30 s");
 }
 
 fn read(t: &mut ConnTransport, through_trait: bool) -> io::Result<Vec<u8>> {
