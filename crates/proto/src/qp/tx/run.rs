@@ -9,7 +9,7 @@
 use super::super::fpdu::{Chunk, SmallFpdu, TxFpdu, covering_sges};
 use super::super::{PostError, Qp};
 use super::{InFlight, TxState};
-use crate::tpt::{KeptKeyMemo, LocalKeyMemo, Target, Tpt};
+use crate::tpt::{KeptKeyMemo, LocalKeyMemo, Tpt};
 use crate::verbs::*;
 use arrayvec::ArrayVec;
 use softrnic_wire::ddp::{DdpRepr, Placement, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
@@ -267,7 +267,7 @@ impl Qp {
         memo: &mut KeptKeyMemo,
     ) -> Option<(SingleSmall<'q, 'w>, SmallFpdu)> {
         let run = self.small_run()?;
-        let (fpdu, msn) = self.check_small_in_run(run, memo, wr, tpt)?;
+        let (fpdu, msn) = self.check_single_small(run, memo, wr, tpt)?;
         let single = SingleSmall {
             qp: self,
             wr,
@@ -353,9 +353,9 @@ impl Qp {
         tpt: &Tpt,
         write: impl FnOnce(&SmallFpdu) -> Gathered,
     ) -> Option<Gathered> {
-        // Written out, not through `check_small_in_run` and `finish_small_in_run`:
-        // through them, `write_bw -s 64`'s batch post cost about 10 instructions more
-        // a message (session 25). The same checks and steps.
+        // Written out, not through the single post's `check_single_small` and
+        // `finish_single_small`: through them, `write_bw -s 64`'s batch post cost about
+        // 10 instructions more a message (session 25). The same checks and steps.
         let [sge] = &wr.sgl[..] else {
             return None;
         };
@@ -401,14 +401,15 @@ impl Qp {
         Some(Gathered::Taken)
     }
 
-    /// The checks of [`Qp::post_small_in_run`], before its `write`: the request's FPDU
-    /// and its MSN for a Send (0 for a Write); None, with nothing changed, for a
-    /// request the direct post does not take.
+    /// The single post's checks, those of [`Qp::post_small_in_run`] before its
+    /// `write`, the local key through the kept memo: the request's FPDU and its MSN for
+    /// a Send (0 for a Write); None, with nothing changed, for a request the direct
+    /// post does not take.
     #[inline(always)]
-    fn check_small_in_run(
+    fn check_single_small(
         &self,
         run: SmallRun,
-        memo: &mut impl LocalCheck,
+        memo: &mut KeptKeyMemo,
         wr: &SendWr,
         tpt: &Tpt,
     ) -> Option<(SmallFpdu, u32)> {
@@ -422,9 +423,9 @@ impl Qp {
         }
         let total = sge.len;
         let (header, msn) = self.tx.small_header(&wr.op, total)?;
-        let t = memo
-            .check(
-                tpt,
+        let t = tpt
+            .check_local_kept(
+                memo,
                 sge.lkey,
                 sge.addr,
                 u64::from(total),
@@ -444,11 +445,11 @@ impl Qp {
         Some((f, msn))
     }
 
-    /// The end of [`Qp::post_small_in_run`], after its `write` did `gathered` with
-    /// the FPDU of `payload`, `wire_len` octets: the request is numbered and
-    /// completes if it was taken, and is queued otherwise.
+    /// The single post's end, that of [`Qp::post_small_in_run`] after its `write`:
+    /// the caller did `gathered` with the FPDU of `payload`, `wire_len` octets; the
+    /// request is numbered and completes if it was taken, and is queued otherwise.
     #[inline(always)]
-    fn finish_small_in_run(
+    fn finish_single_small(
         &mut self,
         wr: &SendWr,
         payload: Chunk,
@@ -503,52 +504,7 @@ impl SingleSmall<'_, '_> {
             wire_len,
             msn,
         } = self;
-        qp.finish_small_in_run(wr, payload, wire_len, msn, gathered, tpt)
-    }
-}
-
-/// How a direct post checks its SGE's local key: through a run's memo of the last key
-/// ([`Tpt::check_local_memo`]) or a single post's memo kept across posts
-/// ([`Tpt::check_local_kept`]); both answer as [`Tpt::check_local`].
-trait LocalCheck {
-    fn check(
-        &mut self,
-        tpt: &Tpt,
-        lkey: STag,
-        addr: u64,
-        len: u64,
-        need: Access,
-        pd: PdId,
-    ) -> Result<Target, WcStatus>;
-}
-
-impl LocalCheck for LocalKeyMemo {
-    #[inline(always)]
-    fn check(
-        &mut self,
-        tpt: &Tpt,
-        lkey: STag,
-        addr: u64,
-        len: u64,
-        need: Access,
-        pd: PdId,
-    ) -> Result<Target, WcStatus> {
-        tpt.check_local_memo(self, lkey, addr, len, need, pd)
-    }
-}
-
-impl LocalCheck for KeptKeyMemo {
-    #[inline(always)]
-    fn check(
-        &mut self,
-        tpt: &Tpt,
-        lkey: STag,
-        addr: u64,
-        len: u64,
-        need: Access,
-        pd: PdId,
-    ) -> Result<Target, WcStatus> {
-        tpt.check_local_kept(self, lkey, addr, len, need, pd)
+        qp.finish_single_small(wr, payload, wire_len, msn, gathered, tpt)
     }
 }
 
