@@ -6,6 +6,7 @@
 //! [`Cq::wait_notify`]. `Device::modify_cq` moves a CQ between handlers.
 
 use crate::channel::CqEvent;
+use crate::cq_direct::Direct;
 use crate::cq_notify::{Arm, Armed};
 use crate::cq_qps::QpList;
 use crate::cq_ring::{CqRing, Full};
@@ -366,10 +367,17 @@ impl CqShared {
         // completion whose push has claimed its slot counts as there; a producer
         // claims the slot before it publishes it, so a completion the ring would
         // hand out is never missed here.
-        if self.ring.is_empty() && !self.overflowed.load(Ordering::Acquire) {
+        if self.holds_nothing() {
             return 0;
         }
         self.pop_some_into(out)
+    }
+
+    /// Neither the ring (a slot claimed by a producer still writing counts) nor the
+    /// overflow list holds a completion.
+    #[inline]
+    pub(crate) fn holds_nothing(&self) -> bool {
+        self.ring.is_empty() && !self.overflowed.load(Ordering::Acquire)
     }
 
     /// [`CqShared::pop_into`] once the CQ may hold completions. The overflow list's
@@ -432,31 +440,42 @@ impl CqShared {
     /// this CQ now leaves this poll nothing to do. (Nothing a drive does takes this
     /// lock: a QP's drive tries the QP's lock and never waits, and the list's other
     /// users take it without holding a QP's.)
-    fn drive(&self) -> (bool, bool) {
+    ///
+    /// A CQ with one QP hands the QP's pass the caller's `out` (`crate::cq_direct`): a
+    /// completion it releases for this CQ may go there without the ring; the third
+    /// value says how many did.
+    fn drive(&self, out: &mut [Completion]) -> (bool, bool, usize) {
         let ready = self.polls.drive();
         let few = self.qps.try_with(|list| {
+            if let [qp] = &list[..] {
+                let mut to = Direct::new(self, out);
+                return Ok(match qp.consumer_progress(ready, false, Some(&mut to)) {
+                    Some(moved) => (moved, false, to.taken()),
+                    None => (false, true, 0),
+                });
+            }
             if list.len() > CONSUMER_READS_MAX_QPS {
                 // Many QPs: the list is taken out and the lock given back first.
                 return Err(Arc::clone(list));
             }
             let (mut any, mut held) = (false, false);
             for qp in list.iter() {
-                match qp.consumer_progress(ready, false) {
+                match qp.consumer_progress(ready, false, None) {
                     Some(moved) => any |= moved,
                     None => held = true,
                 }
             }
-            Ok((any, held))
+            Ok((any, held, 0))
         });
         match few {
-            None => (false, false),
+            None => (false, false, 0),
             Some(Ok(drive)) => drive,
             Some(Err(list)) => {
                 let mut any = false;
                 for qp in list.iter() {
-                    any |= qp.consumer_progress(ready, true) == Some(true);
+                    any |= qp.consumer_progress(ready, true, None) == Some(true);
                 }
-                (any, true)
+                (any, true, 0)
             }
         }
     }
@@ -577,12 +596,13 @@ impl Cq {
             return n;
         }
         crate::chaos::point();
-        match s.drive() {
-            (true, _) => {
+        match s.drive(out) {
+            (_, _, taken) if taken > 0 => taken,
+            (true, _, _) => {
                 crate::chaos::point();
                 s.pop_into(out)
             }
-            (false, others) => {
+            (false, others, _) => {
                 // Another thread holds what this poll waits for: the engine that will
                 // read the next message (as in engine progress, above), a thread
                 // holding a QP's lock, or a producer that claimed ring slots and has

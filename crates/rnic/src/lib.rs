@@ -50,6 +50,7 @@ mod close;
 pub mod cm;
 mod cpu_share;
 pub mod cq;
+mod cq_direct;
 pub mod cq_notify;
 pub mod cq_qps;
 pub mod cq_ring;

@@ -3,6 +3,7 @@
 //! readiness events and timers, which skip a socket that is no longer theirs.
 
 use super::{QpInner, QpShared};
+use crate::cq_direct::Direct;
 use crate::device::Shared;
 use crate::handoff::Action;
 use softrnic_proto::QpState;
@@ -21,10 +22,15 @@ impl QpShared {
     /// With `engine_reads` (a CQ with many QPs, see `cq::CONSUMER_READS_MAX_QPS`), the
     /// engine keeps the socket and reads it: the consumer only sends what is queued,
     /// and gives back a socket it had claimed.
+    ///
+    /// With `to` (the poll of a CQ whose only QP this is), a completion the claimed
+    /// pass releases for that CQ may go straight to the poll's caller
+    /// (`crate::cq_direct`).
     pub(crate) fn consumer_progress(
         self: &Arc<Self>,
         ready: bool,
         engine_reads: bool,
+        to: Option<&mut Direct<'_>>,
     ) -> Option<bool> {
         crate::chaos::point();
         let Ok(mut g) = self.inner.try_lock() else {
@@ -33,7 +39,7 @@ impl QpShared {
         let Some(dev) = self.pass_dev(&mut g) else {
             return Some(false);
         };
-        let moved = self.consumer_pass(&mut g, &dev, ready, engine_reads);
+        let moved = self.consumer_pass(&mut g, &dev, ready, engine_reads, to);
         let spare = self.end_pass(&mut g, dev);
         // The lock first: the device must never be dropped under it.
         drop(g);
@@ -67,6 +73,7 @@ impl QpShared {
         dev: &Shared,
         ready: bool,
         engine_reads: bool,
+        to: Option<&mut Direct<'_>>,
     ) -> bool {
         if engine_reads {
             if g.owner.is_claimed() {
@@ -91,7 +98,7 @@ impl QpShared {
             self.progress_pass(g, dev, Pass::Full)
         } else if g.owner.is_claimed() {
             // The socket is this consumer's: a small message's receive in one pass.
-            self.claimed_pass(g, dev)
+            self.claimed_pass(g, dev, to)
         } else {
             self.progress_pass(g, dev, Pass::ReceiveFirst)
         };

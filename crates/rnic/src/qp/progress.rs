@@ -3,6 +3,7 @@
 
 use super::{QpInner, QpShared};
 use crate::close::close_if_done;
+use crate::cq_direct::Direct;
 use crate::device::{AsyncEvent, Shared};
 use crate::receive::{Driven, Quick, receive, receive_claimed};
 use crate::transmit::transmit;
@@ -60,7 +61,14 @@ impl QpShared {
     /// consumer's): the receive in one pass (`receive::receive_claimed`) when it
     /// applies, no close timer runs and no close is under way; otherwise, and for what
     /// it leaves, the general pass, with the same outcome as a [`Pass::ReceiveFirst`].
-    pub(super) fn claimed_pass(&self, g: &mut QpInner, dev: &Shared) -> bool {
+    /// With `to`, the completion a quiet receive released may go straight to the
+    /// poll's caller ([`QpShared::deliver_to`]).
+    pub(super) fn claimed_pass(
+        &self,
+        g: &mut QpInner,
+        dev: &Shared,
+        to: Option<&mut Direct<'_>>,
+    ) -> bool {
         if g.core.poll_timeout().is_some() || g.core.is_closing() {
             return self.progress_pass(g, dev, Pass::ReceiveFirst);
         }
@@ -95,7 +103,10 @@ impl QpShared {
             // a received Send): what `after_receive` would do comes down to
             // delivering what was released, asked inline.
             Quick::Took if self.received_quiet(g) => {
-                self.deliver_if_output(g, dev);
+                match to {
+                    Some(to) => self.deliver_to(g, dev, to),
+                    None => self.deliver_if_output(g, dev),
+                }
                 true
             }
             Quick::Took => self.after_receive(g, dev, Pass::ReceiveFirst, false),
@@ -245,6 +256,33 @@ impl QpShared {
         if g.core.has_output() || g.core.state() != g.traced_state {
             self.deliver(g, dev);
         }
+    }
+
+    /// [`QpShared::deliver_if_output`] for a claimed QP's pass under a poll that may
+    /// take a lone completion for its CQ directly (`crate::cq_direct`, which says why
+    /// that keeps order and hands each completion out once); anything else is
+    /// delivered as usual.
+    fn deliver_to(&self, g: &mut QpInner, dev: &Shared, to: &mut Direct<'_>) {
+        let state = g.core.state();
+        if !g.core.has_output() && state == g.traced_state {
+            return;
+        }
+        if state == g.traced_state && state != QpState::Error && g.owner.is_claimed() {
+            let taken = g.core.drain_lone_completion(|side, one| {
+                let cq = match side {
+                    CqSide::Send => &self.send_cq,
+                    CqSide::Recv => &self.recv_cq,
+                };
+                if !to.take(cq, one) {
+                    self.push_run(side, std::slice::from_ref(one), true);
+                }
+            });
+            if taken {
+                g.core.shrink_idle_queues();
+                return;
+            }
+        }
+        self.deliver_general(g, dev);
     }
 
     /// Hands the program what the core released: events, completions into their
