@@ -373,6 +373,12 @@ impl CqShared {
         self.pop_some_into(out)
     }
 
+    /// Pushes into the ring so far (`crate::cq_direct`'s tests).
+    #[cfg(test)]
+    pub(crate) fn ring_pushes(&self) -> usize {
+        self.ring.pushed()
+    }
+
     /// Neither the ring (a slot claimed by a producer still writing counts) nor the
     /// overflow list holds a completion.
     #[inline]

@@ -66,3 +66,7 @@ impl<'a> Direct<'a> {
         self.taken
     }
 }
+
+#[cfg(all(test, not(loom)))]
+#[path = "cq_direct_tests.rs"]
+mod tests;
