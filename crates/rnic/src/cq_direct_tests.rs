@@ -167,8 +167,7 @@ fn twin(seed: u64, split: bool, joined: bool) -> Outcome {
         let (na, nb) = (la.len(), lb.len());
         match r % 4 {
             0 => {
-                a.qp.post_send(SendWr::new(round, SEND, src))
-                    .unwrap();
+                a.qp.post_send(SendWr::new(round, SEND, src)).unwrap();
                 spin(&a, &b, k, na + 1, nb + 1, &mut la, &mut lb);
                 post_recv(&b, 1, &mut recv_next);
             }
@@ -195,8 +194,7 @@ fn twin(seed: u64, split: bool, joined: bool) -> Outcome {
                 let from = b.mr.sge(far as usize + 900, len);
                 b.qp.post_send(SendWr::new(1000 + round, SEND, from))
                     .unwrap();
-                a.qp.post_send(SendWr::new(round, SEND, src))
-                    .unwrap();
+                a.qp.post_send(SendWr::new(round, SEND, src)).unwrap();
                 spin(&a, &b, k, na + 2, nb + 2, &mut la, &mut lb);
                 post_recv(&a, 0, &mut recv_next);
                 post_recv(&b, 1, &mut recv_next);
@@ -212,7 +210,12 @@ fn twin(seed: u64, split: bool, joined: bool) -> Outcome {
         a.poll(1, &mut la);
         b.poll(1, &mut lb);
         spins += 1;
-        assert!(spins < SPINS, "flushes: {} of {na}, {} of {nb}", la.len(), lb.len());
+        assert!(
+            spins < SPINS,
+            "flushes: {} of {na}, {} of {nb}",
+            la.len(),
+            lb.len()
+        );
     }
     drop(extra);
     let mut a_mem = vec![0; a.mr.len()];
@@ -238,7 +241,10 @@ fn compare(split: bool) {
     for seed in [1u64, 7, 42] {
         let direct = twin(seed, split, false);
         let general = twin(seed, split, true);
-        assert_eq!(direct.b, general.b, "seed {seed}: the receiver's completions");
+        assert_eq!(
+            direct.b, general.b,
+            "seed {seed}: the receiver's completions"
+        );
         assert_eq!(direct.a, general.a, "seed {seed}: the initiator's");
         assert!(direct.a_mem == general.a_mem, "seed {seed}: octets read");
         assert!(direct.b_mem == general.b_mem, "seed {seed}: octets placed");
