@@ -498,7 +498,6 @@ impl Qp {
     }
 
     /// When [`Qp::handle_timeout`] must be called next (the close timer), if ever.
-    #[inline]
     pub fn poll_timeout(&self) -> Option<Duration> {
         self.closer.deadline(self.params.close_timeout)
     }

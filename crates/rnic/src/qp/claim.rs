@@ -12,7 +12,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::progress::Pass;
-use crate::receive::Quick;
 
 impl QpShared {
     /// A polling consumer's drive (`ready`: it has driven often enough to claim the
@@ -37,29 +36,10 @@ impl QpShared {
         let Ok(mut g) = self.inner.try_lock() else {
             return None;
         };
-        // A claimed, quiet QP reads first, with the device its claim keeps: an empty
-        // read (a busy-polling consumer's every spin) ends the drive there, without
-        // the device moved out and back, the lease and engine-reads looks, or the
-        // checks after the pass (session 26).
-        let read = if !engine_reads && self.claimed_quiet(&g) {
-            match self.claimed_read(&mut g) {
-                Quick::Empty => return Some(false),
-                quick => Some(quick),
-            }
-        } else {
-            None
-        };
         let Some(dev) = self.pass_dev(&mut g) else {
             return Some(false);
         };
-        let moved = match read {
-            Some(quick) => {
-                let moved = self.after_claimed_read(&mut g, &dev, quick, to);
-                self.release_unless_rts(&mut g, &dev);
-                moved
-            }
-            None => self.consumer_pass(&mut g, &dev, ready, engine_reads),
-        };
+        let moved = self.consumer_pass(&mut g, &dev, ready, engine_reads, to);
         let spare = self.end_pass(&mut g, dev);
         // The lock first: the device must never be dropped under it.
         drop(g);
@@ -93,6 +73,7 @@ impl QpShared {
         dev: &Shared,
         ready: bool,
         engine_reads: bool,
+        to: Option<&mut Direct<'_>>,
     ) -> bool {
         if engine_reads {
             if g.owner.is_claimed() {
@@ -113,39 +94,19 @@ impl QpShared {
         // one `read(2)` and no transmit bookkeeping.)
         let quiet =
             g.core.send_queue_len() == 0 && g.conn.as_ref().is_some_and(|c| c.tx.is_flushed());
-        // (A claimed, quiet QP in RTS with no close timer or close under way took the
-        // claimed read in `consumer_progress`; the rest, claimed or not, take the
-        // general pass.)
         let moved = if !quiet {
             self.progress_pass(g, dev, Pass::Full)
+        } else if g.owner.is_claimed() {
+            // The socket is this consumer's: a small message's receive in one pass.
+            self.claimed_pass(g, dev, to)
         } else {
             self.progress_pass(g, dev, Pass::ReceiveFirst)
         };
-        self.release_unless_rts(g, dev);
-        moved
-    }
-
-    /// A claimed QP closing or failed: the engine sees it through.
-    fn release_unless_rts(self: &Arc<Self>, g: &mut QpInner, dev: &Shared) {
         if g.owner.is_claimed() && g.core.state() != QpState::Rts {
+            // Closing or failed: the engine sees it through.
             self.release(g, dev);
         }
-    }
-
-    /// The socket is the polling consumer's (and the claim keeps the device), the QP
-    /// works (RTS), nothing is queued to send, no close timer runs and no close is
-    /// under way: its drive is the claimed pass's read first
-    /// ([`QpShared::claimed_read`]), and an empty read leaves nothing else to do (the
-    /// general pass's empty poll: nothing to close, arm, deliver or release).
-    #[inline]
-    fn claimed_quiet(&self, g: &QpInner) -> bool {
-        g.claimed_dev.is_some()
-            && g.owner.is_claimed()
-            && g.core.state() == QpState::Rts
-            && g.core.send_queue_len() == 0
-            && g.conn.as_ref().is_some_and(|c| c.tx.is_flushed())
-            && g.core.poll_timeout().is_none()
-            && !g.core.is_closing()
+        moved
     }
 
     /// The consumer of one of the QP's CQs is going to sleep on its events: the engine

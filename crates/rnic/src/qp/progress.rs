@@ -57,48 +57,45 @@ impl QpShared {
         moved
     }
 
-    /// A claimed, quiet QP's read in one pass (`receive::receive_claimed`), with the
-    /// device the claim keeps (`QpInner::claimed_dev`) borrowed beside the fields the
-    /// read takes: an empty poll neither moves it out nor back. What it leaves, the
-    /// caller goes on with ([`QpShared::after_claimed_read`]), with the same outcome as
-    /// a [`Pass::ReceiveFirst`] (`receive/quick_tests.rs`).
-    #[inline]
-    pub(super) fn claimed_read(&self, g: &mut QpInner) -> Quick {
-        let QpInner {
-            core,
-            conn,
-            stats,
-            staging,
-            claimed_dev,
-            ..
-        } = g;
-        let (Some(conn), Some(dev)) = (conn.as_mut(), claimed_dev.as_deref()) else {
-            return Quick::General;
-        };
-        receive_claimed(
-            Driven {
-                qp: self.id,
-                engine: self.engine(),
-            },
-            core,
-            conn,
-            stats,
-            staging,
-            dev,
-            self.srq.as_deref(),
-        )
-    }
-
-    /// The rest of a claimed pass after its read ([`QpShared::claimed_read`]). With
-    /// `to`, the completion a quiet receive released may go straight to the poll's
-    /// caller ([`QpShared::deliver_to`]).
-    pub(super) fn after_claimed_read(
+    /// A claimed consumer's pass of a quiet QP (nothing queued to send, the socket the
+    /// consumer's): the receive in one pass (`receive::receive_claimed`) when it
+    /// applies, no close timer runs and no close is under way; otherwise, and for what
+    /// it leaves, the general pass, with the same outcome as a [`Pass::ReceiveFirst`].
+    /// With `to`, the completion a quiet receive released may go straight to the
+    /// poll's caller ([`QpShared::deliver_to`]).
+    pub(super) fn claimed_pass(
         &self,
         g: &mut QpInner,
         dev: &Shared,
-        quick: Quick,
         to: Option<&mut Direct<'_>>,
     ) -> bool {
+        if g.core.poll_timeout().is_some() || g.core.is_closing() {
+            return self.progress_pass(g, dev, Pass::ReceiveFirst);
+        }
+        let quick = {
+            let QpInner {
+                core,
+                conn,
+                stats,
+                staging,
+                ..
+            } = g;
+            match conn.as_mut() {
+                Some(conn) => receive_claimed(
+                    Driven {
+                        qp: self.id,
+                        engine: self.engine(),
+                    },
+                    core,
+                    conn,
+                    stats,
+                    staging,
+                    dev,
+                    self.srq.as_deref(),
+                ),
+                None => Quick::General,
+            }
+        };
         match quick {
             // As the general pass's empty poll: nothing to close, arm or deliver.
             Quick::Empty => false,

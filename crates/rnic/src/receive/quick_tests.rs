@@ -243,7 +243,7 @@ impl Bench {
     }
 
     /// Feeds `script` to a fresh receiver, poll by poll: with `quick`, as a claimed
-    /// consumer's pass does (`QpShared::claimed_read`), otherwise by the general path
+    /// consumer's pass does (`QpShared::claimed_pass`), otherwise by the general path
     /// alone. Returns what it ended with and how many times each outcome came.
     fn run(&self, script: &[Answer], crc: bool, recvs: usize, quick: bool) -> (End, [usize; 4]) {
         let mut core = self.receiver(crc, recvs);
