@@ -30,7 +30,6 @@ use crate::srq::SrqShared;
 use crate::transmit::TxQueue;
 use crate::transport::fault::FaultTransport;
 use crate::transport::pcap::{ConnRecorder, PcapTransport};
-use crate::transport::polled::PolledTransport;
 use crate::transport::stream::ConnStream;
 use crate::transport::{ConnTransport, Transport};
 use softrnic_proto::qp::{QpConfig, QpParams};
@@ -294,10 +293,8 @@ impl QpShared {
         if params.markers_tx {
             stream.frames_marked();
         }
-        let polled = PolledTransport::new(
-            stream.into_transport(dev.cfg.keepalive, &dev.socket_buffers)?,
-            self.claimed.clone(),
-        );
+        let polled =
+            stream.into_polled(dev.cfg.keepalive, &dev.socket_buffers, self.claimed.clone())?;
         let mut transport = if rec.is_none() && dev.cfg.fault.is_none() {
             ConnTransport::Polled(polled)
         } else {

@@ -12,7 +12,7 @@ use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
 use crate::region::Region;
 use crate::region_table::LastRegion;
-use crate::transport::Transport;
+use crate::transport::ConnTransport;
 use softrnic_proto::qp::{Gathered, Qp as Core, SMALL_HEADER_MAX, SmallFpdu};
 use softrnic_proto::{QpId, SendWr};
 use softrnic_wire::crc::crc32c;
@@ -72,7 +72,7 @@ pub(crate) fn post_single(
         frame,
         ..
     } = tx;
-    let transport = &mut *conn.transport;
+    let transport = &mut conn.transport;
     let mut failed = None;
     // No closure for the framing and the send (see `Core::begin_single_small`): the
     // post's common case is inlined whole; the transmit buffer's, rarer and longer,
@@ -133,7 +133,7 @@ fn post_buffered(
     sent: &mut usize,
     dev: &Shared,
     region: &mut LastRegion,
-    transport: &mut dyn Transport,
+    transport: &mut ConnTransport,
     stats: &mut QpStats,
     blocked: &mut bool,
     failed: &mut Option<io::ErrorKind>,
@@ -165,11 +165,12 @@ fn settle(r: io::Result<usize>, blocked: &mut bool, failed: &mut Option<io::Erro
     }
 }
 
-/// One `send` of `octets`, counted.
+/// One `send` of `octets`, counted: the polled transport's own (over the kernel
+/// socket, `send(2)` without a dynamic call), or a wrapper's.
 #[inline(always)]
-fn send(transport: &mut dyn Transport, stats: &mut QpStats, octets: &[u8]) -> io::Result<usize> {
+fn send(transport: &mut ConnTransport, stats: &mut QpStats, octets: &[u8]) -> io::Result<usize> {
     stats.tx_syscalls += 1;
-    let r = transport.send(octets);
+    let r = transport.send_polled(octets);
     stats.sent(&r);
     r
 }

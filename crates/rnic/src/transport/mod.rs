@@ -51,7 +51,6 @@ use polled::PolledTransport;
 use std::io;
 use std::net::Shutdown;
 use std::ops::{Deref, DerefMut};
-use std::os::fd::RawFd;
 
 /// A connection's byte stream, non-blocking, as the QP drives it.
 ///
@@ -116,13 +115,6 @@ pub(crate) trait Transport: mio::event::Source + Send {
     fn stall_report(&self) -> String {
         String::new()
     }
-
-    /// The kernel socket whose `recv(2)` [`Transport::read`] is, if it is nothing more
-    /// (the kernel TCP transport): a wrapper may then read it itself, without a call
-    /// through this trait. By default none.
-    fn kernel_socket(&self) -> Option<RawFd> {
-        None
-    }
 }
 
 /// A QP's transport as its connection holds it: the polled transport by itself (a
@@ -142,6 +134,16 @@ impl ConnTransport {
         match self {
             ConnTransport::Polled(p) => p.read_inline(buf),
             ConnTransport::Wrapped(t) => t.read(buf),
+        }
+    }
+
+    /// [`Transport::send`], called directly when the transport is the polled one: a
+    /// single post's send (docs/ARCHITECTURE.md, "Session 26").
+    #[inline(always)]
+    pub(crate) fn send_polled(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            ConnTransport::Polled(p) => p.send_inline(buf),
+            ConnTransport::Wrapped(t) => t.send(buf),
         }
     }
 

@@ -10,36 +10,65 @@
 //! read goes to the kernel.
 //!
 //! Over the kernel TCP transport it makes the plain reads (`recv(2)`, the spin's every
-//! read) on the socket itself, without a second call through the [`Transport`] trait.
+//! read) and the plain sends (a single post's `send(2)`) on the socket itself, without
+//! a second call through the [`Transport`] trait.
 
 use super::Transport;
+use super::socket::SocketTransport;
 use crate::cpu_share::{IdleYield, Spinner};
 use crate::region::RegionSlice;
 use crate::sys::socket::IoVecs;
 use std::cell::RefCell;
 use std::io;
 use std::net::Shutdown;
-use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A transport whose empty reads a polling consumer skips (see the module notes).
 pub(crate) struct PolledTransport {
-    inner: Box<dyn Transport>,
+    inner: Inner,
     /// A polling consumer owns the socket (changed under the QP's lock, as the reads
     /// are made).
     claimed: Arc<AtomicBool>,
     /// The last read was short: the kernel's queue was empty after it.
     drained: bool,
-    /// `inner`'s kernel socket, when its read is that socket's `recv(2)` and nothing
-    /// more ([`Transport::kernel_socket`]); open while `inner` is.
-    sock: Option<RawFd>,
+}
+
+/// What the polled transport reads from and sends to: the kernel socket itself (its
+/// reads and plain sends then made without a dynamic call), or any other transport.
+enum Inner {
+    Socket(SocketTransport),
+    Other(Box<dyn Transport>),
+}
+
+impl Inner {
+    fn get(&self) -> &dyn Transport {
+        match self {
+            Inner::Socket(s) => s,
+            Inner::Other(t) => &**t,
+        }
+    }
+
+    fn get_mut(&mut self) -> &mut dyn Transport {
+        match self {
+            Inner::Socket(s) => s,
+            Inner::Other(t) => &mut **t,
+        }
+    }
 }
 
 impl PolledTransport {
     pub(crate) fn new(inner: Box<dyn Transport>, claimed: Arc<AtomicBool>) -> PolledTransport {
+        PolledTransport::over(Inner::Other(inner), claimed)
+    }
+
+    /// Over a kernel socket: its reads and plain sends are made on it directly.
+    pub(crate) fn over_socket(sock: SocketTransport, claimed: Arc<AtomicBool>) -> PolledTransport {
+        PolledTransport::over(Inner::Socket(sock), claimed)
+    }
+
+    fn over(inner: Inner, claimed: Arc<AtomicBool>) -> PolledTransport {
         PolledTransport {
-            sock: inner.kernel_socket(),
             inner,
             claimed,
             drained: false,
@@ -52,12 +81,23 @@ impl PolledTransport {
         if self.skip() {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        let r = match self.sock {
-            Some(fd) => crate::sys::socket::recv(fd, buf),
-            None => self.inner.read(buf),
+        let r = match &mut self.inner {
+            Inner::Socket(s) => s.read_inline(buf),
+            Inner::Other(t) => t.read(buf),
         };
         self.note(&r, buf.len());
         r
+    }
+
+    /// [`Transport::send`], for a caller that holds this type (inlined there): over
+    /// the kernel socket, the socket's own send (its seat in the send buffer budget
+    /// applied, then `send(2)`) without a call through the trait.
+    #[inline(always)]
+    pub(crate) fn send_inline(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.inner {
+            Inner::Socket(s) => s.send_inline(buf),
+            Inner::Other(t) => t.send(buf),
+        }
     }
 
     /// [`Transport::drained`], for a caller that holds this type.
@@ -85,7 +125,7 @@ impl Transport for PolledTransport {
         if self.skip() {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        let r = self.inner.read_into(dst);
+        let r = self.inner.get_mut().read_into(dst);
         self.note(&r, dst.len());
         r
     }
@@ -95,7 +135,7 @@ impl Transport for PolledTransport {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         let offered = dst.len() + tail.len();
-        let r = self.inner.read_into_then(dst, tail);
+        let r = self.inner.get_mut().read_into_then(dst, tail);
         self.note(&r, offered);
         r
     }
@@ -123,40 +163,59 @@ impl Transport for PolledTransport {
     }
 
     fn send(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.send(buf)
+        self.send_inline(buf)
     }
 
     fn send_gather(&mut self, iov: IoVecs<'_>) -> io::Result<usize> {
-        self.inner.send_gather(iov)
+        self.inner.get_mut().send_gather(iov)
     }
 
     fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
-        self.inner.shutdown(how)
+        self.inner.get_mut().shutdown(how)
     }
 
     fn abort(&mut self) {
-        self.inner.abort();
+        self.inner.get_mut().abort();
     }
 
     fn packed_segment(&self) -> Option<usize> {
-        self.inner.packed_segment()
+        self.inner.get().packed_segment()
     }
 
     fn all_sent(&self) -> bool {
-        self.inner.all_sent()
-    }
-
-    fn kernel_socket(&self) -> Option<RawFd> {
-        // Its reads are not the socket's alone (it skips some).
-        None
+        self.inner.get().all_sent()
     }
 
     fn stall_report(&self) -> String {
         format!(
             "{} (next read skipped: {})",
-            self.inner.stall_report(),
+            self.inner.get().stall_report(),
             self.drained
         )
+    }
+}
+
+impl mio::event::Source for Inner {
+    fn register(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        interests: mio::Interest,
+    ) -> io::Result<()> {
+        self.get_mut().register(registry, token, interests)
+    }
+
+    fn reregister(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        interests: mio::Interest,
+    ) -> io::Result<()> {
+        self.get_mut().reregister(registry, token, interests)
+    }
+
+    fn deregister(&mut self, registry: &mio::Registry) -> io::Result<()> {
+        self.get_mut().deregister(registry)
     }
 }
 

@@ -1,32 +1,46 @@
 //! The polled transport over a real kernel socket: its reads made on the socket itself
 //! (`kernel_socket`) give what the socket's own transport gives, and keep the skip of
-//! the read after a short one while a consumer owns the socket.
+//! the read after a short one while a consumer owns the socket; its sends made on the
+//! socket itself (`send_polled`) answer as the socket's own transport does (the seat in
+//! the send buffer budget, a short send, `EAGAIN`, a failed connection).
 
 use super::PolledTransport;
 use crate::socket_buffers::SocketBuffers;
+use crate::transport::ConnTransport;
 use crate::transport::socket::SocketTransport;
-use crate::transport::{ConnTransport, Transport};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 fn pair(claimed: bool) -> (ConnTransport, TcpStream, RawFd) {
+    pair_in(
+        claimed,
+        true,
+        &SocketBuffers::new(0, crate::SameHostTcp::System),
+    )
+}
+
+/// A polled transport over a kernel socket and the socket's peer: `direct`, holding
+/// the socket itself (as a connection does); otherwise holding it as any other
+/// transport, boxed (as under a recording or fault plan: every call through the trait).
+fn pair_in(
+    claimed: bool,
+    direct: bool,
+    buffers: &Arc<SocketBuffers>,
+) -> (ConnTransport, TcpStream, RawFd) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (b, _) = l.accept().unwrap();
-    let buffers = SocketBuffers::new(0, crate::SameHostTcp::System);
-    let sock = SocketTransport::new(a, &buffers).unwrap();
-    let fd = sock
-        .kernel_socket()
-        .expect("a kernel socket's read is its recv(2)");
-    let polled = PolledTransport::new(Box::new(sock), Arc::new(AtomicBool::new(claimed)));
-    assert_eq!(
-        polled.kernel_socket(),
-        None,
-        "the polled transport skips reads"
-    );
+    let sock = SocketTransport::new(a, buffers).unwrap();
+    let fd = sock.fd();
+    let claimed = Arc::new(AtomicBool::new(claimed));
+    let polled = if direct {
+        PolledTransport::over_socket(sock, claimed)
+    } else {
+        PolledTransport::new(Box::new(sock), claimed)
+    };
     (ConnTransport::Polled(polled), b, fd)
 }
 
@@ -102,4 +116,126 @@ fn an_engine_owned_socket_read_directly_is_never_skipped() {
     let mut buf = [0u8; 8];
     let e = t.read_polled(&mut buf).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
+}
+
+/// A single post's send (`send_polled`) on a transport from [`pair_in`]: the socket's
+/// own `send(2)` when `direct`, else through the boxed socket transport.
+fn send(t: &mut ConnTransport, octets: &[u8]) -> io::Result<usize> {
+    t.send_polled(octets)
+}
+
+fn pair_sending(direct: bool) -> (ConnTransport, TcpStream, RawFd) {
+    pair_in(
+        true,
+        direct,
+        &SocketBuffers::new(0, crate::SameHostTcp::System),
+    )
+}
+
+fn send_buffer(fd: RawFd) -> libc::c_int {
+    let mut v: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid socket fd and a correctly sized out-parameter pair.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0);
+    v
+}
+
+#[test]
+fn a_direct_send_takes_the_sockets_share_of_the_budget_as_the_wrappers_does() {
+    for direct in [false, true] {
+        // 1 MiB for all: alone, the socket has all of it; with 15 more, 64 KiB.
+        let buffers = SocketBuffers::new(1 << 20, crate::SameHostTcp::System);
+        let (mut t, mut peer, fd) = pair_in(true, direct, &buffers);
+        let others: Vec<_> = (0..15).map(|_| buffers.join()).collect();
+        assert_eq!(send_buffer(fd), 2 << 20, "nothing changes before a send");
+        assert_eq!(send(&mut t, b"x").unwrap(), 1);
+        // Linux doubles what it is given, for its bookkeeping.
+        assert_eq!(
+            send_buffer(fd),
+            2 * crate::socket_buffers::MIN_SHARE as libc::c_int,
+            "direct: {direct}"
+        );
+        drop(others);
+        let mut got = [0u8; 1];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"x");
+    }
+}
+
+/// The octet at `pos` of the stream the full-socket test sends.
+fn octet(pos: usize) -> u8 {
+    (pos % 251) as u8
+}
+
+#[test]
+fn a_direct_send_to_a_full_socket_is_short_then_would_block_as_the_wrappers_is() {
+    const CHUNK: usize = 64 << 10;
+    for direct in [false, true] {
+        let (mut t, mut peer, fd) = pair_sending(direct);
+        crate::sys::socket::set_send_buffer(fd, 16 << 10);
+        // The peer reads nothing: sends fill its window and this side's buffer.
+        let mut sent = 0usize;
+        let mut short = 0;
+        let e = loop {
+            assert!(sent < 256 << 20, "never full (direct: {direct})");
+            let chunk: Vec<u8> = (sent..sent + CHUNK).map(octet).collect();
+            match send(&mut t, &chunk) {
+                Ok(n) => {
+                    assert!(n > 0, "a send to an open socket takes something or blocks");
+                    if n < CHUNK {
+                        short += 1;
+                    }
+                    sent += n;
+                }
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "direct: {direct}");
+        assert!(
+            short > 0,
+            "the socket filled without a short send (direct: {direct})"
+        );
+        // Everything a send said it took arrives, in order, and nothing else.
+        let mut got = vec![0u8; sent];
+        peer.read_exact(&mut got).unwrap();
+        assert!(
+            got.iter().enumerate().all(|(i, &b)| b == octet(i)),
+            "direct: {direct}"
+        );
+        drop(t);
+        let mut rest = Vec::new();
+        peer.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "direct: {direct}");
+    }
+}
+
+#[test]
+fn a_direct_send_to_a_reset_connection_fails_as_the_wrappers_does() {
+    let mut errors = Vec::new();
+    for direct in [false, true] {
+        let (mut t, peer, fd) = pair_sending(direct);
+        crate::sys::socket::set_linger_zero(peer.as_raw_fd());
+        drop(peer);
+        // The RST arrived once the socket reports it (readable, with its error).
+        readable(fd);
+        let e = send(&mut t, b"hello").unwrap_err();
+        // No SIGPIPE either (`MSG_NOSIGNAL`): the test process is still here.
+        let again = send(&mut t, b"hello").unwrap_err();
+        errors.push((e.raw_os_error(), again.raw_os_error()));
+    }
+    assert_eq!(
+        errors[0],
+        (Some(libc::ECONNRESET), Some(libc::EPIPE)),
+        "the wrapper's"
+    );
+    assert_eq!(errors[1], errors[0], "the direct send's");
 }

@@ -1,6 +1,7 @@
 //! Kernel TCP under a QP: a non-blocking mio socket.
 
 use super::Transport;
+use super::polled::PolledTransport;
 use super::stream::ConnStream;
 use crate::region::RegionSlice;
 use crate::socket_buffers::{Seat, SocketBuffers};
@@ -10,6 +11,7 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 /// A connected kernel TCP socket.
@@ -45,16 +47,34 @@ impl SocketTransport {
     }
 }
 
-impl Transport for SocketTransport {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        // `recv(2)` as std makes it, without glibc's cancellation-point wrapper
-        // (`sys::socket::recv`): this is the busy-polling consumer's every spin.
-        // (`kernel_socket` below promises that this is all a read is.)
+impl SocketTransport {
+    /// [`Transport::read`], for a caller that holds this type (the polled transport):
+    /// `recv(2)` as std makes it, without glibc's cancellation-point wrapper
+    /// (`sys::socket::recv`): this is the busy-polling consumer's every spin.
+    #[inline]
+    pub(crate) fn read_inline(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         sys::socket::recv(self.sock.as_raw_fd(), buf)
     }
 
-    fn kernel_socket(&self) -> Option<std::os::fd::RawFd> {
-        Some(self.sock.as_raw_fd())
+    /// [`Transport::send`], for a caller that holds this type (a single post through
+    /// the polled transport): the socket's share of the send buffer budget applied,
+    /// then `send(2)`.
+    #[inline(always)]
+    pub(crate) fn send_inline(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.seat.apply(self.sock.as_raw_fd());
+        sys::socket::send(self.sock.as_raw_fd(), buf)
+    }
+
+    /// The socket's descriptor (for tests that wait on it).
+    #[cfg(test)]
+    pub(crate) fn fd(&self) -> std::os::fd::RawFd {
+        self.sock.as_raw_fd()
+    }
+}
+
+impl Transport for SocketTransport {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_inline(buf)
     }
 
     fn read_into(&mut self, dst: &RegionSlice<'_>) -> io::Result<usize> {
@@ -66,8 +86,7 @@ impl Transport for SocketTransport {
     }
 
     fn send(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.seat.apply(self.sock.as_raw_fd());
-        sys::socket::send(self.sock.as_raw_fd(), buf)
+        self.send_inline(buf)
     }
 
     fn send_gather(&mut self, iov: IoVecs<'_>) -> io::Result<usize> {
@@ -160,10 +179,33 @@ impl ConnStream for KernelStream {
         keepalive: Duration,
         buffers: &Arc<SocketBuffers>,
     ) -> io::Result<Box<dyn Transport>> {
+        Ok(Box::new((*self).into_socket(keepalive, buffers)?))
+    }
+
+    fn into_polled(
+        self: Box<Self>,
+        keepalive: Duration,
+        buffers: &Arc<SocketBuffers>,
+        claimed: Arc<AtomicBool>,
+    ) -> io::Result<PolledTransport> {
+        Ok(PolledTransport::over_socket(
+            (*self).into_socket(keepalive, buffers)?,
+            claimed,
+        ))
+    }
+}
+
+impl KernelStream {
+    /// The stream in RDMA mode ([`ConnStream::into_transport`]) as its own type.
+    fn into_socket(
+        self,
+        keepalive: Duration,
+        buffers: &Arc<SocketBuffers>,
+    ) -> io::Result<SocketTransport> {
         sys::socket::set_keepalive(self.0.as_raw_fd(), keepalive);
         self.0.set_read_timeout(None)?;
         self.0.set_write_timeout(None)?;
-        Ok(Box::new(SocketTransport::new(self.0, buffers)?))
+        SocketTransport::new(self.0, buffers)
     }
 }
 

@@ -5,10 +5,12 @@
 //! the octets.
 
 use super::Transport;
+use super::polled::PolledTransport;
 use crate::socket_buffers::SocketBuffers;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 /// A connected stream in streaming mode, as the connection manager drives it.
@@ -51,6 +53,21 @@ pub(crate) trait ConnStream: Send + std::fmt::Debug {
         keepalive: Duration,
         buffers: &Arc<SocketBuffers>,
     ) -> io::Result<Box<dyn Transport>>;
+
+    /// [`ConnStream::into_transport`] under a [`PolledTransport`] whose consumer claims
+    /// it through `claimed`. A kernel socket is held by it as such (its reads and sends
+    /// then made without a dynamic call); by default the transport is boxed.
+    fn into_polled(
+        self: Box<Self>,
+        keepalive: Duration,
+        buffers: &Arc<SocketBuffers>,
+        claimed: Arc<AtomicBool>,
+    ) -> io::Result<PolledTransport> {
+        Ok(PolledTransport::new(
+            self.into_transport(keepalive, buffers)?,
+            claimed,
+        ))
+    }
 }
 
 /// A [`ConnStream`] seen as `io::Read` whose every read ends by one deadline, for the
