@@ -65,7 +65,7 @@ fn a_poll_that_finds_a_qps_lock_held_yields_the_cpu() {
     assert_eq!(cq.poll(&mut out), 0);
     assert_eq!(cq.shared.polls().yields(), 0, "nobody holds the QP");
 
-    let held = qp.shared.inner.lock().unwrap();
+    let held = qp.shared.lock().unwrap();
     assert_eq!(cq.poll(&mut out), 0);
     assert_eq!(
         cq.shared.polls().yields(),

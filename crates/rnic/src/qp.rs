@@ -140,6 +140,14 @@ pub(crate) struct QpInner {
     claimed_dev: Option<Arc<Shared>>,
     /// The state last reported to tracing.
     traced_state: QpState,
+    /// The consumer's quiet mark: the last holder of the lock was a claimed consumer's
+    /// drive whose read found the stream empty, after checking that the QP is claimed
+    /// and in RTS, has nothing queued or unsent, no close timer and no close under way
+    /// (`QpShared::claimed_pass`). Nothing but such drives has held the lock since:
+    /// every other taker clears it ([`QpShared::lock`]). While it is set, the next
+    /// drive goes straight to the read (`QpShared::consumer_progress`), since every
+    /// answer those checks gave still holds.
+    quiet_claimed: bool,
 }
 
 pub(crate) struct QpShared {
@@ -150,7 +158,9 @@ pub(crate) struct QpShared {
     recv_cq: Arc<CqShared>,
     /// The shared receive queue its receive buffers come from, if any.
     pub(crate) srq: Option<Arc<SrqShared>>,
-    pub(crate) inner: Mutex<QpInner>,
+    /// Taken through [`QpShared::lock`], which clears the consumer's quiet mark, by
+    /// everyone but a consumer's drive (`QpShared::consumer_progress`).
+    inner: Mutex<QpInner>,
     /// The engine serving the socket: chosen when the connection is attached, by the
     /// receive CQ's vector, and changed (under the QP lock) when that CQ moves.
     engine: AtomicUsize,
@@ -204,6 +214,7 @@ impl QpShared {
                 owner: Owner::new(),
                 claimed_dev: None,
                 traced_state: QpState::Idle,
+                quiet_claimed: false,
             }),
             engine: AtomicUsize::new(0),
             claimed: Arc::new(AtomicBool::new(false)),
@@ -273,9 +284,13 @@ impl QpShared {
         Ok(())
     }
 
+    /// The QP's lock, for anything but a consumer's drive: whatever the taker changes,
+    /// the consumer's next drive makes its checks again (`QpInner::quiet_claimed`).
     #[inline]
     pub(crate) fn lock(&self) -> Result<std::sync::MutexGuard<'_, QpInner>> {
-        Ok(self.inner.lock()?)
+        let mut g = self.inner.lock()?;
+        g.quiet_claimed = false;
+        Ok(g)
     }
 
     /// Connects the QP to an established MPA stream: parameters, leftover octets that

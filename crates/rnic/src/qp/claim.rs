@@ -6,6 +6,7 @@ use super::{QpInner, QpShared};
 use crate::cq_direct::Direct;
 use crate::device::Shared;
 use crate::handoff::Action;
+use crate::receive::Quick;
 use softrnic_proto::QpState;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -36,10 +37,35 @@ impl QpShared {
         let Ok(mut g) = self.inner.try_lock() else {
             return None;
         };
+        // The general drive, unless the quiet mark (`QpInner::quiet_claimed`) is set:
+        // only consumers' drives have held the lock since one found the QP claimed,
+        // working and quiet, so the answers its checks gave stand. The general drive
+        // of such a QP sets the mark and leaves it the claimed read.
+        if !g.quiet_claimed || engine_reads {
+            let Some(dev) = self.pass_dev(&mut g) else {
+                return Some(false);
+            };
+            let done = self.consumer_pass(&mut g, &dev, ready, engine_reads);
+            let spare = self.end_pass(&mut g, dev);
+            if let Some(moved) = done {
+                // The lock first: the device must never be dropped under it.
+                drop(g);
+                drop(spare);
+                return Some(moved);
+            }
+        }
+        // The claimed read, with the device the claim keeps borrowed. An empty read
+        // leaves everything as it was, the mark too.
+        let quick = self.quiet_read(&mut g);
+        if quick == Some(Quick::Empty) {
+            return Some(false);
+        }
+        g.quiet_claimed = false;
         let Some(dev) = self.pass_dev(&mut g) else {
             return Some(false);
         };
-        let moved = self.consumer_pass(&mut g, &dev, ready, engine_reads, to);
+        let moved = self.after_claimed_read(&mut g, &dev, quick.unwrap_or(Quick::General), to);
+        self.release_unless_rts(&mut g, &dev);
         let spare = self.end_pass(&mut g, dev);
         // The lock first: the device must never be dropped under it.
         drop(g);
@@ -66,24 +92,28 @@ impl QpShared {
         }
     }
 
-    /// [`QpShared::consumer_progress`] under the lock.
+    /// [`QpShared::consumer_progress`]'s general drive, under the lock: whether
+    /// anything moved, or `None` when the QP is claimed, in RTS and quiet, with no
+    /// close timer and no close under way: the quiet mark is then set and the claimed
+    /// read (`receive::receive_claimed`) is the caller's to make.
     fn consumer_pass(
         self: &Arc<Self>,
         g: &mut QpInner,
         dev: &Shared,
         ready: bool,
         engine_reads: bool,
-        to: Option<&mut Direct<'_>>,
-    ) -> bool {
+    ) -> Option<bool> {
         if engine_reads {
             if g.owner.is_claimed() {
                 self.release(g, dev);
             }
             let queued =
                 g.core.send_queue_len() > 0 || g.conn.as_ref().is_some_and(|c| !c.tx.is_flushed());
-            return queued
-                && !self.waits_for_room(g, Pass::TransmitOnly)
-                && self.progress_pass(g, dev, Pass::TransmitOnly);
+            return Some(
+                queued
+                    && !self.waits_for_room(g, Pass::TransmitOnly)
+                    && self.progress_pass(g, dev, Pass::TransmitOnly),
+            );
         }
         if let Action::Claim(at) = g.owner.on_consumer_drive(ready, crate::engine::now) {
             self.claim(g, dev, at);
@@ -96,17 +126,26 @@ impl QpShared {
             g.core.send_queue_len() == 0 && g.conn.as_ref().is_some_and(|c| c.tx.is_flushed());
         let moved = if !quiet {
             self.progress_pass(g, dev, Pass::Full)
-        } else if g.owner.is_claimed() {
+        } else if g.owner.is_claimed() && self.claimed_read_applies(g) {
             // The socket is this consumer's: a small message's receive in one pass.
-            self.claimed_pass(g, dev, to)
+            g.quiet_claimed = true;
+            return None;
         } else {
+            // (A claimed QP with a close timer or a close under way, or out of RTS:
+            // the outcome the claimed pass would have.)
             self.progress_pass(g, dev, Pass::ReceiveFirst)
         };
+        self.release_unless_rts(g, dev);
+        Some(moved)
+    }
+
+    /// A claimed QP that left RTS (closing or failed) goes back to the engine, which
+    /// sees it through.
+    #[inline]
+    fn release_unless_rts(self: &Arc<Self>, g: &mut QpInner, dev: &Shared) {
         if g.owner.is_claimed() && g.core.state() != QpState::Rts {
-            // Closing or failed: the engine sees it through.
             self.release(g, dev);
         }
-        moved
     }
 
     /// The consumer of one of the QP's CQs is going to sleep on its events: the engine
@@ -115,7 +154,7 @@ impl QpShared {
         if !self.claimed.load(Ordering::Acquire) {
             return;
         }
-        if let Ok(mut g) = self.inner.lock()
+        if let Ok(mut g) = self.lock()
             && g.owner.on_arm() == Action::Release
         {
             self.release(&mut g, dev);
@@ -133,7 +172,7 @@ impl QpShared {
             return;
         }
         crate::chaos::point();
-        if let Ok(mut g) = self.inner.lock()
+        if let Ok(mut g) = self.lock()
             && !g.owner.is_claimed()
             && self.engine() == engine
         {
@@ -147,7 +186,7 @@ impl QpShared {
     /// and ended once it has stopped. `count` is called first, unless the QP has moved
     /// to another engine since the timer was taken (the move armed its timers there).
     pub(crate) fn on_timer(self: &Arc<Self>, dev: &Shared, engine: usize, count: impl FnOnce()) {
-        let Ok(mut g) = self.inner.lock() else {
+        let Ok(mut g) = self.lock() else {
             return;
         };
         if self.engine() != engine {
@@ -241,6 +280,7 @@ impl QpShared {
     /// at once if it is ready.
     pub(super) fn release(self: &Arc<Self>, g: &mut QpInner, dev: &Shared) {
         g.owner.released();
+        g.quiet_claimed = false;
         // Never the last reference: the caller's `dev` is another.
         drop(g.claimed_dev.take());
         self.claimed.store(false, Ordering::Release);

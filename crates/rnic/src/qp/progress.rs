@@ -14,7 +14,7 @@ use std::time::Duration;
 impl QpShared {
     /// Progress, waiting for the lock.
     pub(crate) fn progress(&self, dev: &Shared) {
-        if let Ok(mut g) = self.inner.lock() {
+        if let Ok(mut g) = self.lock() {
             self.progress_locked(&mut g, dev);
         }
     }
@@ -57,47 +57,57 @@ impl QpShared {
         moved
     }
 
-    /// A claimed consumer's pass of a quiet QP (nothing queued to send, the socket the
-    /// consumer's): the receive in one pass (`receive::receive_claimed`) when it
-    /// applies, no close timer runs and no close is under way; otherwise, and for what
-    /// it leaves, the general pass, with the same outcome as a [`Pass::ReceiveFirst`].
-    /// With `to`, the completion a quiet receive released may go straight to the
-    /// poll's caller ([`QpShared::deliver_to`]).
-    pub(super) fn claimed_pass(
+    /// Whether a claimed, quiet QP's drive (nothing queued to send, the socket the
+    /// consumer's) may take the receive in one pass (`receive::receive_claimed`): in
+    /// RTS, no close timer runs and no close is under way. Otherwise a
+    /// [`Pass::ReceiveFirst`] has the same outcome. These answers, with the caller's,
+    /// are what the consumer's quiet mark keeps (`QpInner::quiet_claimed`).
+    #[inline]
+    pub(super) fn claimed_read_applies(&self, g: &QpInner) -> bool {
+        g.core.state() == QpState::Rts && g.core.poll_timeout().is_none() && !g.core.is_closing()
+    }
+
+    /// The claimed read of a QP with its quiet mark set, with the device the claim
+    /// keeps (borrowed, not moved out). `None` if the QP holds no connection or device
+    /// (it cannot while marked and claimed: the general pass then runs).
+    #[inline]
+    pub(super) fn quiet_read(&self, g: &mut QpInner) -> Option<Quick> {
+        let QpInner {
+            core,
+            conn,
+            stats,
+            staging,
+            claimed_dev,
+            ..
+        } = g;
+        let (Some(conn), Some(dev)) = (conn.as_mut(), claimed_dev.as_deref()) else {
+            return None;
+        };
+        Some(receive_claimed(
+            Driven {
+                qp: self.id,
+                engine: self.engine(),
+            },
+            core,
+            conn,
+            stats,
+            staging,
+            dev,
+            self.srq.as_deref(),
+        ))
+    }
+
+    /// The rest of a claimed drive after its read ([`QpShared::quiet_read`]), by what
+    /// the read did: with `to`, the completion a quiet receive released may go
+    /// straight to the poll's caller ([`QpShared::deliver_to`]).
+    pub(super) fn after_claimed_read(
         &self,
         g: &mut QpInner,
         dev: &Shared,
+        quick: Quick,
         to: Option<&mut Direct<'_>>,
     ) -> bool {
-        if g.core.poll_timeout().is_some() || g.core.is_closing() {
-            return self.progress_pass(g, dev, Pass::ReceiveFirst);
-        }
-        let quick = {
-            let QpInner {
-                core,
-                conn,
-                stats,
-                staging,
-                ..
-            } = g;
-            match conn.as_mut() {
-                Some(conn) => receive_claimed(
-                    Driven {
-                        qp: self.id,
-                        engine: self.engine(),
-                    },
-                    core,
-                    conn,
-                    stats,
-                    staging,
-                    dev,
-                    self.srq.as_deref(),
-                ),
-                None => Quick::General,
-            }
-        };
         match quick {
-            // As the general pass's empty poll: nothing to close, arm or deliver.
             Quick::Empty => false,
             // Nothing to send, no close under way, the timer as armed (a placed Write,
             // a received Send): what `after_receive` would do comes down to

@@ -310,7 +310,7 @@ impl Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         if let Some(dev) = self.shared.dev.upgrade() {
-            if let Ok(mut g) = self.shared.inner.lock()
+            if let Ok(mut g) = self.shared.lock()
                 && let Some(c) = g.conn.take()
             {
                 // Destroying a connected QP is an abortive close: RST.
