@@ -148,6 +148,33 @@ pub(crate) struct QpInner {
     /// drive goes straight to the read (`QpShared::consumer_progress`), since every
     /// answer those checks gave still holds.
     quiet_claimed: bool,
+    /// Tests: the mark is never set (every drive takes the general path), and the
+    /// drives that went straight to the read.
+    #[cfg(test)]
+    pub(crate) test_no_quiet_mark: bool,
+    #[cfg(test)]
+    pub(crate) test_marked_drives: u64,
+}
+
+impl QpInner {
+    /// Sets the consumer's quiet mark (`QpShared::consumer_pass` checked its inputs).
+    #[inline]
+    fn mark_quiet(&mut self) {
+        #[cfg(test)]
+        if self.test_no_quiet_mark {
+            return;
+        }
+        self.quiet_claimed = true;
+    }
+
+    /// A drive found the mark set and went straight to the read (tests count them).
+    #[inline]
+    fn marked_drive(&mut self) {
+        #[cfg(test)]
+        {
+            self.test_marked_drives += 1;
+        }
+    }
 }
 
 pub(crate) struct QpShared {
@@ -215,6 +242,10 @@ impl QpShared {
                 claimed_dev: None,
                 traced_state: QpState::Idle,
                 quiet_claimed: false,
+                #[cfg(test)]
+                test_no_quiet_mark: false,
+                #[cfg(test)]
+                test_marked_drives: 0,
             }),
             engine: AtomicUsize::new(0),
             claimed: Arc::new(AtomicBool::new(false)),
@@ -353,3 +384,7 @@ impl QpShared {
         Ok(())
     }
 }
+
+#[cfg(all(test, not(loom)))]
+#[path = "qp/quiet_mark_tests.rs"]
+mod quiet_mark_tests;

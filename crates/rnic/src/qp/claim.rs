@@ -53,6 +53,8 @@ impl QpShared {
                 drop(spare);
                 return Some(moved);
             }
+        } else {
+            g.marked_drive();
         }
         // The claimed read, with the device the claim keeps borrowed. An empty read
         // leaves everything as it was, the mark too.
@@ -128,7 +130,7 @@ impl QpShared {
             self.progress_pass(g, dev, Pass::Full)
         } else if g.owner.is_claimed() && self.claimed_read_applies(g) {
             // The socket is this consumer's: a small message's receive in one pass.
-            g.quiet_claimed = true;
+            g.mark_quiet();
             return None;
         } else {
             // (A claimed QP with a close timer or a close under way, or out of RTS:

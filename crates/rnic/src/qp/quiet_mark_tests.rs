@@ -1,0 +1,354 @@
+//! The consumer's quiet mark (`QpInner::quiet_claimed`): twin pairs driven alike over
+//! seeded mixes of everything that must clear it (Sends, Writes, Reads in both
+//! directions, the receiver's own posts between its polls, a second QP joining its CQ
+//! and leaving, an arm that releases the claim, then a close or a peer's Terminate),
+//! one twin whose drives go straight to the read while the mark holds, the other with
+//! the mark never set (every drive general): the same completions in the same order
+//! on both ends, the same octets. A second consumer thread polling the same CQ while
+//! the mark is in use gets each completion exactly once, its share in order.
+
+use crate::handoff::CLAIM_AFTER;
+use crate::{
+    Access, Completion, Cq, Device, DeviceConfig, Mr, Pd, Qp, QpInit, QpState, RecvWr, SendOp,
+    SendWr, WcOpcode, WcStatus,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const SEND: SendOp = SendOp::Send {
+    solicited: false,
+    invalidate: None,
+};
+const SLOT: usize = 64;
+const SLOTS: usize = 32;
+/// Spins without the awaited completions after which a test fails (a count, no clock).
+const SPINS: u64 = 20_000_000;
+
+type Log = Vec<(u64, WcOpcode, WcStatus, u32)>;
+
+struct End {
+    dev: Device,
+    pd: Pd,
+    cq: Cq,
+    qp: Qp,
+    /// Receive slots, then a target for Writes and a source for Reads.
+    mr: Mr,
+}
+
+impl End {
+    fn new(marked: bool) -> End {
+        let dev = Device::open(DeviceConfig::default()).unwrap();
+        let pd = dev.alloc_pd();
+        let cq = dev.create_cq(256).unwrap();
+        let qp = dev.create_qp(&pd, QpInit::with_cqs(&cq, &cq, 64, 64)).unwrap();
+        unmark_if(&qp, marked);
+        let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let mr = pd.alloc_mr(2 * SLOTS * SLOT, access).unwrap();
+        End {
+            dev,
+            pd,
+            cq,
+            qp,
+            mr,
+        }
+    }
+
+    fn poll(&self, log: &mut Log) {
+        let mut out = [Completion::default(); 2];
+        let n = self.cq.poll(&mut out);
+        log.extend(out[..n].iter().map(|c| (c.wr_id, c.opcode, c.status, c.byte_len)));
+    }
+
+    /// Drives that went straight to the read so far (read under the QP's lock taken
+    /// directly, which leaves the mark as it is).
+    fn marked_drives(&self) -> u64 {
+        self.qp.shared.inner.lock().unwrap().test_marked_drives
+    }
+}
+
+/// The general twin: its QP's drives never set the mark.
+fn unmark_if(qp: &Qp, marked: bool) {
+    qp.shared.lock().unwrap().test_no_quiet_mark = !marked;
+}
+
+fn connect(a: &End, b: &End) {
+    let listener = b.dev.listen("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::scope(|s| {
+        let h = s.spawn(|| listener.accept().unwrap().accept(&b.qp, b"").unwrap());
+        a.dev.connect(addr, &a.qp, b"").unwrap();
+        h.join().unwrap();
+    });
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Polls both ends until each has logged `na` and `nb` completions.
+fn spin(a: &End, b: &End, na: usize, nb: usize, la: &mut Log, lb: &mut Log) {
+    let mut spins = 0u64;
+    while la.len() < na || lb.len() < nb {
+        a.poll(la);
+        b.poll(lb);
+        spins += 1;
+        assert!(spins < SPINS, "{} of {na}, {} of {nb}", la.len(), lb.len());
+    }
+}
+
+/// How a twin's run ends.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ending {
+    /// The initiator disconnects: both ends' receives are flushed.
+    Close,
+    /// The receiver writes with a bad key: the initiator answers with a Terminate,
+    /// which the receiver's claimed drive reads.
+    Terminate,
+}
+
+struct Outcome {
+    a: Log,
+    b: Log,
+    a_mem: Vec<u8>,
+    b_mem: Vec<u8>,
+    /// Drives that went straight to the read, at the initiator and the receiver.
+    marked: (u64, u64),
+}
+
+fn twin(seed: u64, marked: bool, ending: Ending) -> Outcome {
+    const ROUNDS: u64 = 240;
+    let (a, b) = (End::new(marked), End::new(marked));
+    connect(&a, &b);
+    let (mut la, mut lb) = (Log::new(), Log::new());
+    let mut next = [0u64; 2];
+    let post_recv = |e: &End, side: usize, next: &mut [u64; 2]| {
+        let s = (next[side] % SLOTS as u64) as usize;
+        e.qp.post_recv(RecvWr::new(next[side], e.mr.sge(s * SLOT, SLOT)))
+            .unwrap();
+        next[side] += 1;
+    };
+    for _ in 0..SLOTS {
+        post_recv(&a, 0, &mut next);
+        post_recv(&b, 1, &mut next);
+    }
+    // Both consumers poll until they hold their sockets (and set the mark).
+    for _ in 0..2 * CLAIM_AFTER {
+        a.poll(&mut la);
+        b.poll(&mut lb);
+    }
+    let mut extra = None;
+    let far = (SLOTS * SLOT) as u64;
+    for round in 0..ROUNDS {
+        if round == ROUNDS / 2 {
+            let q = b
+                .dev
+                .create_qp(&b.pd, QpInit::with_cqs(&b.cq, &b.cq, 4, 4))
+                .unwrap();
+            unmark_if(&q, marked);
+            extra = Some(q);
+        }
+        if round == 3 * ROUNDS / 4 {
+            extra = None;
+        }
+        let r = splitmix(seed ^ round);
+        let len = 1 + (r >> 8) as usize % 40;
+        let at = (r >> 16) % (far - 64);
+        let data: Vec<u8> = (0..len).map(|i| (r >> (i % 8)) as u8 ^ i as u8).collect();
+        a.mr.write(far as usize + 64, &data).unwrap();
+        b.mr.write(far as usize + 900, &data).unwrap();
+        let a_src = a.mr.sge(far as usize + 64, len);
+        let b_src = b.mr.sge(far as usize + 900, len);
+        let (na, nb) = (la.len(), lb.len());
+        match r % 7 {
+            0 => {
+                a.qp.post_send(SendWr::new(round, SEND, a_src)).unwrap();
+                spin(&a, &b, na + 1, nb + 1, &mut la, &mut lb);
+                post_recv(&b, 1, &mut next);
+            }
+            1 => {
+                let op = SendOp::Write {
+                    remote_addr: b.mr.addr() + far + at,
+                    rkey: b.mr.rkey(),
+                };
+                a.qp.post_send(SendWr::new(round, op, a_src)).unwrap();
+                spin(&a, &b, na + 1, nb, &mut la, &mut lb);
+            }
+            2 => {
+                let op = SendOp::Read {
+                    remote_addr: b.mr.addr() + far + at,
+                    rkey: b.mr.rkey(),
+                };
+                let sink = a.mr.sge(far as usize + 128 + (at as usize % 512), len);
+                a.qp.post_send(SendWr::new(round, op, sink)).unwrap();
+                spin(&a, &b, na + 1, nb, &mut la, &mut lb);
+            }
+            3 => {
+                // A Read the other way: the receiver asks, the initiator answers.
+                let op = SendOp::Read {
+                    remote_addr: a.mr.addr() + far + at,
+                    rkey: a.mr.rkey(),
+                };
+                let sink = b.mr.sge(far as usize + 128 + (at as usize % 512), len);
+                b.qp.post_send(SendWr::new(2000 + round, op, sink)).unwrap();
+                spin(&a, &b, na, nb + 1, &mut la, &mut lb);
+            }
+            4 => {
+                // The receiver posts between its polls, then the initiator's Send.
+                b.qp.post_send(SendWr::new(1000 + round, SEND, b_src))
+                    .unwrap();
+                a.qp.post_send(SendWr::new(round, SEND, a_src)).unwrap();
+                spin(&a, &b, na + 2, nb + 2, &mut la, &mut lb);
+                post_recv(&a, 0, &mut next);
+                post_recv(&b, 1, &mut next);
+            }
+            5 => {
+                // The receiver arms its CQ (the claim goes back to the engine), and
+                // the next completion raises the event: its polls claim again later.
+                b.cq.req_notify(false);
+                a.qp.post_send(SendWr::new(round, SEND, a_src)).unwrap();
+                spin(&a, &b, na + 1, nb + 1, &mut la, &mut lb);
+                post_recv(&b, 1, &mut next);
+            }
+            _ => {
+                // A Write the other way.
+                let op = SendOp::Write {
+                    remote_addr: a.mr.addr() + far + at,
+                    rkey: a.mr.rkey(),
+                };
+                b.qp.post_send(SendWr::new(3000 + round, op, b_src))
+                    .unwrap();
+                spin(&a, &b, na, nb + 1, &mut la, &mut lb);
+            }
+        }
+    }
+    assert_eq!(b.qp.state(), QpState::Rts);
+    let (na, nb) = (la.len() + SLOTS, lb.len() + SLOTS);
+    let nb = match ending {
+        Ending::Close => {
+            a.qp.disconnect().unwrap();
+            nb
+        }
+        Ending::Terminate => {
+            let op = SendOp::Write {
+                remote_addr: a.mr.addr(),
+                rkey: a.mr.rkey() ^ 0x5a5a_0000,
+            };
+            b.qp.post_send(SendWr::new(9999, op, b.mr.sge(0, 8)))
+                .unwrap();
+            nb + 1
+        }
+    };
+    spin(&a, &b, na, nb, &mut la, &mut lb);
+    drop(extra);
+    let mut a_mem = vec![0; a.mr.len()];
+    a.mr.read(0, &mut a_mem).unwrap();
+    let mut b_mem = vec![0; b.mr.len()];
+    b.mr.read(0, &mut b_mem).unwrap();
+    Outcome {
+        a: la,
+        b: lb,
+        a_mem,
+        b_mem,
+        marked: (a.marked_drives(), b.marked_drives()),
+    }
+}
+
+fn compare(ending: Ending) {
+    for seed in [3u64, 11, 42] {
+        let quick = twin(seed, true, ending);
+        let general = twin(seed, false, ending);
+        assert_eq!(quick.b, general.b, "seed {seed}: the receiver's completions");
+        assert_eq!(quick.a, general.a, "seed {seed}: the initiator's");
+        assert!(quick.a_mem == general.a_mem, "seed {seed}: octets at the initiator");
+        assert!(quick.b_mem == general.b_mem, "seed {seed}: octets at the receiver");
+        assert_eq!(general.marked, (0, 0), "seed {seed}");
+        assert!(
+            quick.marked.0 > 0 && quick.marked.1 > 0,
+            "seed {seed}: drives straight to the read {:?}",
+            quick.marked
+        );
+        let errors = |l: &Log| l.iter().filter(|c| c.2 != WcStatus::Success).count();
+        assert!(errors(&quick.b) >= SLOTS, "seed {seed}: the receiver's flushes");
+        assert!(errors(&quick.a) >= SLOTS, "seed {seed}: the initiator's flushes");
+    }
+}
+
+#[test]
+fn drives_straight_to_the_read_end_as_the_general_ones_through_a_close() {
+    compare(Ending::Close);
+}
+
+#[test]
+fn drives_straight_to_the_read_end_as_the_general_ones_through_a_terminate() {
+    compare(Ending::Terminate);
+}
+
+/// Two threads poll the receiver's one CQ while Sends and Writes arrive, the mark in
+/// use: each receive completes exactly once, each thread's share in order.
+#[test]
+fn a_second_consumer_with_the_mark_gets_no_completion_twice() {
+    let (a, b) = (End::new(true), End::new(true));
+    connect(&a, &b);
+    for s in 0..SLOTS as u64 {
+        let at = (s as usize % SLOTS) * SLOT;
+        b.qp.post_recv(RecvWr::new(s, b.mr.sge(at, SLOT))).unwrap();
+    }
+    let mut warm = Log::new();
+    for _ in 0..2 * CLAIM_AFTER {
+        b.poll(&mut warm);
+    }
+    let before = b.marked_drives();
+    let got = AtomicUsize::new(0);
+    let take = || {
+        let mut mine = Vec::new();
+        let mut out = [Completion::default(); 2];
+        let mut spins = 0u64;
+        while got.load(Ordering::Acquire) < SLOTS {
+            let n = b.cq.poll(&mut out);
+            got.fetch_add(n, Ordering::AcqRel);
+            mine.extend(out[..n].iter().map(|c| c.wr_id));
+            spins += 1;
+            assert!(spins < SPINS, "{} of {SLOTS}", got.load(Ordering::Acquire));
+        }
+        mine
+    };
+    let far = (SLOTS * SLOT) as u64;
+    let (one, two) = std::thread::scope(|s| {
+        let one = s.spawn(take);
+        let two = s.spawn(take);
+        for w in 0..SLOTS as u64 {
+            // Each message lands while the mark holds: the pollers have gone straight
+            // to the read at least once since the last one.
+            let seen = b.marked_drives();
+            let mut spins = 0u64;
+            while b.marked_drives() == seen {
+                spins += 1;
+                assert!(spins < SPINS, "no drive went straight to the read");
+            }
+            let op = SendOp::Write {
+                remote_addr: b.mr.addr() + far + w,
+                rkey: b.mr.rkey(),
+            };
+            a.qp.post_send(SendWr::new(100 + w, op, a.mr.sge(0, 8)))
+                .unwrap();
+            a.qp.post_send(SendWr::new(w, SEND, a.mr.sge(0, 8)))
+                .unwrap();
+        }
+        let mut la = Log::new();
+        let mut spins = 0u64;
+        while la.len() < 2 * SLOTS {
+            a.poll(&mut la);
+            spins += 1;
+            assert!(spins < SPINS);
+        }
+        (one.join().unwrap(), two.join().unwrap())
+    });
+    assert!(one.is_sorted() && two.is_sorted(), "{one:?} {two:?}");
+    let mut all: Vec<u64> = one.iter().chain(&two).copied().collect();
+    all.sort();
+    assert_eq!(all, (0..SLOTS as u64).collect::<Vec<_>>());
+    assert!(warm.is_empty());
+    assert!(b.marked_drives() >= before + SLOTS as u64);
+}
