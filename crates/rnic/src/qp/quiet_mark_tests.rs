@@ -20,8 +20,10 @@ const SEND: SendOp = SendOp::Send {
 };
 const SLOT: usize = 64;
 const SLOTS: usize = 32;
-/// Spins without the awaited completions after which a test fails (a count, no clock).
-const SPINS: u64 = 20_000_000;
+/// Spins without the awaited completions after which a test fails (a count, no clock;
+/// far more than any step here takes, far fewer than a close left to the engine's close
+/// timer).
+const SPINS: u64 = 2_000_000;
 
 type Log = Vec<(u64, WcOpcode, WcStatus, u32)>;
 
@@ -39,7 +41,9 @@ impl End {
         let dev = Device::open(DeviceConfig::default()).unwrap();
         let pd = dev.alloc_pd();
         let cq = dev.create_cq(256).unwrap();
-        let qp = dev.create_qp(&pd, QpInit::with_cqs(&cq, &cq, 64, 64)).unwrap();
+        let qp = dev
+            .create_qp(&pd, QpInit::with_cqs(&cq, &cq, 64, 64))
+            .unwrap();
         unmark_if(&qp, marked);
         let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
         let mr = pd.alloc_mr(2 * SLOTS * SLOT, access).unwrap();
@@ -55,7 +59,11 @@ impl End {
     fn poll(&self, log: &mut Log) {
         let mut out = [Completion::default(); 2];
         let n = self.cq.poll(&mut out);
-        log.extend(out[..n].iter().map(|c| (c.wr_id, c.opcode, c.status, c.byte_len)));
+        log.extend(
+            out[..n]
+                .iter()
+                .map(|c| (c.wr_id, c.opcode, c.status, c.byte_len)),
+        );
     }
 
     /// Drives that went straight to the read so far (read under the QP's lock taken
@@ -155,6 +163,9 @@ fn twin(seed: u64, marked: bool, ending: Ending) -> Outcome {
         let r = splitmix(seed ^ round);
         let len = 1 + (r >> 8) as usize % 40;
         let at = (r >> 16) % (far - 64);
+        // Writes land where nothing else writes (a sender's Write completes before the
+        // target places it): above the sources and the Read sinks.
+        let written = far + 1024 + at % (far - 1024 - 64);
         let data: Vec<u8> = (0..len).map(|i| (r >> (i % 8)) as u8 ^ i as u8).collect();
         a.mr.write(far as usize + 64, &data).unwrap();
         b.mr.write(far as usize + 900, &data).unwrap();
@@ -169,7 +180,7 @@ fn twin(seed: u64, marked: bool, ending: Ending) -> Outcome {
             }
             1 => {
                 let op = SendOp::Write {
-                    remote_addr: b.mr.addr() + far + at,
+                    remote_addr: b.mr.addr() + written,
                     rkey: b.mr.rkey(),
                 };
                 a.qp.post_send(SendWr::new(round, op, a_src)).unwrap();
@@ -214,7 +225,7 @@ fn twin(seed: u64, marked: bool, ending: Ending) -> Outcome {
             _ => {
                 // A Write the other way.
                 let op = SendOp::Write {
-                    remote_addr: a.mr.addr() + far + at,
+                    remote_addr: a.mr.addr() + written,
                     rkey: a.mr.rkey(),
                 };
                 b.qp.post_send(SendWr::new(3000 + round, op, b_src))
@@ -224,6 +235,16 @@ fn twin(seed: u64, marked: bool, ending: Ending) -> Outcome {
         }
     }
     assert_eq!(b.qp.state(), QpState::Rts);
+    // The ending's post or close comes while both ends' marks hold (when the twin
+    // sets them): it must clear them, or the drives skip the close.
+    let seen = (a.marked_drives(), b.marked_drives());
+    let mut spins = 0u64;
+    while marked && (a.marked_drives() == seen.0 || b.marked_drives() == seen.1) {
+        a.poll(&mut la);
+        b.poll(&mut lb);
+        spins += 1;
+        assert!(spins < SPINS, "no drive went straight to the read");
+    }
     let (na, nb) = (la.len() + SLOTS, lb.len() + SLOTS);
     let nb = match ending {
         Ending::Close => {
@@ -255,14 +276,34 @@ fn twin(seed: u64, marked: bool, ending: Ending) -> Outcome {
     }
 }
 
+/// A log split by queue: the send queue's completions, then the receive queue's, each
+/// in its order (a QP orders each queue's completions, not the two queues' together).
+fn by_queue(l: &Log) -> (Log, Log) {
+    l.iter().partition(|c| c.1 != WcOpcode::Recv)
+}
+
 fn compare(ending: Ending) {
     for seed in [3u64, 11, 42] {
         let quick = twin(seed, true, ending);
         let general = twin(seed, false, ending);
-        assert_eq!(quick.b, general.b, "seed {seed}: the receiver's completions");
-        assert_eq!(quick.a, general.a, "seed {seed}: the initiator's");
-        assert!(quick.a_mem == general.a_mem, "seed {seed}: octets at the initiator");
-        assert!(quick.b_mem == general.b_mem, "seed {seed}: octets at the receiver");
+        assert_eq!(
+            by_queue(&quick.b),
+            by_queue(&general.b),
+            "seed {seed}: the receiver's completions"
+        );
+        assert_eq!(
+            by_queue(&quick.a),
+            by_queue(&general.a),
+            "seed {seed}: the initiator's"
+        );
+        assert!(
+            quick.a_mem == general.a_mem,
+            "seed {seed}: octets at the initiator"
+        );
+        assert!(
+            quick.b_mem == general.b_mem,
+            "seed {seed}: octets at the receiver"
+        );
         assert_eq!(general.marked, (0, 0), "seed {seed}");
         assert!(
             quick.marked.0 > 0 && quick.marked.1 > 0,
@@ -270,8 +311,14 @@ fn compare(ending: Ending) {
             quick.marked
         );
         let errors = |l: &Log| l.iter().filter(|c| c.2 != WcStatus::Success).count();
-        assert!(errors(&quick.b) >= SLOTS, "seed {seed}: the receiver's flushes");
-        assert!(errors(&quick.a) >= SLOTS, "seed {seed}: the initiator's flushes");
+        assert!(
+            errors(&quick.b) >= SLOTS,
+            "seed {seed}: the receiver's flushes"
+        );
+        assert!(
+            errors(&quick.a) >= SLOTS,
+            "seed {seed}: the initiator's flushes"
+        );
     }
 }
 
@@ -324,6 +371,9 @@ fn a_second_consumer_with_the_mark_gets_no_completion_twice() {
             let seen = b.marked_drives();
             let mut spins = 0u64;
             while b.marked_drives() == seen {
+                // The count is read under the QP's lock: leave the pollers the lock and
+                // the CPU between looks.
+                std::thread::yield_now();
                 spins += 1;
                 assert!(spins < SPINS, "no drive went straight to the read");
             }
