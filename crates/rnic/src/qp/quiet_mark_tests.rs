@@ -24,6 +24,10 @@ const SLOTS: usize = 32;
 /// far more than any step here takes, far fewer than a close left to the engine's close
 /// timer).
 const SPINS: u64 = 2_000_000;
+/// Large Writes posted in a row while the peer does not read: more than the socket
+/// takes, so the posts leave octets queued that only a general drive sends.
+const BULK: usize = 256 << 10;
+const BULK_WRITES: u64 = 48;
 
 type Log = Vec<(u64, WcOpcode, WcStatus, u32)>;
 
@@ -46,7 +50,7 @@ impl End {
             .unwrap();
         unmark_if(&qp, marked);
         let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-        let mr = pd.alloc_mr(2 * SLOTS * SLOT, access).unwrap();
+        let mr = pd.alloc_mr(2 * SLOTS * SLOT + BULK, access).unwrap();
         End {
             dev,
             pd,
@@ -106,6 +110,33 @@ fn spin(a: &End, b: &End, na: usize, nb: usize, la: &mut Log, lb: &mut Log) {
     }
 }
 
+/// The receiver posts [`BULK_WRITES`] Writes of [`BULK`] octets while the initiator
+/// does not poll (its socket is the claimed consumer's: nobody reads it), after its own
+/// polls have gone straight to the read (when the twin sets the mark): the posts must
+/// clear the mark, or the receiver's drives never send what they queued.
+fn bulk(a: &End, b: &End, seed: u64, marked: bool, la: &mut Log, lb: &mut Log) {
+    let at = 2 * SLOTS * SLOT;
+    let fill: Vec<u8> = (0..BULK).map(|i| (i * 7 + seed as usize) as u8).collect();
+    b.mr.write(at, &fill).unwrap();
+    let seen = b.marked_drives();
+    let mut spins = 0u64;
+    while marked && b.marked_drives() == seen {
+        b.poll(lb);
+        spins += 1;
+        assert!(spins < SPINS, "no drive went straight to the read");
+    }
+    let (na, nb) = (la.len(), lb.len());
+    for w in 0..BULK_WRITES {
+        let op = SendOp::Write {
+            remote_addr: a.mr.addr() + at as u64,
+            rkey: a.mr.rkey(),
+        };
+        b.qp.post_send(SendWr::new(5000 + w, op, b.mr.sge(at, BULK)))
+            .unwrap();
+    }
+    spin(a, b, na, nb + BULK_WRITES as usize, la, lb);
+}
+
 /// How a twin's run ends.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Ending {
@@ -159,6 +190,9 @@ fn twin(seed: u64, marked: bool, ending: Ending) -> Outcome {
         }
         if round == 3 * ROUNDS / 4 {
             extra = None;
+        }
+        if round == ROUNDS / 3 {
+            bulk(&a, &b, seed, marked, &mut la, &mut lb);
         }
         let r = splitmix(seed ^ round);
         let len = 1 + (r >> 8) as usize % 40;
