@@ -217,8 +217,7 @@ fn single_posts_are_the_framers_fpdus_one_send_each() {
         let mut want = Vec::new();
         let mut msn = 1;
         let mut done = Vec::new();
-        for (i, len) in (0usize..=17).chain([64, 80, 101, 110, 200]).enumerate()
-        {
+        for (i, len) in (0usize..=17).chain([64, 80, 101, 110, 200]).enumerate() {
             for kind in 0..4u64 {
                 let id = i as u64 * 4 + kind;
                 let sge = mr.sge(i * 17, len);
