@@ -322,3 +322,28 @@ fn region_is_send_and_sync() {
     .unwrap();
     assert_eq!(sum, 9 << 16);
 }
+
+/// `read`'s short copy (two overlapping fixed-size copies, at most 16 octets) gives
+/// the octets `copy_from_slice` gives, for every length 0..=16 at offsets from the
+/// region's start to its very end, and leaves the rest of `out` alone.
+#[test]
+fn short_reads_match_a_slice_copy_at_every_length_and_offset() {
+    const LEN: usize = 64;
+    let r = Region::alloc(ID, LEN).unwrap();
+    let data: Vec<u8> = (0..LEN as u8).map(|b| b.wrapping_mul(37) ^ 0x5a).collect();
+    r.write(0, &data).unwrap();
+    for len in 0..=17usize {
+        for offset in (0..=LEN - len).filter(|o| *o < 9 || *o + len + 9 > LEN) {
+            let mut out = [0xeeu8; 20];
+            r.read(offset, &mut out[1..1 + len]).unwrap();
+            let mut want = [0xeeu8; 20];
+            want[1..1 + len].copy_from_slice(&data[offset..offset + len]);
+            assert_eq!(out, want, "len {len} offset {offset}");
+        }
+        assert_eq!(
+            r.read(LEN - len + 1, &mut [0u8; 17][..len]),
+            Err(oob(LEN - len + 1, len, LEN)),
+            "len {len} one past the end"
+        );
+    }
+}

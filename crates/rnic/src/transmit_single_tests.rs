@@ -202,24 +202,22 @@ fn source(pd: &Pd, len: usize, seed: u8) -> (Mr, Vec<u8>) {
     (mr, data)
 }
 
-/// Single posts of Writes and Sends (plain, solicited, with invalidate) of 0-7, 13, 64
-/// and 80 octets (framed on the stack), 101, 110 and 200 (the stack frame's edge and
+/// Single posts of Writes and Sends (plain, solicited, with invalidate) of 0-17 (every
+/// width of the short copy, `Region::read`), 64 and 80 octets (framed in the QP's frame
+/// buffer), 101, 110 and 200 (the frame buffer's edge and
 /// beyond: framed in the transmit buffer), CRC off and on, each sent by the post
 /// itself: the octets on the wire
 /// are the framer's FPDUs, one `send` each, and every request completes in order.
 #[test]
 fn single_posts_are_the_framers_fpdus_one_send_each() {
     let (dev, pd) = device();
-    let (mr, data) = source(&pd, 512, 5);
+    let (mr, data) = source(&pd, 1024, 5);
     for crc in [false, true] {
         let mut s = side(&pd, crc, 16);
         let mut want = Vec::new();
         let mut msn = 1;
         let mut done = Vec::new();
-        for (i, len) in [0usize, 1, 2, 3, 4, 5, 6, 7, 13, 64, 80, 101, 110, 200]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, len) in (0usize..=17).chain([64, 80, 101, 110, 200]).enumerate() {
             for kind in 0..4u64 {
                 let id = i as u64 * 4 + kind;
                 let sge = mr.sge(i * 17, len);
