@@ -206,3 +206,17 @@ fn fpdu_check_agrees_with_the_deframer() {
     }
     assert!(mpa::fpdu_prefix(65536).is_err());
 }
+
+/// The pad after every ULPDU length the length field can announce makes length field
+/// and ULPDU a multiple of 4 with fewer than 4 octets, and the FPDU length is length
+/// field, ULPDU, pad and CRC field (the pad is computed by bit operations, not by
+/// remainders: this pins its arithmetic at every length).
+#[test]
+fn the_pad_aligns_every_ulpdu_length() {
+    for len in 0..=mpa::MAX_ULPDU_LEN {
+        let pad = mpa::pad_len(len);
+        assert!(pad < 4, "len {len}: pad {pad}");
+        assert_eq!((2 + len + pad) % 4, 0, "len {len}: pad {pad}");
+        assert_eq!(mpa::fpdu_len(len), 2 + len + pad + 4, "len {len}");
+    }
+}
