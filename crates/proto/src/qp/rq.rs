@@ -10,6 +10,7 @@
 //! the QP to wait (back-pressure: the receive path stops reading until it is woken), or
 //! refuse with a Terminate cause (a per-QP hard limit).
 
+use super::rq_ring::Ring;
 use crate::tpt::{Tpt, TptGeneration};
 use crate::verbs::{Access, MAX_SGE, PdId, QpId, RecvWr, RegionId, Sgl, WcStatus};
 use softrnic_wire::TerminateCause;
@@ -118,6 +119,10 @@ pub(crate) struct RecvView<'a> {
 /// a total is at most `MAX_SGE` times `u32::MAX`, far below this bit.
 const LISTED: u64 = 1 << 63;
 
+/// Entries the ring holds from creation (2 KB): enough for the usual queue, and a QP
+/// made with a deep queue it never fills (thousands of connections) costs no more.
+const FIRST_ROOM: usize = 64;
+
 /// A receive as the ring holds it: 32 octets, two to a cache line, so a queue of 512
 /// fits in 16 KB and stays in L1 (the full 120-octet [`RecvWqe`] made a 60 KB ring that
 /// every post and every Send cycled through). Its one SGE lies inline; a list of any
@@ -130,6 +135,17 @@ struct Slot {
     first: Span,
 }
 
+impl Default for Slot {
+    /// What an unused ring position holds.
+    fn default() -> Self {
+        Slot {
+            wr_id: 0,
+            total: 0,
+            first: (RegionId(0), 0, 0),
+        }
+    }
+}
+
 /// A QP's own receive queue: buffers in posting order, at most `depth` of them not yet
 /// bound to a message.
 ///
@@ -137,9 +153,11 @@ struct Slot {
 /// (MSN order): a message binds the next buffer by advancing `bound`, and its
 /// completion removes the front entry. A buffer is never moved out of the queue to be
 /// bound, so a run of small Sends reads each buffer where it was posted.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Rq {
-    queue: VecDeque<Slot>,
+    /// Sized at creation for `depth` (at most [`FIRST_ROOM`] of it: a deep queue's
+    /// memory comes as the program posts), grown by doubling past that.
+    queue: Ring<Slot>,
     /// The SGE lists of entries that have not exactly one, oldest first, numbered from
     /// `lists_base`; a list whose entry left the queue goes when an entry after it does.
     lists: VecDeque<arrayvec::ArrayVec<Span, MAX_SGE>>,
@@ -185,7 +203,7 @@ impl Rq {
     /// An empty queue that holds up to `depth` buffers.
     pub fn new(depth: usize) -> Self {
         Rq {
-            queue: VecDeque::new(),
+            queue: Ring::with_room(depth.min(FIRST_ROOM)),
             lists: VecDeque::new(),
             lists_base: 0,
             depth,
@@ -346,13 +364,21 @@ impl Rq {
     }
 
     /// Forgets the lists up to the one of `slot`, which left the queue (lists of
-    /// entries taken out of the middle went before it).
-    #[inline]
+    /// entries taken out of the middle went before it). The test is inline and the
+    /// loop out of line: the usual one-SGE entry paid a call here on every Send.
+    #[inline(always)]
     fn left(&mut self, slot: &Slot) {
         if slot.total & LISTED != 0 {
-            while self.lists_base <= slot.first.1 && self.lists.pop_front().is_some() {
-                self.lists_base += 1;
-            }
+            self.forget_lists_through(slot.first.1);
+        }
+    }
+
+    /// Forgets the lists numbered up to `number`.
+    #[cold]
+    #[inline(never)]
+    fn forget_lists_through(&mut self, number: u64) {
+        while self.lists_base <= number && self.lists.pop_front().is_some() {
+            self.lists_base += 1;
         }
     }
 
