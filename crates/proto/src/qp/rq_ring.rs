@@ -81,10 +81,13 @@ impl<T: Copy + Default> Ring<T> {
         Some(value)
     }
 
-    /// The front entry.
+    /// The front entry (`head` is always a position in the ring, so no mask).
     #[inline(always)]
     pub(super) fn front(&self) -> Option<&T> {
-        self.get(0)
+        if self.len == 0 {
+            return None;
+        }
+        self.slots.get(self.head)
     }
 
     /// The `i`-th entry from the front.
