@@ -20,6 +20,7 @@ mod place;
 mod post_recv;
 mod receive;
 mod rq;
+mod rq_ring;
 mod stream;
 mod tx;
 

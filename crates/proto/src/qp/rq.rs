@@ -10,8 +10,9 @@
 //! the QP to wait (back-pressure: the receive path stops reading until it is woken), or
 //! refuse with a Terminate cause (a per-QP hard limit).
 
+use super::rq_ring::Ring;
 use crate::tpt::{Tpt, TptGeneration};
-use crate::verbs::{Access, MAX_SGE, PdId, QpId, RecvWr, RegionId, Sgl, WcStatus};
+use crate::verbs::{Access, MAX_SGE, PdId, QpId, RecvWr, RegionId, Sge, Sgl, WcStatus};
 use softrnic_wire::TerminateCause;
 use std::collections::VecDeque;
 
@@ -118,6 +119,10 @@ pub(crate) struct RecvView<'a> {
 /// a total is at most `MAX_SGE` times `u32::MAX`, far below this bit.
 const LISTED: u64 = 1 << 63;
 
+/// Entries the ring holds from creation (2 KB): enough for the usual queue, and a QP
+/// made with a deep queue it never fills (thousands of connections) costs no more.
+const FIRST_ROOM: usize = 64;
+
 /// A receive as the ring holds it: 32 octets, two to a cache line, so a queue of 512
 /// fits in 16 KB and stays in L1 (the full 120-octet [`RecvWqe`] made a 60 KB ring that
 /// every post and every Send cycled through). Its one SGE lies inline; a list of any
@@ -130,6 +135,17 @@ struct Slot {
     first: Span,
 }
 
+impl Default for Slot {
+    /// What an unused ring position holds.
+    fn default() -> Self {
+        Slot {
+            wr_id: 0,
+            total: 0,
+            first: (RegionId(0), 0, 0),
+        }
+    }
+}
+
 /// A QP's own receive queue: buffers in posting order, at most `depth` of them not yet
 /// bound to a message.
 ///
@@ -137,9 +153,11 @@ struct Slot {
 /// (MSN order): a message binds the next buffer by advancing `bound`, and its
 /// completion removes the front entry. A buffer is never moved out of the queue to be
 /// bound, so a run of small Sends reads each buffer where it was posted.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Rq {
-    queue: VecDeque<Slot>,
+    /// Sized at creation for `depth` (at most [`FIRST_ROOM`] of it: a deep queue's
+    /// memory comes as the program posts), grown by doubling past that.
+    queue: Ring<Slot>,
     /// The SGE lists of entries that have not exactly one, oldest first, numbered from
     /// `lists_base`; a list whose entry left the queue goes when an entry after it does.
     lists: VecDeque<arrayvec::ArrayVec<Span, MAX_SGE>>,
@@ -148,6 +166,10 @@ pub struct Rq {
     bound: usize,
     /// The last receive this queue resolved, for reposts of the same buffers.
     last: Option<Resolved>,
+    /// `last` when its list is one SGE, laid flat: the usual repost's compare.
+    /// Boxed: laid inline it made the QP larger, and the client's batch post (which
+    /// never reposts) about 15 instructions longer a message on send_bw.
+    one: Option<Box<KeptOne>>,
     /// The first address of the last list that missed `last` (`u64::MAX` for an empty
     /// list): a list is kept only when it misses twice in a row, so a program that
     /// posts a ring of different buffers never pays the copy into `last`.
@@ -170,27 +192,29 @@ struct Resolved {
     total: u64,
 }
 
-/// Whether two lists name the same buffers: one SGE each compared in place (the
-/// repost's case; the lists' `==` became a call of its own in the single repost's
-/// build, 22 instructions), any other length element by element.
-#[inline(always)]
-fn same_list(a: &Sgl, b: &Sgl) -> bool {
-    match (&a[..], &b[..]) {
-        ([x], [y]) => x == y,
-        (x, y) => x == y,
-    }
+/// A kept list of one SGE ([`Resolved`]), flat: the repost compares its one SGE,
+/// the PD and the table's generation, and copies the span, with no list length or
+/// slice compare on the way (about 29 instructions with the general kept list).
+#[derive(Debug, Clone, Copy)]
+struct KeptOne {
+    sge: Sge,
+    pd: PdId,
+    generation: TptGeneration,
+    span: Span,
+    total: u64,
 }
 
 impl Rq {
     /// An empty queue that holds up to `depth` buffers.
     pub fn new(depth: usize) -> Self {
         Rq {
-            queue: VecDeque::new(),
+            queue: Ring::with_room(depth.min(FIRST_ROOM)),
             lists: VecDeque::new(),
             lists_base: 0,
             depth,
             bound: 0,
             last: None,
+            one: None,
             missed: u64::MAX,
         }
     }
@@ -236,16 +260,16 @@ impl Rq {
     /// saves cost as much as the repost itself.
     #[inline(always)]
     pub fn push_resolved(&mut self, wr: &RecvWr, tpt: &Tpt, pd: PdId) -> Result<(), WcStatus> {
-        if let Some(last) = &self.last
-            && let [one] = last.sges[..]
-            && last.generation == tpt.generation()
-            && last.pd == pd
-            && same_list(&last.sgl, &wr.sgl)
+        if let Some(kept) = &self.one
+            && let [sge] = wr.sgl[..]
+            && sge == kept.sge
+            && kept.pd == pd
+            && kept.generation == tpt.generation()
         {
             self.queue.push_back(Slot {
                 wr_id: wr.wr_id,
-                total: last.total,
-                first: one,
+                total: kept.total,
+                first: kept.span,
             });
             return Ok(());
         }
@@ -281,6 +305,16 @@ impl Rq {
         wqe.resolve_into(wr, tpt, pd)?;
         if let Some(generation) = generation {
             keep(&mut self.last, generation, pd, wr, &wqe);
+            self.one = match (&wr.sgl[..], &wqe.sges[..]) {
+                ([sge], [span]) => Some(Box::new(KeptOne {
+                    sge: *sge,
+                    pd,
+                    generation,
+                    span: *span,
+                    total: wqe.total,
+                })),
+                _ => None,
+            };
         }
         self.push_sges(wqe.wr_id, wqe.total, &wqe.sges);
         Ok(())
@@ -346,13 +380,21 @@ impl Rq {
     }
 
     /// Forgets the lists up to the one of `slot`, which left the queue (lists of
-    /// entries taken out of the middle went before it).
-    #[inline]
+    /// entries taken out of the middle went before it). The test is inline and the
+    /// loop out of line: the usual one-SGE entry paid a call here on every Send.
+    #[inline(always)]
     fn left(&mut self, slot: &Slot) {
         if slot.total & LISTED != 0 {
-            while self.lists_base <= slot.first.1 && self.lists.pop_front().is_some() {
-                self.lists_base += 1;
-            }
+            self.forget_lists_through(slot.first.1);
+        }
+    }
+
+    /// Forgets the lists numbered up to `number`.
+    #[cold]
+    #[inline(never)]
+    fn forget_lists_through(&mut self, number: u64) {
+        while self.lists_base <= number && self.lists.pop_front().is_some() {
+            self.lists_base += 1;
         }
     }
 

@@ -215,3 +215,55 @@ fn every_receive_keeps_its_own_sges_however_it_leaves() {
     assert_eq!(seen(rq.bind_through(1).unwrap()), (50, spans(&wrs[1])));
     assert_eq!(seen(rq.front().unwrap()), (6, spans(&wrs[3])));
 }
+
+/// After a list of one SGE is kept, a repost that differs from it in any one field
+/// (address, length, key) is resolved afresh: each entry holds its own request's
+/// span and total, never the kept one's.
+#[test]
+fn a_repost_that_differs_from_the_kept_sge_in_one_field_is_resolved_afresh() {
+    let tpt = Tpt::new();
+    let entry = |region| TptEntry {
+        pd: PdId(1),
+        key: 1,
+        base: 0x1000,
+        len: 0x100,
+        access: Access::LOCAL_WRITE,
+        region: RegionId(region),
+        valid: true,
+    };
+    let a = tpt.insert(entry(3)).unwrap();
+    let b = tpt.insert(entry(4)).unwrap();
+    let kept = Sge {
+        addr: 0x1010,
+        len: 16,
+        lkey: a,
+    };
+    let others = [
+        Sge {
+            addr: 0x1020,
+            ..kept
+        },
+        Sge { len: 24, ..kept },
+        Sge { lkey: b, ..kept },
+    ];
+    let mut rq = Rq::new(16);
+    let mut want = Vec::new();
+    for (id, other) in others.iter().enumerate() {
+        let id = id as u64 * 3;
+        for (n, s) in [kept, kept, *other].into_iter().enumerate() {
+            rq.push_resolved(&RecvWr::new(id + n as u64, s), &tpt, PdId(1))
+                .unwrap();
+            let region = if s.lkey == a { 3 } else { 4 };
+            want.push((id + n as u64, RegionId(region), s.addr - 0x1000, s.len));
+        }
+    }
+    let got: Vec<_> = rq
+        .drain()
+        .map(|w| {
+            assert_eq!(w.sges.len(), 1);
+            assert_eq!(w.total, u64::from(w.sges[0].2));
+            (w.wr_id, w.sges[0].0, w.sges[0].1, w.sges[0].2)
+        })
+        .collect();
+    assert_eq!(got, want);
+}
