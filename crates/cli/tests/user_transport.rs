@@ -177,8 +177,18 @@ fn rping_between_two_devices_on_ethernet_in_udp_datagrams() {
         "--ip",
         "192.168.91.1/24",
     ]);
-    let s = std::thread::spawn(move || softrnic_cli::rping::main(&server));
-    // The client's SYNs are sent again until the server listens.
-    softrnic_cli::rping::main(&client).expect("the client verified every iteration");
-    s.join().unwrap().expect("the server served them");
+    use softrnic_cli::rping;
+    // The client starts once the server listens, as a user starts rping: a SYN that
+    // reaches the server's stack before its listener is answered with a reset (the
+    // client then fails with "connection refused", as it would against kernel TCP).
+    let (listening, ready) = std::sync::mpsc::channel();
+    let s = std::thread::spawn(move || {
+        let (addr, opts) = (server.socket_addr()?, server.opts()?);
+        rping::server(addr, &opts, |a| listening.send(a).unwrap()).map_err(|e| e.to_string())
+    });
+    ready.recv().expect("the server listens");
+    let (addr, opts) = (client.socket_addr().unwrap(), client.opts().unwrap());
+    let n = rping::client(addr, &opts).expect("the client verified every iteration");
+    assert_eq!(n, 10);
+    assert_eq!(s.join().unwrap().expect("the server served them"), 10);
 }
