@@ -119,8 +119,11 @@ pub(crate) struct RecvView<'a> {
 /// a total is at most `MAX_SGE` times `u32::MAX`, far below this bit.
 const LISTED: u64 = 1 << 63;
 
-/// Entries the ring holds from creation (2 KB): enough for the usual queue, and a QP
-/// made with a deep queue it never fills (thousands of connections) costs no more.
+/// Entries the ring has room for from creation, at most (2 KB): the usual queue posts
+/// its receives without a growth on the way. `VecDeque` started empty, so a queue of
+/// depth 64 or more now holds up to 2 KB before its first post; a deeper queue's room
+/// beyond this comes as the program posts. (`conn-scale`'s QPs, receive depth 1, hold
+/// one 32-octet entry.)
 const FIRST_ROOM: usize = 64;
 
 /// A receive as the ring holds it: 32 octets, two to a cache line, so a queue of 512
@@ -155,8 +158,8 @@ impl Default for Slot {
 /// bound, so a run of small Sends reads each buffer where it was posted.
 #[derive(Debug)]
 pub struct Rq {
-    /// Sized at creation for `depth` (at most [`FIRST_ROOM`] of it: a deep queue's
-    /// memory comes as the program posts), grown by doubling past that.
+    /// Sized at creation for `depth`, at most [`FIRST_ROOM`] of it (a deeper queue's
+    /// room comes as the program posts), grown by doubling past that.
     queue: Ring<Slot>,
     /// The SGE lists of entries that have not exactly one, oldest first, numbered from
     /// `lists_base`; a list whose entry left the queue goes when an entry after it does.
