@@ -7,18 +7,13 @@
 //! exactly once.
 
 use crate::handoff::CLAIM_AFTER;
+use crate::twin_support::{self, Log, SEND, SLOT, SLOTS, octets, post_recv_slot, splitmix};
 use crate::{
     Access, Completion, Cq, Device, DeviceConfig, Mr, Pd, Qp, QpInit, QpState, RecvWr, SendOp,
     SendWr, WcOpcode, WcStatus,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-const SEND: SendOp = SendOp::Send {
-    solicited: false,
-    invalidate: None,
-};
-const SLOT: usize = 64;
-const SLOTS: usize = 32;
 /// Spins without a completion after which a test fails (no clock: a count).
 const SPINS: u64 = 200_000_000;
 
@@ -79,23 +74,8 @@ impl End {
 }
 
 fn connect(a: &End, b: &End) {
-    let listener = b.dev.listen("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::scope(|s| {
-        let h = s.spawn(|| listener.accept().unwrap().accept(&b.qp, b"").unwrap());
-        a.dev.connect(addr, &a.qp, b"").unwrap();
-        h.join().unwrap();
-    });
+    twin_support::connect(&a.dev, &a.qp, &b.dev, &b.qp);
 }
-
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-type Log = Vec<(u64, WcOpcode, WcStatus, u32)>;
 
 /// What one twin did: both ends' completions in order, the octets of both regions,
 /// and the pushes into the receiver's CQs' rings.
@@ -135,10 +115,7 @@ fn twin(seed: u64, split: bool, joined: bool) -> Outcome {
     let (mut la, mut lb) = (Log::new(), Log::new());
     let mut recv_next = [0u64; 2];
     let post_recv = |e: &End, side: usize, next: &mut [u64; 2]| {
-        let s = (next[side] % SLOTS as u64) as usize;
-        e.qp.post_recv(RecvWr::new(next[side], e.mr.sge(s * SLOT, SLOT)))
-            .unwrap();
-        next[side] += 1;
+        post_recv_slot(&e.qp, &e.mr, &mut next[side]);
     };
     for _ in 0..SLOTS {
         post_recv(&a, 0, &mut recv_next);
@@ -218,15 +195,11 @@ fn twin(seed: u64, split: bool, joined: bool) -> Outcome {
         );
     }
     drop(extra);
-    let mut a_mem = vec![0; a.mr.len()];
-    a.mr.read(0, &mut a_mem).unwrap();
-    let mut b_mem = vec![0; b.mr.len()];
-    b.mr.read(0, &mut b_mem).unwrap();
     Outcome {
         a: la,
         b: lb,
-        a_mem,
-        b_mem,
+        a_mem: octets(&a.mr),
+        b_mem: octets(&b.mr),
         b_pushes: b.pushes(),
     }
 }

@@ -78,6 +78,8 @@ mod sys;
 mod trace;
 mod transmit;
 mod transport;
+#[cfg(all(test, not(loom)))]
+mod twin_support;
 mod tx_turns;
 
 #[cfg(feature = "tokio")]
