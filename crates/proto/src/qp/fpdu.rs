@@ -277,42 +277,75 @@ impl SmallFpdu {
 /// Octets of a [`SmallFpdu`]'s MPA length field and header at most (a Send's).
 pub const SMALL_HEADER_MAX: usize = UNTAGGED_DATA_HEADER;
 
-impl SmallFpdu {
-    /// Writes the MPA length field and the header at the start of `out`, as
-    /// [`SmallFpdu::append_header`] appends them, and returns their length: a frame
-    /// built in a fixed buffer (the single post's) has no vector to grow. The fields
-    /// are stored as words into the fixed array, without the wire codec's length
-    /// checks (`DdpRepr::emit` was a call of its own in the single post); octets of
-    /// `out` past a Write's header are zeroed (the payload follows there).
+/// The single post's FPDU once its length field and header are written (see
+/// `Qp::begin_single_small`): where they end, the one piece of memory its payload is,
+/// and whether a CRC follows. Its header is not described again: the I/O layer frames
+/// the payload after the octets already written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SingleFpdu {
+    /// Octets of the MPA length field and the DDP/RDMAP header (16 for a Write, 20
+    /// for a Send): the payload starts there.
+    pub header_len: usize,
+    /// The payload: the request's one SGE, checked.
+    pub payload: Chunk,
+    /// Whether the CRC must be computed (else the field is zero).
+    pub crc: bool,
+}
+
+impl SingleFpdu {
+    /// ULPDU length: DDP/RDMAP header and payload.
     #[inline(always)]
-    pub fn write_header(&self, out: &mut [u8; SMALL_HEADER_MAX]) -> usize {
-        let [p0, p1] = mpa::fpdu_prefix(self.ulpdu_len()).unwrap_or([0xff; 2]);
-        let [c0, c1] = self.header.control_octets();
-        let mut h = [0u8; SMALL_HEADER_MAX];
-        let (start, fields) = h.split_at_mut(4);
-        start.copy_from_slice(&[p0, p1, c0, c1]);
-        let len = match self.header.placement {
-            Placement::Tagged { stag, to } => {
-                fields[..4].copy_from_slice(&stag.to_be_bytes());
-                fields[4..12].copy_from_slice(&to.to_be_bytes());
-                TAGGED_DATA_HEADER
-            }
-            Placement::Untagged {
-                rsvd_ulp,
-                qn,
-                msn,
-                mo,
-            } => {
-                fields[..4].copy_from_slice(&rsvd_ulp.to_be_bytes());
-                fields[4..8].copy_from_slice(&qn.to_be_bytes());
-                fields[8..12].copy_from_slice(&msn.to_be_bytes());
-                fields[12..16].copy_from_slice(&mo.to_be_bytes());
-                UNTAGGED_DATA_HEADER
-            }
-        };
-        *out = h;
-        len
+    pub fn ulpdu_len(&self) -> usize {
+        self.header_len - mpa::ULPDU_LEN_LEN + self.payload.len
     }
+
+    /// Octets on the wire (no markers: the direct post is not used with them).
+    #[inline(always)]
+    pub fn wire_len(&self) -> usize {
+        mpa::fpdu_len(self.ulpdu_len())
+    }
+}
+
+/// Writes the MPA length field and the header `h` of an FPDU carrying `payload`
+/// octets at the start of `out`, as [`SmallFpdu::append_header`] appends them, and
+/// returns their length; None if the ULPDU would not fit the length field (the
+/// transmit path never sizes one so). The fields are stored as words into the fixed
+/// array, without the wire codec's length checks; octets of `out` past a Write's
+/// header are zeroed (the payload follows there). Always inlined where `h` is built,
+/// so that its control octets and its kind fold to constants.
+#[inline(always)]
+pub(crate) fn write_small_header(
+    h: &DdpRepr,
+    payload: u32,
+    out: &mut [u8; SMALL_HEADER_MAX],
+) -> Option<usize> {
+    let ulpdu = u16::try_from(h.header_len() + payload as usize).ok()?;
+    let [p0, p1] = ulpdu.to_be_bytes();
+    let [c0, c1] = h.control_octets();
+    let mut w = [0u8; SMALL_HEADER_MAX];
+    let (start, fields) = w.split_at_mut(4);
+    start.copy_from_slice(&[p0, p1, c0, c1]);
+    let len = match h.placement {
+        Placement::Tagged { stag, to } => {
+            fields[..4].copy_from_slice(&stag.to_be_bytes());
+            fields[4..12].copy_from_slice(&to.to_be_bytes());
+            TAGGED_DATA_HEADER
+        }
+        Placement::Untagged {
+            rsvd_ulp,
+            qn,
+            msn,
+            mo,
+        } => {
+            fields[..4].copy_from_slice(&rsvd_ulp.to_be_bytes());
+            fields[4..8].copy_from_slice(&qn.to_be_bytes());
+            fields[8..12].copy_from_slice(&msn.to_be_bytes());
+            fields[12..16].copy_from_slice(&mo.to_be_bytes());
+            UNTAGGED_DATA_HEADER
+        }
+    };
+    *out = w;
+    Some(len)
 }
 
 /// [`softrnic_wire::markers::marked_len`], out of the unmarked transmit path.
@@ -373,7 +406,8 @@ mod tests {
 
     /// The single post's header, written as words into a fixed array, is the one the
     /// wire codec appends, for a Write and for each kind of Send, at field values
-    /// whose every octet differs.
+    /// whose every octet differs, up to the longest ULPDU the length field holds; one
+    /// octet more is refused, not wrapped.
     #[test]
     fn a_written_header_is_the_appended_one() {
         let placements = [
@@ -404,7 +438,19 @@ mod tests {
             ),
         ];
         for (opcode, placement) in placements {
-            for len in [0, 8, 1000] {
+            let h = DdpRepr {
+                last: true,
+                opcode,
+                placement,
+            };
+            let longest = mpa::MAX_ULPDU_LEN - h.header_len();
+            let mut written = [0xeeu8; SMALL_HEADER_MAX];
+            assert_eq!(
+                write_small_header(&h, longest as u32 + 1, &mut written),
+                None,
+                "{opcode:?}"
+            );
+            for len in [0, 8, 1000, longest] {
                 let f = SmallFpdu {
                     header: DdpRepr {
                         last: true,
@@ -421,7 +467,8 @@ mod tests {
                 let mut appended = Vec::new();
                 f.append_header(&mut appended);
                 let mut written = [0xeeu8; SMALL_HEADER_MAX];
-                let n = f.write_header(&mut written);
+                let n = write_small_header(&f.header, len as u32, &mut written)
+                    .expect("fits the length field");
                 assert_eq!(n, appended.len(), "{opcode:?} {len}");
                 assert_eq!(&written[..n], &appended[..], "{opcode:?} {len}");
             }

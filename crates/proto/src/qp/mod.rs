@@ -26,7 +26,9 @@ mod tx;
 
 pub use close::CloseAction;
 pub use deliver::{CqSide, QpEvent};
-pub use fpdu::{Chunk, CopiedHeaders, MAX_TX_HEADER, SMALL_HEADER_MAX, SmallFpdu, TxFpdu};
+pub use fpdu::{
+    Chunk, CopiedHeaders, MAX_TX_HEADER, SMALL_HEADER_MAX, SingleFpdu, SmallFpdu, TxFpdu,
+};
 pub use params::{DEFAULT_CLOSE_TIMEOUT, QpConfig, QpParams, RtrKind};
 pub use rq::{Grant, RecvSource, RecvWqe, Rq};
 pub use stream::RxNeed;

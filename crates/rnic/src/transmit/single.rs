@@ -6,14 +6,14 @@
 //! from the post itself, and what the post does after it (the completion) is off the
 //! message's way.
 
-use super::{TxQueue, room_in, write_small};
+use super::{TX_GATHER_MAX, TxQueue, append_trailer, room_in};
 use crate::close::connection_lost;
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
 use crate::region::Region;
 use crate::region_table::LastRegion;
 use crate::transport::ConnTransport;
-use softrnic_proto::qp::{Gathered, Qp as Core, SMALL_HEADER_MAX, SmallFpdu};
+use softrnic_proto::qp::{Gathered, Qp as Core, SMALL_HEADER_MAX, SingleFpdu};
 use softrnic_proto::{QpId, SendWr};
 use softrnic_wire::crc::crc32c;
 use softrnic_wire::mpa;
@@ -37,6 +37,15 @@ pub(crate) struct Frame([u8; FRAME + TRAILER_ZEROS]);
 impl Default for Frame {
     fn default() -> Self {
         Frame([0; FRAME + TRAILER_ZEROS])
+    }
+}
+
+impl Frame {
+    /// The frame's first octets, where the core writes the length field and header
+    /// (always there: the frame is longer).
+    #[inline(always)]
+    fn head(&mut self) -> Option<&mut [u8; SMALL_HEADER_MAX]> {
+        self.0.first_chunk_mut()
     }
 }
 
@@ -77,12 +86,12 @@ pub(crate) fn post_single(
     // No closure for the framing and the send (see `Core::begin_single_small`): the
     // post's common case is inlined whole; the transmit buffer's, rarer and longer,
     // is a call.
-    let (single, f) = core.begin_single_small(wr, &dev.tpt, memo)?;
-    let f = &f;
+    let (single, f) = core.begin_single_small(wr, &dev.tpt, memo, frame.head()?)?;
     let total = f.wire_len();
     let framed = if total > FRAME {
         post_buffered(
-            f,
+            &f,
+            frame.0.get(..f.header_len).unwrap_or_default(),
             buf,
             sent,
             dev,
@@ -94,7 +103,7 @@ pub(crate) fn post_single(
         )
     } else if let Some(octets) = region
         .get_inlined(dev, f.payload.region)
-        .and_then(|r| frame_small(f, r, &mut frame.0))
+        .and_then(|r| frame_small(&f, r, &mut frame.0))
     {
         let taken = settle(send(transport, stats, octets), blocked, &mut failed);
         // Octets of the frame the socket did not take are queued (the buffer was
@@ -122,13 +131,16 @@ pub(crate) fn post_single(
     Some(())
 }
 
-/// A single post's FPDU longer than [`FRAME`]: written into the transmit buffer and
-/// sent from there (the octets the socket does not take stay where they are). Not
-/// inlined: it kept the post's common case from being inlined into the post.
+/// A single post's FPDU longer than [`FRAME`]: its length field and header (`head`,
+/// written by the core) and its payload appended to the transmit buffer, if it has
+/// room, with pad and CRC field, and sent from there (the octets the socket does not
+/// take stay where they are). The same octets `write_small` appends for the request.
+/// Not inlined: it kept the post's common case from being inlined into the post.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn post_buffered(
-    f: &SmallFpdu,
+    f: &SingleFpdu,
+    head: &[u8],
     buf: &mut Vec<u8>,
     sent: &mut usize,
     dev: &Shared,
@@ -138,10 +150,22 @@ fn post_buffered(
     blocked: &mut bool,
     failed: &mut Option<io::ErrorKind>,
 ) -> Gathered {
-    let g = write_small(f, buf, sent, dev, region);
-    if g != Gathered::Taken {
-        return g;
+    let total = f.wire_len();
+    if total > TX_GATHER_MAX || !room_in(buf, sent, total) {
+        return Gathered::NoRoom;
     }
+    let Some(r) = region.get(dev, f.payload.region) else {
+        return Gathered::Lost;
+    };
+    let start = buf.len();
+    buf.extend_from_slice(head);
+    if r.append_to(f.payload.offset as usize, f.payload.len, buf)
+        .is_err()
+    {
+        buf.truncate(start);
+        return Gathered::Lost;
+    }
+    append_trailer(buf, start, f.ulpdu_len(), f.crc);
     let r = send(transport, stats, buf.get(*sent..).unwrap_or_default());
     *sent += settle(r, blocked, failed);
     Gathered::Taken
@@ -176,17 +200,17 @@ fn send(transport: &mut ConnTransport, stats: &mut QpStats, octets: &[u8]) -> io
 }
 
 /// Frames `f` at the start of `frame` (at least its wire length and
-/// [`TRAILER_ZEROS`] long): length field and header, payload copied from `r`, pad and
-/// CRC field zeroed, and the CRC when negotiated. Returns the FPDU's octets; None if
-/// `r` no longer holds the payload's range.
+/// [`TRAILER_ZEROS`] long), whose length field and header the core wrote there:
+/// payload copied from `r` after them, pad and CRC field zeroed, and the CRC when
+/// negotiated. Returns the FPDU's octets; None if `r` no longer holds the payload's
+/// range.
 #[inline(always)]
 fn frame_small<'a>(
-    f: &SmallFpdu,
+    f: &SingleFpdu,
     r: &Region,
     frame: &'a mut [u8; FRAME + TRAILER_ZEROS],
 ) -> Option<&'a [u8]> {
-    let head = frame.first_chunk_mut::<SMALL_HEADER_MAX>()?;
-    let at = f.write_header(head);
+    let at = f.header_len;
     let end = at + f.payload.len;
     r.read(f.payload.offset as usize, frame.get_mut(at..end)?)
         .ok()?;

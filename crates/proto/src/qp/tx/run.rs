@@ -6,7 +6,9 @@
 //! with its priority checks (Terminate, RTR, Read Responses) and the in-flight hand-off
 //! per FPDU; here they are checked once per run.
 
-use super::super::fpdu::{Chunk, SmallFpdu, TxFpdu, covering_sges};
+use super::super::fpdu::{
+    Chunk, SMALL_HEADER_MAX, SingleFpdu, SmallFpdu, TxFpdu, covering_sges, write_small_header,
+};
 use super::super::{PostError, Qp};
 use super::{InFlight, TxState};
 use crate::tpt::{KeptKeyMemo, LocalKeyMemo, Tpt};
@@ -125,6 +127,52 @@ impl TxState {
                     },
                 };
                 Some((h, 0))
+            }
+            _ => None,
+        }
+    }
+
+    /// [`TxState::small_header`] for the single post, written at once: the MPA
+    /// length field and the header of a Send or Write of `total` octets that fits one
+    /// FPDU, at the start of `out`; returns their length and the MSN for a Send (0
+    /// for a Write). Each operation's branch writes its own header
+    /// ([`write_small_header`] inlined into it), so its control octets are constants.
+    #[inline(always)]
+    fn write_single_header(
+        &self,
+        op: &SendOp,
+        total: u32,
+        out: &mut [u8; SMALL_HEADER_MAX],
+    ) -> Option<(usize, u32)> {
+        match *op {
+            SendOp::Send {
+                solicited,
+                invalidate,
+            } if total <= self.seg.cap(self.untagged_max, UNTAGGED_HEADER_LEN) => {
+                let h = DdpRepr {
+                    last: true,
+                    opcode: super::send_opcode(solicited, invalidate.is_some()),
+                    placement: Placement::Untagged {
+                        rsvd_ulp: invalidate.unwrap_or(0),
+                        qn: QN_SEND,
+                        msn: self.send_msn,
+                        mo: 0,
+                    },
+                };
+                Some((write_small_header(&h, total, out)?, self.send_msn))
+            }
+            SendOp::Write { remote_addr, rkey }
+                if total <= self.seg.cap(self.tagged_max, TAGGED_HEADER_LEN) =>
+            {
+                let h = DdpRepr {
+                    last: true,
+                    opcode: Opcode::Write,
+                    placement: Placement::Tagged {
+                        stag: rkey,
+                        to: remote_addr,
+                    },
+                };
+                Some((write_small_header(&h, total, out)?, 0))
             }
             _ => None,
         }
@@ -252,22 +300,28 @@ impl Qp {
     /// (a ping-pong names one buffer's lkey post after post: the memo answers while no
     /// entry of the table changed). Same conditions and checks as `post_send_small`,
     /// but in two steps with the caller's work between them: this one checks the
-    /// request and returns its FPDU with a [`SingleSmall`]; the caller frames and
-    /// sends it, then [`SingleSmall::finish`] numbers and completes the request (or
-    /// queues it), as `post_send_small` does after its `write`. A closure for that
-    /// work was not inlined into the post: its call, and the FPDU's description
-    /// spilled to the stack for it, were about 40 instructions before the `send`.
+    /// request, writes its MPA length field and header at the start of `head` and
+    /// returns the rest of its FPDU's description with a [`SingleSmall`]; the caller
+    /// frames and sends it, then [`SingleSmall::finish`] numbers and completes the
+    /// request (or queues it), as `post_send_small` does after its `write`. A closure
+    /// for that work was not inlined into the post: its call, and the FPDU's
+    /// description spilled to the stack for it, were about 40 instructions before the
+    /// `send`. The header is written here, in the operation's own branch, where its
+    /// control octets are constants: built as a `DdpRepr` and written by the caller,
+    /// it was assembled bit by bit after the branches met, and its fields spilled.
     ///
-    /// None, with nothing changed, where `post_send_small` returns None.
+    /// None, with nothing changed but `head`'s octets, where `post_send_small` returns
+    /// None.
     #[inline(always)]
     pub fn begin_single_small<'q, 'w>(
         &'q mut self,
         wr: &'w SendWr,
         tpt: &Tpt,
         memo: &mut KeptKeyMemo,
-    ) -> Option<(SingleSmall<'q, 'w>, SmallFpdu)> {
+        head: &mut [u8; SMALL_HEADER_MAX],
+    ) -> Option<(SingleSmall<'q, 'w>, SingleFpdu)> {
         let run = self.small_run()?;
-        let (fpdu, msn) = self.check_single_small(run, memo, wr, tpt)?;
+        let (fpdu, msn) = self.check_single_small(run, memo, wr, tpt, head)?;
         let single = SingleSmall {
             qp: self,
             wr,
@@ -402,7 +456,8 @@ impl Qp {
     }
 
     /// The single post's checks, those of [`Qp::post_small_in_run`] before its
-    /// `write`, the local key through the kept memo: the request's FPDU and its MSN for
+    /// `write`, the local key through the kept memo, with the request's length field
+    /// and header written into `head`: the rest of the request's FPDU and its MSN for
     /// a Send (0 for a Write); None, with nothing changed, for a request the direct
     /// post does not take.
     #[inline(always)]
@@ -412,7 +467,8 @@ impl Qp {
         memo: &mut KeptKeyMemo,
         wr: &SendWr,
         tpt: &Tpt,
-    ) -> Option<(SmallFpdu, u32)> {
+        head: &mut [u8; SMALL_HEADER_MAX],
+    ) -> Option<(SingleFpdu, u32)> {
         let [sge] = &wr.sgl[..] else {
             return None;
         };
@@ -422,7 +478,7 @@ impl Qp {
             return None;
         }
         let total = sge.len;
-        let (header, msn) = self.tx.small_header(&wr.op, total)?;
+        let (header_len, msn) = self.tx.write_single_header(&wr.op, total, head)?;
         let t = tpt
             .check_local_kept(
                 memo,
@@ -433,8 +489,8 @@ impl Qp {
                 self.cfg.pd,
             )
             .ok()?;
-        let f = SmallFpdu {
-            header,
+        let f = SingleFpdu {
+            header_len,
             payload: Chunk {
                 region: t.region,
                 offset: t.offset,
