@@ -86,11 +86,12 @@ pub(crate) fn post_single(
     // No closure for the framing and the send (see `Core::begin_single_small`): the
     // post's common case is inlined whole; the transmit buffer's, rarer and longer,
     // is a call.
-    let (single, f) = core.begin_single_small(wr, &dev.tpt, memo, frame.head()?)?;
+    let single = core.begin_single_small(wr, &dev.tpt, memo, frame.head()?)?;
+    let f = single.fpdu();
     let total = f.wire_len();
     let framed = if total > FRAME {
         post_buffered(
-            &f,
+            *f,
             frame.0.get(..f.header_len).unwrap_or_default(),
             buf,
             sent,
@@ -103,7 +104,7 @@ pub(crate) fn post_single(
         )
     } else if let Some(octets) = region
         .get_inlined(dev, f.payload.region)
-        .and_then(|r| frame_small(&f, r, &mut frame.0))
+        .and_then(|r| frame_small(f, r, &mut frame.0))
     {
         let taken = settle(send(transport, stats, octets), blocked, &mut failed);
         // Octets of the frame the socket did not take are queued (the buffer was
@@ -139,7 +140,7 @@ pub(crate) fn post_single(
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn post_buffered(
-    f: &SingleFpdu,
+    f: SingleFpdu,
     head: &[u8],
     buf: &mut Vec<u8>,
     sent: &mut usize,

@@ -134,8 +134,8 @@ impl TxState {
 
     /// [`TxState::small_header`] for the single post, written at once: the MPA
     /// length field and the header of a Send or Write of `total` octets that fits one
-    /// FPDU, at the start of `out`; returns their length and the MSN for a Send (0
-    /// for a Write). Each operation's branch writes its own header
+    /// FPDU, at the start of `out`; returns their length. Each operation's branch
+    /// writes its own header
     /// ([`write_small_header`] inlined into it), so its control octets are constants.
     #[inline(always)]
     fn write_single_header(
@@ -143,7 +143,7 @@ impl TxState {
         op: &SendOp,
         total: u32,
         out: &mut [u8; SMALL_HEADER_MAX],
-    ) -> Option<(usize, u32)> {
+    ) -> Option<usize> {
         match *op {
             SendOp::Send {
                 solicited,
@@ -159,7 +159,7 @@ impl TxState {
                         mo: 0,
                     },
                 };
-                Some((write_small_header(&h, total, out)?, self.send_msn))
+                write_small_header(&h, total, out)
             }
             SendOp::Write { remote_addr, rkey }
                 if total <= self.seg.cap(self.tagged_max, TAGGED_HEADER_LEN) =>
@@ -172,7 +172,7 @@ impl TxState {
                         to: remote_addr,
                     },
                 };
-                Some((write_small_header(&h, total, out)?, 0))
+                write_small_header(&h, total, out)
             }
             _ => None,
         }
@@ -319,17 +319,10 @@ impl Qp {
         tpt: &Tpt,
         memo: &mut KeptKeyMemo,
         head: &mut [u8; SMALL_HEADER_MAX],
-    ) -> Option<(SingleSmall<'q, 'w>, SingleFpdu)> {
+    ) -> Option<SingleSmall<'q, 'w>> {
         let run = self.small_run()?;
-        let (fpdu, msn) = self.check_single_small(run, memo, wr, tpt, head)?;
-        let single = SingleSmall {
-            qp: self,
-            wr,
-            payload: fpdu.payload,
-            wire_len: fpdu.wire_len(),
-            msn,
-        };
-        Some((single, fpdu))
+        let fpdu = self.check_single_small(run, memo, wr, tpt, head)?;
+        Some(SingleSmall { qp: self, wr, fpdu })
     }
 
     /// [`Qp::post_send_small`] for each request of `wrs` in turn, as long as each one
@@ -457,9 +450,8 @@ impl Qp {
 
     /// The single post's checks, those of [`Qp::post_small_in_run`] before its
     /// `write`, the local key through the kept memo, with the request's length field
-    /// and header written into `head`: the rest of the request's FPDU and its MSN for
-    /// a Send (0 for a Write); None, with nothing changed, for a request the direct
-    /// post does not take.
+    /// and header written into `head`: the rest of the request's FPDU; None, with
+    /// nothing changed, for a request the direct post does not take.
     #[inline(always)]
     fn check_single_small(
         &self,
@@ -468,7 +460,7 @@ impl Qp {
         wr: &SendWr,
         tpt: &Tpt,
         head: &mut [u8; SMALL_HEADER_MAX],
-    ) -> Option<(SingleFpdu, u32)> {
+    ) -> Option<SingleFpdu> {
         let [sge] = &wr.sgl[..] else {
             return None;
         };
@@ -478,7 +470,7 @@ impl Qp {
             return None;
         }
         let total = sge.len;
-        let (header_len, msn) = self.tx.write_single_header(&wr.op, total, head)?;
+        let header_len = self.tx.write_single_header(&wr.op, total, head)?;
         let t = tpt
             .check_local_kept(
                 memo,
@@ -498,33 +490,32 @@ impl Qp {
             },
             crc: self.tx.crc,
         };
-        Some((f, msn))
+        Some(f)
     }
 
     /// The single post's end, that of [`Qp::post_small_in_run`] after its `write`:
-    /// the caller did `gathered` with the FPDU of `payload`, `wire_len` octets; the
-    /// request is numbered and completes if it was taken, and is queued otherwise.
+    /// the caller did `gathered` with the FPDU `f`; the request is numbered and
+    /// completes if it was taken, and is queued otherwise. A Send's MSN is the one
+    /// its header carries: nothing changed the QP since (the guard held it).
     #[inline(always)]
     fn finish_single_small(
         &mut self,
         wr: &SendWr,
-        payload: Chunk,
-        wire_len: usize,
-        msn: u32,
+        f: &SingleFpdu,
         gathered: Gathered,
         tpt: &Tpt,
     ) -> Gathered {
         // Numbered after the write: a single post's `write` sends, and this is not
         // needed before.
         let seq = self.out.next_send_seq();
-        let total = payload.len as u32;
+        let total = f.payload.len as u32;
         if gathered != Gathered::Taken {
-            self.queue_send(seq, wr, &[payload], total, tpt);
+            self.queue_send(seq, wr, &[f.payload], total, tpt);
             return gathered;
         }
-        self.tx.handed_out(wire_len);
+        self.tx.handed_out(f.wire_len());
         if matches!(wr.op, SendOp::Send { .. }) {
-            self.tx.send_msn = msn.wrapping_add(1);
+            self.tx.send_msn = self.tx.send_msn.wrapping_add(1);
         }
         let op = super::wc_opcode(&wr.op);
         self.out
@@ -535,32 +526,32 @@ impl Qp {
 
 /// A single small request checked by [`Qp::begin_single_small`], its FPDU not yet
 /// sent; [`SingleSmall::finish`] completes or queues it. Holds the QP: nothing can
-/// change it between the check and the finish. Only what the finish needs is kept
-/// (the FPDU's header is the caller's): it stays alive across the `send`.
+/// change it between the check and the finish. Its FPDU's description is kept here
+/// once, for the caller's framing and for the finish: a second copy, for each, was
+/// spilled to the stack before the `send`.
 #[derive(Debug)]
 pub struct SingleSmall<'q, 'w> {
     qp: &'q mut Qp,
     wr: &'w SendWr,
-    payload: Chunk,
-    wire_len: usize,
-    msn: u32,
+    fpdu: SingleFpdu,
 }
 
 impl SingleSmall<'_, '_> {
+    /// The request's FPDU: where its header (already written) ends, its payload, its
+    /// CRC flag.
+    #[inline(always)]
+    pub fn fpdu(&self) -> &SingleFpdu {
+        &self.fpdu
+    }
+
     /// What the caller did with the request's FPDU: [`Gathered::Taken`] completes
     /// the request (as `post_send_small` after its `write` took it); otherwise the
     /// request is queued (and after [`Gathered::Lost`] the caller puts the QP in
     /// error). Returns `gathered`.
     #[inline(always)]
     pub fn finish(self, gathered: Gathered, tpt: &Tpt) -> Gathered {
-        let SingleSmall {
-            qp,
-            wr,
-            payload,
-            wire_len,
-            msn,
-        } = self;
-        qp.finish_single_small(wr, payload, wire_len, msn, gathered, tpt)
+        let SingleSmall { qp, wr, fpdu } = self;
+        qp.finish_single_small(wr, &fpdu, gathered, tpt)
     }
 }
 
