@@ -176,9 +176,25 @@ impl Qp {
 
     /// Posts a send-queue work request and starts transmitting it on this thread.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        // Borrowed: the request is copied once, into the send queue (through
-        // `iter::once` it was moved into the iterator and out again first).
-        self.post_send_batch(std::slice::from_ref(&wr))
+        // `post_send_batch`'s steps for a batch of one, with the single post inlined
+        // here and not in the batch callers (see `post_single_call`).
+        let mut g = self.shared.lock()?;
+        let Some(dev) = self.shared.pass_dev(&mut g) else {
+            return Err(Error::BadState("device closed"));
+        };
+        let posted = if self.post_single(&mut g, &dev, &wr) {
+            Ok(())
+        } else {
+            // Borrowed: the request is copied once, into the send queue.
+            self.post_locked(&mut g, &dev, std::slice::from_ref(&wr).iter())
+        };
+        if posted.is_ok() {
+            self.shared.post_pass(&mut g, &dev);
+        }
+        let spare = self.shared.end_pass(&mut g, dev);
+        drop(g);
+        drop(spare);
+        posted
     }
 
     /// Posts a chain of send-queue work requests, transmitting once after all are queued
@@ -200,7 +216,7 @@ impl Qp {
             // the post itself (`transmit::post_single`); anything else, and a second
             // request an iterator yields against its size hint, the general way.
             match wrs.next() {
-                Some(wr) if self.post_single(&mut g, &dev, wr.borrow()) => match wrs.next() {
+                Some(wr) if self.post_single_call(&mut g, &dev, wr.borrow()) => match wrs.next() {
                     None => Ok(()),
                     Some(next) => self.post_locked(&mut g, &dev, std::iter::once(next).chain(wrs)),
                 },
@@ -221,6 +237,14 @@ impl Qp {
         drop(g);
         drop(spare);
         posted
+    }
+
+    /// [`Qp::post_single`] for a batch of one, as a call: inlined into a batch caller
+    /// (the benches' `post_window`), the single post's code changed how that caller's
+    /// runs of posts were compiled, and they cost more (session 28, `write_bw -s 64`).
+    #[inline(never)]
+    fn post_single_call(&self, g: &mut QpInner, dev: &Shared, wr: &SendWr) -> bool {
+        self.post_single(g, dev, wr)
     }
 
     /// The direct single post (`transmit::post_single`) under the QP's lock; false if
