@@ -733,8 +733,8 @@ impl Qp {
     }
 
     /// [`Qp::rx_take_simple`], with each receive completion offered to `to` first
-    /// while the QP holds no completion or event released before it
-    /// ([`RecvHandoff`]); what `to` refuses is queued as usual.
+    /// while the QP holds no completion released before it ([`RecvHandoff`]); what
+    /// `to` refuses is queued as usual, and so is every later one.
     #[inline]
     pub fn rx_take_simple_to(
         &mut self,
