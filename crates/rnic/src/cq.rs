@@ -450,7 +450,7 @@ impl CqShared {
     /// A CQ with one QP hands the QP's pass the caller's `out` (`crate::cq_direct`): a
     /// completion it releases for this CQ may go there without the ring; the third
     /// value says how many did.
-    fn drive(&self, out: &mut [Completion]) -> (bool, bool, usize) {
+    pub(crate) fn drive(&self, out: &mut [Completion]) -> (bool, bool, usize) {
         let ready = self.polls.drive();
         let few = self.qps.try_with(|list| {
             if let [qp] = &list[..] {

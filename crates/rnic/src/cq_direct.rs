@@ -31,6 +31,7 @@
 
 use crate::cq::CqShared;
 use softrnic_proto::Completion;
+use softrnic_proto::qp::RecvHandoff;
 
 /// The caller's `out` of a poll that may take completions directly.
 pub(crate) struct Direct<'a> {
@@ -64,6 +65,28 @@ impl<'a> Direct<'a> {
     /// How many completions were taken into `out`, from its start.
     pub(crate) fn taken(&self) -> usize {
         self.taken
+    }
+}
+
+/// A claimed QP's receive completions offered to the poll's `out` while the core
+/// releases them (`receive::receive_claimed`, under the QP's lock, the quiet mark
+/// set so the QP is claimed and in RTS): `cq` is the QP's receive CQ. The core offers
+/// a completion only while it holds none released before it
+/// (`softrnic_proto::qp::RecvHandoff`), so it is the QP's oldest undelivered one, as
+/// when `deliver_to` offers a lone completion; [`Direct::take`] checks the rest.
+/// Saves the Outbox's push, its pop in the delivery and the delivery's bookkeeping.
+pub(crate) struct RecvDirect<'d, 'a> {
+    pub(crate) to: Option<&'d mut Direct<'a>>,
+    pub(crate) cq: &'d CqShared,
+}
+
+impl RecvHandoff for RecvDirect<'_, '_> {
+    #[inline(always)]
+    fn take(&mut self, c: &Completion) -> bool {
+        match &mut self.to {
+            Some(to) => to.take(self.cq, c),
+            None => false,
+        }
     }
 }
 

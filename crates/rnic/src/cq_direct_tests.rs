@@ -308,3 +308,80 @@ fn a_second_consumer_gets_no_completion_twice() {
     assert_eq!(all, (0..SLOTS as u64).collect::<Vec<_>>());
     assert!(warm.is_empty());
 }
+
+/// A Send read by a drive while the CQ's ring holds older completions (the receiver's
+/// own send completion, another QP's receive) goes in behind them, not into the
+/// caller's `out`: the poll returns all three in the order they were released. The
+/// drive is called as `Cq::poll` calls it after its pop found the ring empty, with the
+/// ring filled in between, as a completion pushed by another thread right after the
+/// pop would fill it.
+#[test]
+fn a_received_send_never_overtakes_completions_already_in_the_ring() {
+    let (a, b) = (End::new(false), End::new(false));
+    // A second pair, whose receiving QP shares the receiver's CQ.
+    let a2 = a
+        .dev
+        .create_qp(&a.pd, QpInit::with_cqs(&a.cq, &a.cq, 4, 4))
+        .unwrap();
+    let b2 = b
+        .dev
+        .create_qp(&b.pd, QpInit::with_cqs(&b.cq, &b.cq, 4, 4))
+        .unwrap();
+    connect(&a, &b);
+    twin_support::connect(&a.dev, &a2, &b.dev, &b2);
+    let (mut la, mut next) = (Log::new(), [0u64; 2]);
+    post_recv_slot(&a.qp, &a.mr, &mut next[0]);
+    post_recv_slot(&b.qp, &b.mr, &mut next[1]);
+    b2.post_recv(RecvWr::new(500, b.mr.sge(SLOTS * SLOT, SLOT)))
+        .unwrap();
+    let mut out = [Completion::default(); 3];
+    // The receiver's consumer claims both sockets (its drives alone: nothing popped).
+    for _ in 0..2 * CLAIM_AFTER {
+        assert_eq!(b.cq.shared.drive(&mut out), (false, false, 0));
+    }
+    // The receiver's own Send: its completion goes into the ring at the post.
+    b.qp.post_send(SendWr::new(900, SEND, b.mr.sge(0, 8)))
+        .unwrap();
+    assert_eq!(b.cq.shared.ring_pushes(), 1);
+    // The second QP receives a Send, read by the receiver's drive (two QPs listed: no
+    // hand-over), pushed behind it.
+    let sent = |la: &mut Log, wr: u64| {
+        let mut spins = 0u64;
+        while !la.iter().any(|c| c.0 == wr) {
+            a.poll(1, la);
+            spins += 1;
+            assert!(spins < SPINS, "{wr} not sent");
+        }
+    };
+    a2.post_send(SendWr::new(600, SEND, a.mr.sge(0, 8)))
+        .unwrap();
+    sent(&mut la, 600);
+    let mut spins = 0u64;
+    while b.cq.shared.ring_pushes() < 2 {
+        assert_eq!(b.cq.shared.drive(&mut out).2, 0);
+        spins += 1;
+        assert!(spins < SPINS, "the second QP's Send not read");
+    }
+    // It leaves: the receiver's QP is the CQ's only one, and its drives may hand over.
+    drop(b2);
+    a.qp.post_send(SendWr::new(700, SEND, a.mr.sge(0, 8)))
+        .unwrap();
+    sent(&mut la, 700);
+    let mut spins = 0u64;
+    while b.cq.shared.ring_pushes() < 3 {
+        let (_, _, taken) = b.cq.shared.drive(&mut out);
+        assert_eq!(taken, 0, "handed over ahead of the ring: {:?}", out[0]);
+        spins += 1;
+        assert!(spins < SPINS, "the receiver's Send not read");
+    }
+    assert_eq!(b.cq.poll(&mut out), 3);
+    let got: Vec<_> = out.iter().map(|c| (c.wr_id, c.opcode)).collect();
+    assert_eq!(
+        got,
+        [
+            (900, WcOpcode::Send),
+            (500, WcOpcode::Recv),
+            (0, WcOpcode::Recv)
+        ]
+    );
+}

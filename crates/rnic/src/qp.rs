@@ -366,7 +366,15 @@ impl QpShared {
                 ..
             } = &mut *g;
             // A failed placement leaves the QP in error; the first progress closes it.
-            let _ = feed(core, stats, staging, dev, self.srq.as_deref(), leftover);
+            let _ = feed(
+                core,
+                stats,
+                staging,
+                dev,
+                self.srq.as_deref(),
+                leftover,
+                &mut softrnic_proto::qp::Queued,
+            );
         }
         let index = dev.engine_for(self.recv_cq.vector());
         let engine = dev

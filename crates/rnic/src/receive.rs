@@ -10,7 +10,7 @@ use crate::qp::{Conn, QpStats};
 use crate::region_table::LastRegion;
 use crate::srq::{SrqShared, SrqSource};
 use softrnic_proto::QpId;
-use softrnic_proto::qp::{Qp as Core, RxCtx, RxNeed};
+use softrnic_proto::qp::{Qp as Core, Queued, RecvHandoff, RxCtx, RxNeed};
 use softrnic_wire::crc::crc32c_append;
 use softrnic_wire::ddp::TAGGED_HEADER_LEN;
 use std::io;
@@ -232,10 +232,18 @@ fn receive_stream(
         if staging.start < staging.end {
             let (start, end) = (staging.start, staging.end);
             let buf = std::mem::take(&mut staging.buf);
-            let fed = feed(core, stats, staging, dev, srq, &buf[start..end]);
+            let fed = feed(
+                core,
+                stats,
+                staging,
+                dev,
+                srq,
+                &buf[start..end],
+                &mut Queued,
+            );
             staging.buf = buf;
             let used = match fed {
-                Ok(used) => used,
+                Ok(fed) => fed.used,
                 Err(()) => {
                     // A placement failed: the QP is in error (the connection closes).
                     moved = true;
@@ -403,6 +411,18 @@ fn ctx_for<'a>(dev: &'a Shared, src: &'a mut Option<SrqSource<'a>>) -> RxCtx<'a>
     }
 }
 
+/// What [`feed`] took.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fed {
+    /// Octets taken.
+    pub(crate) used: usize,
+    /// The core's simple path took them all (whole plain Writes and Sends on the QP's
+    /// own receive queue, `Qp::rx_take_simple`): the core changed only its stream
+    /// position, its receive queue and the completions and events it released;
+    /// nothing was queued to send and the state, the close and its timer are as before.
+    pub(crate) simple: bool,
+}
+
 /// Hands octets read into user space to the protocol core, copying the payload among
 /// them into registered memory; returns how many it took (fewer when receiving has
 /// stopped). A payload that cannot be placed (its region was deregistered after the
@@ -414,7 +434,8 @@ pub(crate) fn feed(
     dev: &Shared,
     srq: Option<&SrqShared>,
     data: &[u8],
-) -> std::result::Result<usize, ()> {
+    to: &mut impl RecvHandoff,
+) -> std::result::Result<Fed, ()> {
     let mut at = 0;
     // Every whole FPDU in octets no longer than the staging buffer is small (see
     // `after_small_run`).
@@ -423,25 +444,36 @@ pub(crate) fn feed(
         // stream's) is taken here without the general run's set-up; whatever they
         // leave (a control message, a cut FPDU, a fault) the loop below takes.
         let before = core.rx_placed_bytes();
-        let run = core.rx_take_simple(data, &dev.tpt, &mut |c, bytes| {
-            // A region gone after the TPT check refuses: the loop below meets the
-            // same FPDU and fails the QP.
-            staging
-                .region
-                .get(dev, c.region)
-                .is_some_and(|r| r.write(c.offset as usize, bytes).is_ok())
-        });
+        let run = core.rx_take_simple_to(
+            data,
+            &dev.tpt,
+            &mut |c, bytes| {
+                // A region gone after the TPT check refuses: the loop below meets the
+                // same FPDU and fails the QP.
+                staging
+                    .region
+                    .get(dev, c.region)
+                    .is_some_and(|r| r.write(c.offset as usize, bytes).is_ok())
+            },
+            to,
+        );
         if run.fpdus > 0 {
             stats.rx_copied_bytes += core.rx_placed_bytes() - before;
             staging.after_payload = false;
             staging.after_small_run(core, run.fpdus);
             at = run.taken;
             if at == data.len() {
-                return Ok(at);
+                return Ok(Fed {
+                    used: at,
+                    simple: true,
+                });
             }
         }
     }
-    feed_general(core, stats, staging, dev, srq, data, at)
+    feed_general(core, stats, staging, dev, srq, data, at).map(|used| Fed {
+        used,
+        simple: false,
+    })
 }
 
 /// [`feed`]'s general loop, from `at` on: runs of whole data FPDUs by the core's run

@@ -46,6 +46,26 @@ impl CqSide {
     }
 }
 
+/// Where a receive completion may go instead of the outbox's queue: the I/O layer's
+/// caller that is polling the completion's CQ right now, when nothing older could be
+/// overtaken (the I/O layer's rules; the outbox adds its own: it holds no completion
+/// released before). Saves the queue's push and the delivery's pop on a ping-pong's
+/// Send.
+pub trait RecvHandoff {
+    /// Takes `c`, the next completion this QP releases; false: it is queued as usual.
+    fn take(&mut self, c: &Completion) -> bool;
+}
+
+/// No hand-off: every completion is queued.
+pub struct Queued;
+
+impl RecvHandoff for Queued {
+    #[inline(always)]
+    fn take(&mut self, _: &Completion) -> bool {
+        false
+    }
+}
+
 /// What [`Outbox::push`] writes before the completion itself (see there).
 static EMPTY_COMPLETION: Completion = Completion {
     wr_id: 0,
@@ -128,6 +148,18 @@ impl Outbox {
     /// Inlined: the one-step Send receive calls it once per message.
     #[inline(always)]
     pub(crate) fn recv(&mut self, c: Completion) {
+        self.push(c);
+    }
+
+    /// [`Outbox::recv`], or handed to `to` when the outbox holds no completion
+    /// released before it: then it is the QP's oldest undelivered completion, and
+    /// handing it over first keeps the QP's order. (Events are not completions: a
+    /// solicited Send's event still waits here for the delivery, as before.)
+    #[inline(always)]
+    pub(crate) fn recv_to(&mut self, c: Completion, to: &mut impl RecvHandoff) {
+        if self.completions.is_empty() && to.take(&c) {
+            return;
+        }
         self.push(c);
     }
 

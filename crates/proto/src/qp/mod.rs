@@ -25,7 +25,7 @@ mod stream;
 mod tx;
 
 pub use close::CloseAction;
-pub use deliver::{CqSide, QpEvent};
+pub use deliver::{CqSide, QpEvent, Queued, RecvHandoff};
 pub use fpdu::{
     Chunk, CopiedHeaders, MAX_TX_HEADER, SMALL_HEADER_MAX, SingleFpdu, SmallFpdu, TxFpdu,
 };
@@ -731,6 +731,20 @@ impl Qp {
         tpt: &Tpt,
         place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
     ) -> RxRun {
+        self.rx_take_simple_to(data, tpt, place, &mut Queued)
+    }
+
+    /// [`Qp::rx_take_simple`], with each receive completion offered to `to` first
+    /// while the QP holds no completion released before it ([`RecvHandoff`]); what
+    /// `to` refuses is queued as usual, and so is every later one.
+    #[inline]
+    pub fn rx_take_simple_to(
+        &mut self,
+        data: &[u8],
+        tpt: &Tpt,
+        place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
+        to: &mut impl RecvHandoff,
+    ) -> RxRun {
         let mut run = RxRun::default();
         if !self.on_srq {
             let mut d = RxDeps {
@@ -741,7 +755,7 @@ impl Qp {
                 buffers: &mut self.rq,
                 out: &mut self.out,
             };
-            self.rx.take_simple_run(data, &mut d, place, &mut run);
+            self.rx.take_simple_run(data, &mut d, place, &mut run, to);
         }
         run
     }

@@ -11,7 +11,7 @@ mod sends;
 mod simple;
 mod writes;
 
-use super::deliver::{Deferred, Outbox, QpEvent};
+use super::deliver::{Deferred, Outbox, QpEvent, Queued, RecvHandoff};
 use super::fpdu::{Chunk, CopiedHeaders};
 use super::place::{
     self, Arrival, SendSegment, Untagged, UntaggedFault, check_rdmap_rules, rdmap_op,
@@ -254,7 +254,7 @@ impl Receiver {
         while run.fpdus < max && run.taken < data.len() {
             let rest = &data[run.taken..];
             if sends::untagged_first(rest)
-                && let Some(n) = self.take_simple_send(rest, d, place)
+                && let Some(n) = self.take_simple_send(rest, d, place, &mut Queued)
             {
                 run.taken += n;
                 run.fpdus += 1;
@@ -292,12 +292,13 @@ impl Receiver {
         d: &mut RxDeps<'_>,
         place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
         run: &mut RxRun,
+        to: &mut impl RecvHandoff,
     ) {
         run.complete = true;
         while run.taken < data.len() {
             let rest = &data[run.taken..];
             let took = if sends::untagged_first(rest) {
-                self.take_simple_send(rest, d, place)
+                self.take_simple_send(rest, d, place, to)
             } else if writes::tagged_first(rest) {
                 self.take_simple_write(rest, d, place)
             } else {

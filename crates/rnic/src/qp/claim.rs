@@ -58,11 +58,17 @@ impl QpShared {
         }
         // The claimed read, with the device the claim keeps borrowed. An empty read
         // leaves everything as it was, the mark too.
-        let quick = self.quiet_read(&mut g);
+        let mut to = to;
+        let quick = self.quiet_read(&mut g, to.as_deref_mut());
         if quick == Some(Quick::Empty) {
             return Some(false);
         }
         g.quiet_claimed = false;
+        if quick == Some(Quick::Simple) && self.simple_read_done(&g) {
+            // A Write placed, or a Send whose completion went to the caller: the rest
+            // of the drive (device out and back, delivery, release) has nothing to do.
+            return Some(true);
+        }
         let Some(dev) = self.pass_dev(&mut g) else {
             return Some(false);
         };

@@ -3,7 +3,7 @@
 
 use super::{QpInner, QpShared};
 use crate::close::close_if_done;
-use crate::cq_direct::Direct;
+use crate::cq_direct::{Direct, RecvDirect};
 use crate::device::{AsyncEvent, Shared};
 use crate::receive::{Driven, Quick, receive, receive_claimed};
 use crate::transmit::transmit;
@@ -70,8 +70,11 @@ impl QpShared {
     /// The claimed read of a QP with its quiet mark set, with the device the claim
     /// keeps (borrowed, not moved out). `None` if the QP holds no connection or device
     /// (it cannot while marked and claimed: the general pass then runs).
+    ///
+    /// With `to`, a receive completion the read releases may go straight to the poll's
+    /// caller (`crate::cq_direct::RecvDirect`).
     #[inline]
-    pub(super) fn quiet_read(&self, g: &mut QpInner) -> Option<Quick> {
+    pub(super) fn quiet_read(&self, g: &mut QpInner, to: Option<&mut Direct<'_>>) -> Option<Quick> {
         let QpInner {
             core,
             conn,
@@ -94,6 +97,10 @@ impl QpShared {
             staging,
             dev,
             self.srq.as_deref(),
+            &mut RecvDirect {
+                to,
+                cq: &self.recv_cq,
+            },
         ))
     }
 
@@ -112,14 +119,14 @@ impl QpShared {
             // Nothing to send, no close under way, the timer as armed (a placed Write,
             // a received Send): what `after_receive` would do comes down to
             // delivering what was released, asked inline.
-            Quick::Took if self.received_quiet(g) => {
+            Quick::Took | Quick::Simple if self.received_quiet(g) => {
                 match to {
                     Some(to) => self.deliver_to(g, dev, to),
                     None => self.deliver_if_output(g, dev),
                 }
                 true
             }
-            Quick::Took => self.after_receive(g, dev, Pass::ReceiveFirst, false),
+            Quick::Took | Quick::Simple => self.after_receive(g, dev, Pass::ReceiveFirst, false),
             Quick::Rest => {
                 self.receive(g, dev);
                 self.after_receive(g, dev, Pass::ReceiveFirst, false)
@@ -185,6 +192,19 @@ impl QpShared {
             && g.conn.as_ref().is_some_and(|c| c.tx.is_flushed())
             && !g.core.is_closing()
             && g.core.poll_timeout() == g.timer_armed
+    }
+
+    /// After a marked drive's read that the core's simple path took whole
+    /// ([`Quick::Simple`]): whether the drive has nothing left to do, as after a placed
+    /// Write or a Send whose completion went to the poll's caller
+    /// (`crate::cq_direct::RecvDirect`). The mark's answers still hold (claimed, in
+    /// RTS, nothing queued or unsent, no close timer, no close: the simple path changes
+    /// none of them), so what [`QpShared::after_claimed_read`] and the release after
+    /// it would still ask comes down to this: nothing released to deliver, the state
+    /// as last traced and no timer left armed.
+    #[inline]
+    pub(super) fn simple_read_done(&self, g: &QpInner) -> bool {
+        !g.core.has_output() && g.traced_state == QpState::Rts && g.timer_armed.is_none()
     }
 
     /// After a receive that queued nothing to send: whether it left the rest of the pass

@@ -10,11 +10,11 @@
 //! brings the message and the reply's post is latency, and so is half of every empty
 //! poll's (docs/ARCHITECTURE.md, "Session 24").
 
-use super::{Driven, RX_STAGING_LEN, Staging, answer_reads, feed, would_block};
+use super::{Driven, Fed, RX_STAGING_LEN, Staging, answer_reads, feed, would_block};
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
 use crate::srq::SrqShared;
-use softrnic_proto::qp::{Qp as Core, RxNeed};
+use softrnic_proto::qp::{Qp as Core, RecvHandoff, RxNeed};
 
 /// What [`receive_claimed`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +32,11 @@ pub(crate) enum Quick {
     /// The pass does not apply (or its read ended the stream or failed, kept pending):
     /// run the general pass from its start.
     General,
+    /// As [`Quick::Took`], and the core's simple path took the whole read
+    /// (`receive::Fed::simple`): nothing was queued to send, and the state, the close
+    /// and its timer are as before the read. The pass goes on only to deliver what the
+    /// read released, if anything.
+    Simple,
 }
 
 /// Whether the one-pass receive applies: read-ahead mode between FPDUs of an unmarked
@@ -52,8 +57,10 @@ fn applies(core: &Core, staging: &Staging) -> bool {
 /// A claimed, quiet QP's receive (the caller checked: nothing queued to send, no
 /// close timer, not closing): one read into the kept staging buffer, its octets fed
 /// to the core at once (`feed`: whole small FPDUs parsed, checked, placed and
-/// completed by its run path). See [`Quick`] for what is left to the caller.
+/// completed by its run path; a receive completion offered to `to` first, see
+/// `crate::cq_direct`). See [`Quick`] for what is left to the caller.
 #[inline]
+#[allow(clippy::too_many_arguments)] // The QP's parts, borrowed apart.
 pub(crate) fn receive_claimed(
     at: Driven,
     core: &mut Core,
@@ -62,6 +69,7 @@ pub(crate) fn receive_claimed(
     staging: &mut Staging,
     dev: &Shared,
     srq: Option<&SrqShared>,
+    to: &mut impl RecvHandoff,
 ) -> Quick {
     if !applies(core, staging) {
         return Quick::General;
@@ -93,14 +101,28 @@ pub(crate) fn receive_claimed(
     staging.end = n;
     // As the general path's loop takes a read-ahead, once.
     let buf = std::mem::take(&mut staging.buf);
-    let fed = feed(core, stats, staging, dev, srq, &buf[..n]);
-    staging.buf = buf;
-    let Ok(used) = fed else {
+    let fed = feed(core, stats, staging, dev, srq, &buf[..n], to);
+    let spare = std::mem::replace(&mut staging.buf, buf);
+    if spare.capacity() == 0 {
+        // `feed` gave the staging buffer none of its own (it never does): an empty
+        // `Vec` has nothing to free, and its drop was a call on every message.
+        std::mem::forget(spare);
+    }
+    let Ok(Fed { used, simple }) = fed else {
         // A placement failed: the QP is in error, the receive ends.
         return Quick::Took;
     };
     staging.start += used;
     answer_reads(at, core, conn, stats, dev);
+    if simple {
+        // Whole FPDUs, the stream between two, the core taking octets: of the
+        // checks below only the kernel queue's is left.
+        return if n < RX_STAGING_LEN && conn.transport.drained_polled() {
+            Quick::Simple
+        } else {
+            Quick::Rest
+        };
+    }
     // (Between FPDUs the core neither stopped nor waits: the common case asks no more.)
     if used == 0
         || (!core.rx_between_fpdus() && matches!(core.rx_need(), RxNeed::Stopped | RxNeed::Wait))

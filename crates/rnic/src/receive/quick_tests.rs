@@ -245,7 +245,7 @@ impl Bench {
     /// Feeds `script` to a fresh receiver, poll by poll: with `quick`, as a claimed
     /// consumer's pass does (`QpShared::claimed_pass`), otherwise by the general path
     /// alone. Returns what it ended with and how many times each outcome came.
-    fn run(&self, script: &[Answer], crc: bool, recvs: usize, quick: bool) -> (End, [usize; 4]) {
+    fn run(&self, script: &[Answer], crc: bool, recvs: usize, quick: bool) -> (End, [usize; 5]) {
         let mut core = self.receiver(crc, recvs);
         let claimed = Arc::new(AtomicBool::new(true));
         let reads = Arc::new(AtomicUsize::new(0));
@@ -269,7 +269,7 @@ impl Bench {
             qp: QpId(2),
             engine: 0,
         };
-        let mut seen = [0; 4];
+        let mut seen = [0; 5];
         // Every answer is taken by a poll that reads at most once more than it has
         // answers: twice as many polls leave none.
         for _ in 0..2 * script.len() + 2 {
@@ -285,10 +285,11 @@ impl Bench {
                     &mut staging,
                     dev,
                     None,
+                    &mut softrnic_proto::qp::Queued,
                 );
                 seen[q as usize] += 1;
                 match q {
-                    Quick::Empty | Quick::Took => {}
+                    Quick::Empty | Quick::Took | Quick::Simple => {}
                     Quick::Rest | Quick::General => {
                         receive(
                             at,
@@ -373,7 +374,7 @@ fn cut(wire: &[u8], k: usize, tail: u64) -> Vec<Answer> {
 #[test]
 fn a_claimed_pass_ends_every_cut_stream_as_the_general_path_does() {
     let bench = Bench::new();
-    let mut seen = [0; 4];
+    let mut seen = [0; 5];
     for seed in 0..24u64 {
         let crc = seed.is_multiple_of(2);
         let flip = seed.is_multiple_of(3);
@@ -398,8 +399,11 @@ fn a_claimed_pass_ends_every_cut_stream_as_the_general_path_does() {
     // The claimed pass met empty queues, took reads itself and left ends and
     // failures to the general path. (`Rest` needs a read that fills the staging
     // buffer: the next test.)
-    let [empty, took, _, general] = seen;
-    assert!(empty > 0 && took > 0 && general > 0, "{seen:?}");
+    let [empty, took, _, general, simple] = seen;
+    assert!(
+        empty > 0 && took > 0 && simple > 0 && general > 0,
+        "{seen:?}"
+    );
 }
 
 #[test]
@@ -416,9 +420,10 @@ fn whole_small_fpdus_are_taken_in_one_pass_and_one_read() {
         assert_eq!(quick, general);
         assert_eq!(quick.state, QpState::Rts);
         assert_eq!(quick.fatal, None);
-        // One pass took them all with the read that brought them; the polls after
-        // it found the queue empty.
-        assert_eq!(seen[Quick::Took as usize], 1, "{seen:?}");
+        // One pass took them all with the read that brought them, by the core's
+        // simple path alone; the polls after it found the queue empty.
+        assert_eq!(seen[Quick::Simple as usize], 1, "{seen:?}");
+        assert_eq!(seen[Quick::Took as usize], 0, "{seen:?}");
         // Only the first poll, which took the buffer, was the general path's.
         assert_eq!(seen[Quick::General as usize], 1, "{seen:?}");
         assert_eq!(seen[Quick::Rest as usize], 0, "{seen:?}");

@@ -9,7 +9,7 @@
 
 use super::simple::header_len_first;
 use super::{Receiver, RxDeps};
-use crate::qp::deliver::QpEvent;
+use crate::qp::deliver::{QpEvent, RecvHandoff};
 use crate::qp::fpdu::Chunk;
 use crate::qp::place::check_rdmap_rules;
 use crate::verbs::{WcOpcode, WcStatus};
@@ -40,6 +40,7 @@ impl Receiver {
         data: &[u8],
         d: &mut RxDeps<'_>,
         place: &mut dyn FnMut(Chunk, &[u8]) -> bool,
+        to: &mut impl RecvHandoff,
     ) -> Option<usize> {
         let f = self.whole_front(data, UNTAGGED_HEADER_LEN)?;
         if !matches!(f.header.opcode, Opcode::Send | Opcode::SendSe) || !f.header.last {
@@ -91,7 +92,7 @@ impl Receiver {
             .out
             .completion(wr_id, WcStatus::Success, WcOpcode::Recv, len as u32);
         c.solicited = h.opcode.solicited();
-        d.out.recv(c);
+        d.out.recv_to(c, to);
         if c.solicited {
             d.out.event(QpEvent::Solicited);
         }

@@ -139,6 +139,34 @@ impl Side {
         self.take(&bytes[run.taken..]);
     }
 
+    /// [`Side::feed_simple_first`], with every receive completion the simple paths
+    /// offer taken by a hand-off ([`Qp::rx_take_simple_to`], as the I/O layer's poll
+    /// takes one into its caller's `out`): returns those, in the order offered.
+    pub fn feed_handed(&mut self, bytes: &[u8]) -> Vec<Completion> {
+        struct TakeAll(Vec<Completion>);
+        impl RecvHandoff for TakeAll {
+            fn take(&mut self, c: &Completion) -> bool {
+                self.0.push(*c);
+                true
+            }
+        }
+        let mut handed = TakeAll(Vec::new());
+        let mem = &mut self.mem;
+        let run = self.qp.rx_take_simple_to(
+            bytes,
+            &self.tpt,
+            &mut |c, data| {
+                let r = &mut mem[c.region.0 as usize];
+                r[c.offset as usize..c.offset as usize + data.len()].copy_from_slice(data);
+                true
+            },
+            &mut handed,
+        );
+        assert!(run.complete, "the simple paths take whole FPDUs only");
+        self.take(&bytes[run.taken..]);
+        handed.0
+    }
+
     fn feed_cut(&mut self, bytes: &[u8], cut: &mut Cutter) {
         let mut rest = bytes;
         while !rest.is_empty() {

@@ -7,7 +7,11 @@
 //! octets, which only the step machine can take: the same completions in the same
 //! order, the same Terminate cause, the same events, the same octets in memory. Fed
 //! whole through [`Qp::rx_take_simple`] first (as the I/O layer feeds a QP with its own
-//! receive queue), it ends alike too.
+//! receive queue), it ends alike too; and so it does with every receive completion the
+//! simple paths offer handed over on the way ([`Qp::rx_take_simple_to`], as a polling
+//! caller takes one): the handed ones first, then the queued ones, are the same
+//! completions in the same order, also when the receiver's own send completion was
+//! queued before the stream came (nothing may overtake it).
 
 use super::*;
 use proptest::prelude::*;
@@ -58,15 +62,26 @@ enum Feed {
     SimpleFirst,
     /// Cut, by the steps alone.
     Cut,
+    /// Whole, by the simple paths alone first, each receive completion they offer
+    /// handed over.
+    Handed,
 }
 
 /// Builds the pair, the receives (each a one- or two-SGE buffer) and the stream, and
 /// feeds it to the receiver as `feed` says.
-fn run(msgs: &[Msg], crc: bool, flip: Option<(usize, u8)>, feed: Feed) -> End {
+/// With `own_send`, the receiver has sent a Send of its own first, whose completion
+/// waits in its QP, released and not yet polled.
+fn run(msgs: &[Msg], crc: bool, flip: Option<(usize, u8)>, own_send: bool, feed: Feed) -> End {
     let (mut a, mut b) = pair(QpParams {
         crc,
         ..Default::default()
     });
+    if own_send {
+        let (own, obase) = b.reg(16, Access::empty(), 92);
+        b.qp.post_send(send_wr(77, [sge(own, obase, 16)]), &b.tpt)
+            .unwrap();
+        assert!(b.next_fpdu().is_some());
+    }
     let (src, sbase) = a.reg(64, Access::empty(), 1);
     let (target, tbase) = b.reg(64, Access::REMOTE_WRITE, 90);
     let (no_rights, nbase) = b.reg(64, Access::LOCAL_WRITE, 91);
@@ -111,13 +126,17 @@ fn run(msgs: &[Msg], crc: bool, flip: Option<(usize, u8)>, feed: Feed) -> End {
         let at = at % wire.len();
         wire[at] ^= x;
     }
+    let mut handed = Vec::new();
     match feed {
         Feed::Whole => b.feed(&wire, false),
         Feed::SimpleFirst => b.feed_simple_first(&wire),
         Feed::Cut => b.feed(&wire, true),
+        Feed::Handed => handed = b.feed_handed(&wire),
     }
+    let mut completions: Vec<_> = handed.into_iter().map(|c| (CqSide::of(&c), c)).collect();
+    completions.extend(b.completions());
     End {
-        completions: b.completions(),
+        completions,
         events: std::iter::from_fn(|| b.qp.poll_event()).collect(),
         fatal: b.qp.fatal_cause(),
         mem: b.mem.clone(),
@@ -132,11 +151,14 @@ proptest! {
         msgs in prop::collection::vec(msg(), 1..10),
         crc in any::<bool>(),
         flip in prop::option::of((any::<usize>(), 1..=255u8)),
+        own_send in any::<bool>(),
     ) {
-        let whole = run(&msgs, crc, flip, Feed::Whole);
-        let simple = run(&msgs, crc, flip, Feed::SimpleFirst);
-        let cut = run(&msgs, crc, flip, Feed::Cut);
+        let whole = run(&msgs, crc, flip, own_send, Feed::Whole);
+        let simple = run(&msgs, crc, flip, own_send, Feed::SimpleFirst);
+        let handed = run(&msgs, crc, flip, own_send, Feed::Handed);
+        let cut = run(&msgs, crc, flip, own_send, Feed::Cut);
         prop_assert_eq!(&simple, &cut);
+        prop_assert_eq!(&handed, &cut);
         prop_assert_eq!(whole, cut);
     }
 }
