@@ -5,7 +5,7 @@ use super::{QpInner, QpShared};
 use crate::close::close_if_done;
 use crate::cq_direct::Direct;
 use crate::device::{AsyncEvent, Shared};
-use crate::receive::{Driven, Quick, receive, receive_claimed};
+use crate::receive::{Driven, Quick, receive, receive_applying, receive_claimed};
 use crate::transmit::transmit;
 use softrnic_proto::qp::{CqSide, QpEvent};
 use softrnic_proto::{Completion, QpState};
@@ -69,9 +69,11 @@ impl QpShared {
 
     /// The claimed read of a QP with its quiet mark set, with the device the claim
     /// keeps (borrowed, not moved out). `None` if the QP holds no connection or device
-    /// (it cannot while marked and claimed: the general pass then runs).
+    /// (it cannot while marked and claimed: the general pass then runs). With
+    /// `marked`, the mark was set before this drive, so the receive's own checks held
+    /// at its last read and still do (`receive::receive_applying`).
     #[inline]
-    pub(super) fn quiet_read(&self, g: &mut QpInner) -> Option<Quick> {
+    pub(super) fn quiet_read(&self, g: &mut QpInner, marked: bool) -> Option<Quick> {
         let QpInner {
             core,
             conn,
@@ -83,18 +85,16 @@ impl QpShared {
         let (Some(conn), Some(dev)) = (conn.as_mut(), claimed_dev.as_deref()) else {
             return None;
         };
-        Some(receive_claimed(
-            Driven {
-                qp: self.id,
-                engine: self.engine(),
-            },
-            core,
-            conn,
-            stats,
-            staging,
-            dev,
-            self.srq.as_deref(),
-        ))
+        let at = Driven {
+            qp: self.id,
+            engine: self.engine(),
+        };
+        let srq = self.srq.as_deref();
+        Some(if marked {
+            receive_applying(at, core, conn, stats, staging, dev, srq)
+        } else {
+            receive_claimed(at, core, conn, stats, staging, dev, srq)
+        })
     }
 
     /// The rest of a claimed drive after its read ([`QpShared::quiet_read`]), by what
