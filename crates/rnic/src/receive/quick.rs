@@ -85,7 +85,10 @@ pub(crate) fn receive_applying(
     dev: &Shared,
     srq: Option<&SrqShared>,
 ) -> Quick {
-    debug_assert!(applies(core, staging), "a quiet mark outlived its receive's checks");
+    debug_assert!(
+        applies(core, staging),
+        "a quiet mark outlived its receive's checks"
+    );
     stats.rx_syscalls += 1;
     let n = match conn
         .transport

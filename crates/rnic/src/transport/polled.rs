@@ -13,8 +13,8 @@
 //! read) and the plain sends (a single post's `send(2)`) on the socket itself, without
 //! a second call through the [`Transport`] trait.
 
-use super::{ClaimedRead, Transport};
 use super::socket::SocketTransport;
+use super::{ClaimedRead, Transport};
 use crate::cpu_share::{IdleYield, Spinner};
 use crate::region::RegionSlice;
 use crate::sys::socket::IoVecs;

@@ -1,8 +1,8 @@
 //! Kernel TCP under a QP: a non-blocking mio socket.
 
-use super::{ClaimedRead, Transport};
 use super::polled::PolledTransport;
 use super::stream::ConnStream;
+use super::{ClaimedRead, Transport};
 use crate::region::RegionSlice;
 use crate::socket_buffers::{Seat, SocketBuffers};
 use crate::sys;
