@@ -419,80 +419,29 @@ pub(crate) fn feed(
     // Every whole FPDU in octets no longer than the staging buffer is small (see
     // `after_small_run`).
     if srq.is_none() && data.len() <= RX_DIRECT_MIN {
-        at = simple_run(core, stats, staging, dev, Some(data));
-        if at == data.len() {
-            return Ok(at);
+        // A read-ahead of simple Writes and Sends (a ping-pong's, a small-message
+        // stream's) is taken here without the general run's set-up; whatever they
+        // leave (a control message, a cut FPDU, a fault) the loop below takes.
+        let before = core.rx_placed_bytes();
+        let run = core.rx_take_simple(data, &dev.tpt, &mut |c, bytes| {
+            // A region gone after the TPT check refuses: the loop below meets the
+            // same FPDU and fails the QP.
+            staging
+                .region
+                .get(dev, c.region)
+                .is_some_and(|r| r.write(c.offset as usize, bytes).is_ok())
+        });
+        if run.fpdus > 0 {
+            stats.rx_copied_bytes += core.rx_placed_bytes() - before;
+            staging.after_payload = false;
+            staging.after_small_run(core, run.fpdus);
+            at = run.taken;
+            if at == data.len() {
+                return Ok(at);
+            }
         }
     }
     feed_general(core, stats, staging, dev, srq, data, at)
-}
-
-/// [`feed`] of the staging buffer's first `n` octets, which the claimed read put there
-/// (the caller set `start..end` to `0..n`): the simple run takes them where they are,
-/// and only what it leaves moves the buffer out for the general loop. Before, every
-/// message moved the buffer out and back around the call (about 15 instructions on a
-/// ping-pong's critical path).
-#[inline(never)]
-pub(crate) fn feed_staged(
-    core: &mut Core,
-    stats: &mut QpStats,
-    staging: &mut Staging,
-    dev: &Shared,
-    srq: Option<&SrqShared>,
-    n: usize,
-) -> std::result::Result<usize, ()> {
-    let mut at = 0;
-    if srq.is_none() && n <= RX_DIRECT_MIN {
-        at = simple_run(core, stats, staging, dev, None);
-        if at == n {
-            return Ok(at);
-        }
-    }
-    let buf = std::mem::take(&mut staging.buf);
-    let fed = feed_general(core, stats, staging, dev, srq, &buf[..n], at);
-    staging.buf = buf;
-    fed
-}
-
-/// [`feed`]'s simple run: a read-ahead of simple Writes and Sends (a ping-pong's, a
-/// small-message stream's) taken without the general run's set-up; returns how many
-/// octets it took (whatever they leave, a control message, a cut FPDU, a fault, the
-/// general loop takes). The octets are `data`, or with `None` the staging buffer's
-/// `start..end`.
-#[inline(always)]
-fn simple_run(
-    core: &mut Core,
-    stats: &mut QpStats,
-    staging: &mut Staging,
-    dev: &Shared,
-    data: Option<&[u8]>,
-) -> usize {
-    let before = core.rx_placed_bytes();
-    let Staging {
-        buf,
-        start,
-        end,
-        region,
-        ..
-    } = staging;
-    let octets = match data {
-        Some(d) => d,
-        None => &buf[*start..*end],
-    };
-    let run = core.rx_take_simple(octets, &dev.tpt, &mut |c, bytes| {
-        // A region gone after the TPT check refuses: the general loop meets the same
-        // FPDU and fails the QP.
-        region
-            .get(dev, c.region)
-            .is_some_and(|r| r.write(c.offset as usize, bytes).is_ok())
-    });
-    if run.fpdus == 0 {
-        return 0;
-    }
-    stats.rx_copied_bytes += core.rx_placed_bytes() - before;
-    staging.after_payload = false;
-    staging.after_small_run(core, run.fpdus);
-    run.taken
 }
 
 /// [`feed`]'s general loop, from `at` on: runs of whole data FPDUs by the core's run

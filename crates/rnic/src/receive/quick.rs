@@ -10,7 +10,7 @@
 //! brings the message and the reply's post is latency, and so is half of every empty
 //! poll's (docs/ARCHITECTURE.md, "Session 24").
 
-use super::{Driven, RX_STAGING_LEN, Staging, answer_reads, feed_staged};
+use super::{Driven, RX_STAGING_LEN, Staging, answer_reads, feed};
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
 use crate::srq::SrqShared;
@@ -113,7 +113,9 @@ pub(crate) fn receive_applying(
     staging.start = 0;
     staging.end = n;
     // As the general path's loop takes a read-ahead, once.
-    let fed = feed_staged(core, stats, staging, dev, srq, n);
+    let buf = std::mem::take(&mut staging.buf);
+    let fed = feed(core, stats, staging, dev, srq, &buf[..n]);
+    staging.buf = buf;
     let Ok(used) = fed else {
         // A placement failed: the QP is in error, the receive ends.
         return Quick::Took;
