@@ -16,7 +16,7 @@ use softrnic_wire::ddp::TAGGED_HEADER_LEN;
 use std::io;
 
 mod quick;
-pub(crate) use quick::{Quick, receive_claimed};
+pub(crate) use quick::{Quick, receive_applying, receive_claimed};
 
 /// The receive path's copy policy: an FPDU whose payload is at least this long (32 KiB)
 /// is *large*. The receive path has two modes.

@@ -41,7 +41,8 @@ impl QpShared {
         // only consumers' drives have held the lock since one found the QP claimed,
         // working and quiet, so the answers its checks gave stand. The general drive
         // of such a QP sets the mark and leaves it the claimed read.
-        if !g.quiet_claimed || engine_reads {
+        let marked = g.quiet_claimed && !engine_reads;
+        if !marked {
             let Some(dev) = self.pass_dev(&mut g) else {
                 return Some(false);
             };
@@ -59,7 +60,7 @@ impl QpShared {
         // The claimed read, with the device the claim keeps borrowed. An empty read
         // leaves everything as it was, the mark too.
         let mut to = to;
-        let quick = self.quiet_read(&mut g, to.as_deref_mut());
+        let quick = self.quiet_read(&mut g, marked, to.as_deref_mut());
         if quick == Some(Quick::Empty) {
             return Some(false);
         }

@@ -5,7 +5,7 @@ use super::{QpInner, QpShared};
 use crate::close::close_if_done;
 use crate::cq_direct::{Direct, RecvDirect};
 use crate::device::{AsyncEvent, Shared};
-use crate::receive::{Driven, Quick, receive, receive_claimed};
+use crate::receive::{Driven, Quick, receive, receive_applying, receive_claimed};
 use crate::transmit::transmit;
 use softrnic_proto::qp::{CqSide, QpEvent};
 use softrnic_proto::{Completion, QpState};
@@ -69,12 +69,18 @@ impl QpShared {
 
     /// The claimed read of a QP with its quiet mark set, with the device the claim
     /// keeps (borrowed, not moved out). `None` if the QP holds no connection or device
-    /// (it cannot while marked and claimed: the general pass then runs).
-    ///
-    /// With `to`, a receive completion the read releases may go straight to the poll's
-    /// caller (`crate::cq_direct::RecvDirect`).
+    /// (it cannot while marked and claimed: the general pass then runs). With
+    /// `marked`, the mark was set before this drive, so the receive's own checks held
+    /// at its last read and still do (`receive::receive_applying`). With `to`, a
+    /// receive completion the read releases may go straight to the poll's caller
+    /// (`crate::cq_direct::RecvDirect`).
     #[inline]
-    pub(super) fn quiet_read(&self, g: &mut QpInner, to: Option<&mut Direct<'_>>) -> Option<Quick> {
+    pub(super) fn quiet_read(
+        &self,
+        g: &mut QpInner,
+        marked: bool,
+        to: Option<&mut Direct<'_>>,
+    ) -> Option<Quick> {
         let QpInner {
             core,
             conn,
@@ -86,22 +92,20 @@ impl QpShared {
         let (Some(conn), Some(dev)) = (conn.as_mut(), claimed_dev.as_deref()) else {
             return None;
         };
-        Some(receive_claimed(
-            Driven {
-                qp: self.id,
-                engine: self.engine(),
-            },
-            core,
-            conn,
-            stats,
-            staging,
-            dev,
-            self.srq.as_deref(),
-            &mut RecvDirect {
-                to,
-                cq: &self.recv_cq,
-            },
-        ))
+        let at = Driven {
+            qp: self.id,
+            engine: self.engine(),
+        };
+        let srq = self.srq.as_deref();
+        let mut to = RecvDirect {
+            to,
+            cq: &self.recv_cq,
+        };
+        Some(if marked {
+            receive_applying(at, core, conn, stats, staging, dev, srq, &mut to)
+        } else {
+            receive_claimed(at, core, conn, stats, staging, dev, srq, &mut to)
+        })
     }
 
     /// The rest of a claimed drive after its read ([`QpShared::quiet_read`]), by what

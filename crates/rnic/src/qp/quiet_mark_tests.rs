@@ -419,3 +419,65 @@ fn a_second_consumer_with_the_mark_gets_no_completion_twice() {
     assert!(warm.is_empty());
     assert!(b.marked_drives() >= before + SLOTS as u64);
 }
+
+/// A drive that sets the mark while the receive path is not between small FPDUs (a
+/// large Write's payload half read, read straight into memory) must still ask the
+/// receive's own checks before its read; only a drive whose mark was set before it
+/// skips them (`receive::receive_applying`). Large Writes, each followed by a Send,
+/// arrive at a claimed receiver whose drives go straight to the read between them:
+/// every octet lands where it was written, every Send completes with its length.
+#[test]
+fn a_large_write_between_marked_drives_lands_whole() {
+    let (a, b) = (End::new(true), End::new(true));
+    connect(&a, &b);
+    let mut next = 0;
+    let (mut la, mut lb) = (Log::new(), Log::new());
+    for _ in 0..2 * CLAIM_AFTER {
+        b.poll(&mut lb);
+    }
+    let at = 2 * SLOTS * SLOT;
+    for round in 0..6u64 {
+        let fill: Vec<u8> = (0..BULK).map(|i| (i * 13 + round as usize) as u8).collect();
+        a.mr.write(at, &fill).unwrap();
+        a.mr.write(0, &round.to_le_bytes()).unwrap();
+        post_recv_slot(&b.qp, &b.mr, &mut next);
+        // The first Write comes while the mark holds; after it the receive path
+        // stays in exact mode (no marked drive) until small FPDUs bring it back, and
+        // each drive sets the mark before its read finds that.
+        let seen = b.marked_drives();
+        let mut spins = 0u64;
+        while round == 0 && b.marked_drives() == seen {
+            b.poll(&mut lb);
+            spins += 1;
+            assert!(spins < SPINS, "no drive went straight to the read");
+        }
+        let op = SendOp::Write {
+            remote_addr: b.mr.addr() + at as u64,
+            rkey: b.mr.rkey(),
+        };
+        a.qp.post_send(SendWr::new(10 * round, op, a.mr.sge(at, BULK)))
+            .unwrap();
+        a.qp.post_send(SendWr::new(10 * round + 1, SEND, a.mr.sge(0, 8)))
+            .unwrap();
+        let (na, nb) = (la.len() + 2, lb.len() + 1);
+        spin(&a, &b, na, nb, &mut la, &mut lb);
+        assert_eq!(
+            lb.last(),
+            Some(&(round, WcOpcode::Recv, WcStatus::Success, 8)),
+            "round {round}"
+        );
+        let mut got = vec![0u8; BULK];
+        b.mr.read(at, &mut got).unwrap();
+        assert!(got == fill, "round {round}: the Write's octets differ");
+        let mut send = [0u8; 8];
+        b.mr.read((round as usize % SLOTS) * SLOT, &mut send)
+            .unwrap();
+        assert_eq!(send, round.to_le_bytes(), "round {round}");
+    }
+    assert_eq!(
+        la.iter().map(|e| (e.0, e.2)).collect::<Vec<_>>(),
+        (0..6u64)
+            .flat_map(|r| [(10 * r, WcStatus::Success), (10 * r + 1, WcStatus::Success)])
+            .collect::<Vec<_>>()
+    );
+}

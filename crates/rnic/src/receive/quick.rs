@@ -10,10 +10,11 @@
 //! brings the message and the reply's post is latency, and so is half of every empty
 //! poll's (docs/ARCHITECTURE.md, "Session 24").
 
-use super::{Driven, Fed, RX_STAGING_LEN, Staging, answer_reads, feed, would_block};
+use super::{Driven, Fed, RX_STAGING_LEN, Staging, answer_reads, feed};
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
 use crate::srq::SrqShared;
+use crate::transport::ClaimedRead;
 use softrnic_proto::qp::{Qp as Core, RecvHandoff, RxNeed};
 
 /// What [`receive_claimed`] did.
@@ -74,25 +75,47 @@ pub(crate) fn receive_claimed(
     if !applies(core, staging) {
         return Quick::General;
     }
+    receive_applying(at, core, conn, stats, staging, dev, srq, to)
+}
+
+/// [`receive_claimed`] for a caller that knows its `applies` holds: a drive with the
+/// consumer's quiet mark set (`QpInner::quiet_claimed`). The mark outlives only
+/// empty reads made after `applies` held, which change none of its inputs, and every
+/// other holder of the QP's lock clears it; so the answer stands, and the empty poll
+/// does not ask it again (about 25 instructions).
+#[inline]
+#[allow(clippy::too_many_arguments)] // The QP's parts, borrowed apart.
+pub(crate) fn receive_applying(
+    at: Driven,
+    core: &mut Core,
+    conn: &mut Conn,
+    stats: &mut QpStats,
+    staging: &mut Staging,
+    dev: &Shared,
+    srq: Option<&SrqShared>,
+    to: &mut impl RecvHandoff,
+) -> Quick {
+    debug_assert!(
+        applies(core, staging),
+        "a quiet mark outlived its receive's checks"
+    );
     stats.rx_syscalls += 1;
     let n = match conn
         .transport
-        .read_polled(&mut staging.buf[..RX_STAGING_LEN])
+        .read_claimed(&mut staging.buf[..RX_STAGING_LEN])
     {
-        Ok(n) if n > 0 => n,
-        Err(e) if would_block(&e) => {
-            // The kernel's `EAGAIN` (an OS error code) holds nothing to free:
-            // forgetting it saves the drop's call on every empty poll. Any other
-            // error is dropped as usual.
-            if e.raw_os_error().is_some() {
-                std::mem::forget(e);
-            }
+        ClaimedRead::Got(n) if n > 0 => n,
+        ClaimedRead::Empty => {
             staging.waited = true;
             return Quick::Empty;
         }
-        r => {
-            // An end of stream, an interrupted or failed read: the general path's.
-            staging.pending = Some(r);
+        // An end of stream, an interrupted or failed read: the general path's.
+        ClaimedRead::Got(n) => {
+            staging.pending = Some(Ok(n));
+            return Quick::General;
+        }
+        ClaimedRead::Failed(e) => {
+            staging.pending = Some(Err(e));
             return Quick::General;
         }
     };

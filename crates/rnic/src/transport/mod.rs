@@ -117,6 +117,30 @@ pub(crate) trait Transport: mio::event::Source + Send {
     }
 }
 
+/// A read's outcome as the claimed consumer's read gives it: the empty stream (a
+/// busy-polling consumer's nearly every read) apart, with no `io::Error` to build,
+/// decode and drop.
+#[derive(Debug)]
+pub(crate) enum ClaimedRead {
+    /// Octets read; 0 is the end of the stream.
+    Got(usize),
+    /// The stream would block: nothing to read now.
+    Empty,
+    /// Any other failure (an interrupted read included), for the general path.
+    Failed(io::Error),
+}
+
+impl ClaimedRead {
+    /// The outcome of a read that reports as `read(2)` does.
+    pub(crate) fn from_result(r: io::Result<usize>) -> ClaimedRead {
+        match r {
+            Ok(n) => ClaimedRead::Got(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => ClaimedRead::Empty,
+            Err(e) => ClaimedRead::Failed(e),
+        }
+    }
+}
+
 /// A QP's transport as its connection holds it: the polled transport by itself (a
 /// connection neither recorded nor under a fault plan), whose reads a claimed
 /// consumer's pass makes without a dynamic call ([`ConnTransport::read_polled`]), or
@@ -134,6 +158,16 @@ impl ConnTransport {
         match self {
             ConnTransport::Polled(p) => p.read_inline(buf),
             ConnTransport::Wrapped(t) => t.read(buf),
+        }
+    }
+
+    /// A claimed consumer's read (`receive::receive_claimed`), its outcome as a
+    /// [`ClaimedRead`]: over the kernel socket an empty one builds no `io::Error`.
+    #[inline]
+    pub(crate) fn read_claimed(&mut self, buf: &mut [u8]) -> ClaimedRead {
+        match self {
+            ConnTransport::Polled(p) => p.read_claimed(buf),
+            ConnTransport::Wrapped(t) => ClaimedRead::from_result(t.read(buf)),
         }
     }
 

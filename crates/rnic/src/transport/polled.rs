@@ -13,8 +13,8 @@
 //! read) and the plain sends (a single post's `send(2)`) on the socket itself, without
 //! a second call through the [`Transport`] trait.
 
-use super::Transport;
 use super::socket::SocketTransport;
+use super::{ClaimedRead, Transport};
 use crate::cpu_share::{IdleYield, Spinner};
 use crate::region::RegionSlice;
 use crate::sys::socket::IoVecs;
@@ -86,6 +86,22 @@ impl PolledTransport {
             Inner::Other(t) => t.read(buf),
         };
         self.note(&r, buf.len());
+        r
+    }
+
+    /// [`PolledTransport::read_inline`] as a [`ClaimedRead`]: a skipped read and, over
+    /// the kernel socket, an empty one give [`ClaimedRead::Empty`] without an
+    /// `io::Error`.
+    #[inline]
+    pub(crate) fn read_claimed(&mut self, buf: &mut [u8]) -> ClaimedRead {
+        if self.skip() {
+            return ClaimedRead::Empty;
+        }
+        let r = match &mut self.inner {
+            Inner::Socket(s) => s.read_claimed(buf),
+            Inner::Other(t) => ClaimedRead::from_result(t.read(buf)),
+        };
+        self.drained = matches!(r, ClaimedRead::Got(n) if n > 0 && n < buf.len());
         r
     }
 

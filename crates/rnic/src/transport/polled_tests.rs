@@ -239,3 +239,54 @@ fn a_direct_send_to_a_reset_connection_fails_as_the_wrappers_does() {
     );
     assert_eq!(errors[1], errors[0], "the direct send's");
 }
+
+/// The claimed consumer's read (`read_claimed`), over the socket itself and through
+/// the boxed transport: an empty socket is `Empty` (no `io::Error`), octets come
+/// exactly, the read after a short one is skipped, the peer's end is `Got(0)` and its
+/// reset a failure with the kernel's code, never taken for an empty stream.
+#[test]
+fn a_claimed_read_tells_empty_octets_end_and_reset_apart() {
+    use crate::transport::ClaimedRead;
+    for direct in [true, false] {
+        let buffers = SocketBuffers::new(0, crate::SameHostTcp::System);
+        let (mut t, mut peer, fd) = pair_in(true, direct, &buffers);
+        let mut buf = [0u8; 64];
+        assert!(
+            matches!(t.read_claimed(&mut buf), ClaimedRead::Empty),
+            "nothing sent"
+        );
+        peer.write_all(b"hello").unwrap();
+        readable(fd);
+        assert!(matches!(t.read_claimed(&mut buf), ClaimedRead::Got(5)));
+        assert_eq!(&buf[..5], b"hello");
+        // Short: the next read is skipped although octets wait; the one after reads.
+        peer.write_all(b"abc").unwrap();
+        readable(fd);
+        assert!(
+            matches!(t.read_claimed(&mut buf), ClaimedRead::Empty),
+            "skipped"
+        );
+        assert!(matches!(t.read_claimed(&mut buf), ClaimedRead::Got(3)));
+        assert_eq!(&buf[..3], b"abc");
+        assert!(
+            matches!(t.read_claimed(&mut buf), ClaimedRead::Empty),
+            "skipped"
+        );
+        if direct {
+            drop(peer);
+            readable(fd);
+            assert!(
+                matches!(t.read_claimed(&mut buf), ClaimedRead::Got(0)),
+                "the end"
+            );
+        } else {
+            crate::sys::socket::set_linger_zero(peer.as_raw_fd());
+            drop(peer);
+            readable(fd);
+            match t.read_claimed(&mut buf) {
+                ClaimedRead::Failed(e) => assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET)),
+                other => panic!("a reset read as {other:?}"),
+            }
+        }
+    }
+}

@@ -1,8 +1,8 @@
 //! Kernel TCP under a QP: a non-blocking mio socket.
 
-use super::Transport;
 use super::polled::PolledTransport;
 use super::stream::ConnStream;
+use super::{ClaimedRead, Transport};
 use crate::region::RegionSlice;
 use crate::socket_buffers::{Seat, SocketBuffers};
 use crate::sys;
@@ -54,6 +54,17 @@ impl SocketTransport {
     #[inline]
     pub(crate) fn read_inline(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         sys::socket::recv(self.sock.as_raw_fd(), buf)
+    }
+
+    /// [`SocketTransport::read_inline`] with its outcome as a [`ClaimedRead`]: an empty
+    /// socket's `EAGAIN` needs no `io::Error`.
+    #[inline]
+    pub(crate) fn read_claimed(&mut self, buf: &mut [u8]) -> ClaimedRead {
+        match sys::socket::recv_errno(self.sock.as_raw_fd(), buf) {
+            Ok(n) => ClaimedRead::Got(n),
+            Err(libc::EAGAIN) => ClaimedRead::Empty,
+            Err(code) => ClaimedRead::Failed(io::Error::from_raw_os_error(code)),
+        }
     }
 
     /// [`Transport::send`], for a caller that holds this type (a single post through
