@@ -52,8 +52,9 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 
 /// [`recv`] whose failure is the bare `errno` value: the busy-polling consumer's empty
 /// read (`EAGAIN`, nearly every poll) is then answered without building and decoding
-/// an `io::Error` (about 15 instructions a poll).
-pub(crate) fn recv_errno(fd: RawFd, buf: &mut [u8]) -> Result<usize, i32> {
+/// an `io::Error` (about 15 instructions a poll). Public so the benchmark's
+/// busy-polling TCP baseline polls the same way.
+pub fn recv_errno(fd: RawFd, buf: &mut [u8]) -> Result<usize, i32> {
     // SAFETY: as in `recv`: the pointer and length describe `buf`, a unique borrow alive
     // for the call; both address arguments are null. `__errno_location` gives the
     // calling thread's own `errno`, valid for the thread's life; it is read once,
