@@ -126,9 +126,7 @@ fn the_latency_summary_shows_the_paired_ratios_labelled() {
         for labels in [&headline[..], &["paired median"], &["paired pooled"]] {
             let line = text
                 .lines()
-                .find(|l| {
-                    l.trim_start().starts_with(size) && labels.iter().any(|b| l.contains(b))
-                })
+                .find(|l| l.trim_start().starts_with(size) && labels.iter().any(|b| l.contains(b)))
                 .unwrap_or_else(|| panic!("no {labels:?} line for {size}: {text}"));
             // Four figures: t_typical, t_avg, 99%, 99.9% (the pairs have no 99.9%).
             let cells: Vec<&str> = line.split_whitespace().rev().take(4).collect();
