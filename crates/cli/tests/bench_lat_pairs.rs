@@ -100,7 +100,7 @@ fn latency_pairs_follow_the_headline_with_each_pairs_ratios() {
 /// paired median and pooled ratios beside the headline's, labelled as paired.
 #[test]
 fn the_latency_summary_shows_the_paired_ratios_labelled() {
-    let (text, _) = run(&[
+    let (text, rows) = run(&[
         "send_lat",
         "--loopback",
         "-s",
@@ -117,17 +117,18 @@ fn the_latency_summary_shows_the_paired_ratios_labelled() {
         .matches("paired (extra, not the headline): softrnic/busy-poll TCP in 2 alternating")
         .count();
     assert_eq!(under_rows, 2, "{text}");
-    for size in ["8 B", "64 B"] {
-        // The headline's ratio row is against the stronger TCP discipline of this run:
-        // the busy-polling ping-pong as a rule, the blocking one when the machine is
-        // loaded (both label the row as what it is); the paired rows are always
-        // against the busy-polling one.
-        let headline = ["softrnic/busy-poll", "softrnic/blocking"];
-        for labels in [&headline[..], &["paired median"], &["paired pooled"]] {
+    assert_eq!(rows.len(), 2, "a row for each size");
+    for (size, row) in ["8 B", "64 B"].into_iter().zip(&rows) {
+        // The headline's ratio row is against this run's stronger TCP discipline (the
+        // busy-polling ping-pong as a rule, the blocking one on a loaded machine), and
+        // says which; the paired rows are always against the busy-polling one.
+        let chosen = row.tcp_kind.expect("a TCP baseline ran").label();
+        let headline = format!("softrnic/{chosen}");
+        for label in [headline.as_str(), "paired median", "paired pooled"] {
             let line = text
                 .lines()
-                .find(|l| l.trim_start().starts_with(size) && labels.iter().any(|b| l.contains(b)))
-                .unwrap_or_else(|| panic!("no {labels:?} line for {size}: {text}"));
+                .find(|l| l.trim_start().starts_with(size) && l.contains(label))
+                .unwrap_or_else(|| panic!("no {label} line for {size}: {text}"));
             // Four figures: t_typical, t_avg, 99%, 99.9% (the pairs have no 99.9%).
             let cells: Vec<&str> = line.split_whitespace().rev().take(4).collect();
             assert_eq!(cells.len(), 4, "{line}");

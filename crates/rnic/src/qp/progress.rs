@@ -205,10 +205,23 @@ impl QpShared {
     /// RTS, nothing queued or unsent, no close timer, no close: the simple path changes
     /// none of them), so what [`QpShared::after_claimed_read`] and the release after
     /// it would still ask comes down to this: nothing released to deliver, the state
-    /// as last traced and no timer left armed.
+    /// as last traced and no timer left armed. The promise that the simple path
+    /// changes no state and starts no close is also checked here (two loads, in
+    /// release too), so a later change of the core that broke it would take the old
+    /// way instead of leaving the change untraced; the timer's side of the promise
+    /// (`poll_timeout`, out of line) is asserted in debug builds.
     #[inline]
     pub(super) fn simple_read_done(&self, g: &QpInner) -> bool {
-        !g.core.has_output() && g.traced_state == QpState::Rts && g.timer_armed.is_none()
+        let done = !g.core.has_output()
+            && g.traced_state == QpState::Rts
+            && g.core.state() == QpState::Rts
+            && !g.core.is_closing()
+            && g.timer_armed.is_none();
+        debug_assert!(
+            !done || g.core.poll_timeout().is_none(),
+            "the core's simple path armed a timer"
+        );
+        done
     }
 
     /// After a receive that queued nothing to send: whether it left the rest of the pass
