@@ -32,22 +32,10 @@ fn long(v: libc::c_int) -> libc::c_long {
 }
 
 /// Receives from `fd` into `buf` (`recvfrom(2)` without flags or address, as `recv`
-/// makes it): at most `buf.len()` octets.
+/// makes it): at most `buf.len()` octets. [`recv_errno`] with the failure as an
+/// `io::Error`.
 pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: the pointer and length describe `buf`, a unique borrow alive for the
-    // call; the kernel writes at most `buf.len()` octets there and reads no address
-    // (both address arguments are null).
-    direct(unsafe {
-        libc::syscall(
-            libc::SYS_recvfrom,
-            long(fd),
-            buf.as_mut_ptr(),
-            buf.len(),
-            long(0),
-            std::ptr::null_mut::<libc::sockaddr>(),
-            std::ptr::null_mut::<libc::socklen_t>(),
-        )
-    })
+    recv_errno(fd, buf).map_err(io::Error::from_raw_os_error)
 }
 
 /// [`recv`] whose failure is the bare `errno` value: the busy-polling consumer's empty
@@ -55,8 +43,9 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
 /// an `io::Error` (about 15 instructions a poll). Public so the benchmark's
 /// busy-polling TCP baseline polls the same way.
 pub fn recv_errno(fd: RawFd, buf: &mut [u8]) -> Result<usize, i32> {
-    // SAFETY: as in `recv`: the pointer and length describe `buf`, a unique borrow alive
-    // for the call; both address arguments are null. `__errno_location` gives the
+    // SAFETY: the pointer and length describe `buf`, a unique borrow alive for the
+    // call; the kernel writes at most `buf.len()` octets there and reads no address
+    // (both address arguments are null). `__errno_location` gives the
     // calling thread's own `errno`, valid for the thread's life; it is read once,
     // right after the failed call set it.
     unsafe {
