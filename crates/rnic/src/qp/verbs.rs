@@ -188,13 +188,7 @@ impl Qp {
             // Borrowed: the request is copied once, into the send queue.
             self.post_locked(&mut g, &dev, std::slice::from_ref(&wr).iter())
         };
-        if posted.is_ok() {
-            self.shared.post_pass(&mut g, &dev);
-        }
-        let spare = self.shared.end_pass(&mut g, dev);
-        drop(g);
-        drop(spare);
-        posted
+        self.end_post_send(g, dev, posted)
     }
 
     /// Posts a chain of send-queue work requests, transmitting once after all are queued
@@ -226,11 +220,22 @@ impl Qp {
         } else {
             self.post_locked(&mut g, &dev, wrs)
         };
+        self.end_post_send(g, dev, posted)
+    }
+
+    /// The rest of a send post, with the pass's device taken. After a post that was
+    /// taken, what was posted goes out and what completed is delivered, without the
+    /// receive path's `read(2)` (usually an empty one): what arrives is for the
+    /// engine, which sees the socket readable, or for the polling consumer. Then the
+    /// device is put back, and dropped (if it is not kept) after the lock.
+    #[inline(always)]
+    fn end_post_send(
+        &self,
+        mut g: std::sync::MutexGuard<'_, QpInner>,
+        dev: Arc<Shared>,
+        posted: Result<()>,
+    ) -> Result<()> {
         if posted.is_ok() {
-            // After a post: what was posted goes out and what completed is delivered,
-            // without the receive path's `read(2)` (usually an empty one): what
-            // arrives is for the engine, which sees the socket readable, or for the
-            // polling consumer.
             self.shared.post_pass(&mut g, &dev);
         }
         let spare = self.shared.end_pass(&mut g, dev);
