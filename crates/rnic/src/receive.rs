@@ -230,18 +230,7 @@ fn receive_stream(
     loop {
         // Octets read ahead go first.
         if staging.start < staging.end {
-            let (start, end) = (staging.start, staging.end);
-            let buf = std::mem::take(&mut staging.buf);
-            let fed = feed(
-                core,
-                stats,
-                staging,
-                dev,
-                srq,
-                &buf[start..end],
-                &mut Queued,
-            );
-            staging.buf = buf;
+            let fed = feed_staged(core, stats, staging, dev, srq, &mut Queued);
             let used = match fed {
                 Ok(fed) => fed.used,
                 Err(()) => {
@@ -411,7 +400,7 @@ fn ctx_for<'a>(dev: &'a Shared, src: &'a mut Option<SrqSource<'a>>) -> RxCtx<'a>
     }
 }
 
-/// What [`feed`] took.
+/// What [`feed_staged`] took.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Fed {
     /// Octets taken.
@@ -423,35 +412,43 @@ pub(crate) struct Fed {
     pub(crate) simple: bool,
 }
 
-/// Hands octets read into user space to the protocol core, copying the payload among
-/// them into registered memory; returns how many it took (fewer when receiving has
-/// stopped). A payload that cannot be placed (its region was deregistered after the
-/// TPT check) moves the QP to error: `Err`, and nothing after it is taken.
-pub(crate) fn feed(
+/// Hands the octets read ahead into the staging buffer (`start..end`) to the protocol
+/// core, copying the payload among them into registered memory; returns how many it
+/// took (fewer when receiving has stopped; the caller moves `start` on). A payload that
+/// cannot be placed (its region was deregistered after the TPT check) moves the QP to
+/// error: `Err`, and nothing after it is taken.
+///
+/// The simple run reads the octets where they lie; only what it leaves moves the buffer
+/// out for the general loop. Moving it out and back around every read cost a message
+/// about 15 instructions between its `recvfrom` and the core. Both read paths (the
+/// claimed read, `quick`, and the general loop) come here, and the octets read with the
+/// MPA frame go to [`feed_general`] itself: so each receive handoff type has one caller
+/// of the core's simple run, which the compiler then keeps inline.
+pub(crate) fn feed_staged(
     core: &mut Core,
     stats: &mut QpStats,
     staging: &mut Staging,
     dev: &Shared,
     srq: Option<&SrqShared>,
-    data: &[u8],
     to: &mut impl RecvHandoff,
 ) -> std::result::Result<Fed, ()> {
+    let (start, end) = (staging.start, staging.end);
     let mut at = 0;
     // Every whole FPDU in octets no longer than the staging buffer is small (see
     // `after_small_run`).
-    if srq.is_none() && data.len() <= RX_DIRECT_MIN {
+    if srq.is_none() && end - start <= RX_DIRECT_MIN {
         // A read-ahead of simple Writes and Sends (a ping-pong's, a small-message
         // stream's) is taken here without the general run's set-up; whatever they
         // leave (a control message, a cut FPDU, a fault) the loop below takes.
         let before = core.rx_placed_bytes();
+        let Staging { buf, region, .. } = &mut *staging;
         let run = core.rx_take_simple_to(
-            data,
+            &buf[start..end],
             &dev.tpt,
             &mut |c, bytes| {
                 // A region gone after the TPT check refuses: the loop below meets the
                 // same FPDU and fails the QP.
-                staging
-                    .region
+                region
                     .get(dev, c.region)
                     .is_some_and(|r| r.write(c.offset as usize, bytes).is_ok())
             },
@@ -462,7 +459,7 @@ pub(crate) fn feed(
             staging.after_payload = false;
             staging.after_small_run(core, run.fpdus);
             at = run.taken;
-            if at == data.len() {
+            if at == end - start {
                 return Ok(Fed {
                     used: at,
                     simple: true,
@@ -470,17 +467,21 @@ pub(crate) fn feed(
             }
         }
     }
-    feed_general(core, stats, staging, dev, srq, data, at).map(|used| Fed {
+    let buf = std::mem::take(&mut staging.buf);
+    let fed = feed_general(core, stats, staging, dev, srq, &buf[start..end], at);
+    staging.buf = buf;
+    fed.map(|used| Fed {
         used,
         simple: false,
     })
 }
 
-/// [`feed`]'s general loop, from `at` on: runs of whole data FPDUs by the core's run
-/// path, the rest piece by piece. Out of line, so that a read the simple paths take
-/// whole does not pay this loop's frame and set-up.
+/// Hands `data[at..]`, octets read into user space, to the protocol core (see
+/// [`feed_staged`]): runs of whole data FPDUs by the core's run path, the rest piece by
+/// piece. Out of line, so that a read the simple paths take whole does not pay this
+/// loop's frame and set-up.
 #[inline(never)]
-fn feed_general(
+pub(crate) fn feed_general(
     core: &mut Core,
     stats: &mut QpStats,
     staging: &mut Staging,
@@ -549,8 +550,8 @@ enum Piece {
     Lost,
 }
 
-/// The general receive step of [`feed`]: a header or trailer piece, or a payload piece
-/// copied into place. Out of line, so that `feed` inlines the whole-FPDU path's
+/// The general receive step of [`feed_general`]: a header or trailer piece, or a payload piece
+/// copied into place. Out of line, so that `feed_general` inlines the whole-FPDU path's
 /// placement: with this step inlined beside it, the compiler made that closure a call
 /// of its own, and an 8-octet Write FPDU cost about 40 instructions more.
 #[inline(never)]

@@ -10,7 +10,7 @@
 //! brings the message and the reply's post is latency, and so is half of every empty
 //! poll's (docs/ARCHITECTURE.md, "Session 24").
 
-use super::{Driven, Fed, RX_STAGING_LEN, Staging, answer_reads, feed};
+use super::{Driven, Fed, RX_STAGING_LEN, Staging, answer_reads, feed_staged};
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
 use crate::srq::SrqShared;
@@ -57,7 +57,7 @@ fn applies(core: &Core, staging: &Staging) -> bool {
 
 /// A claimed, quiet QP's receive (the caller checked: nothing queued to send, no
 /// close timer, not closing): one read into the kept staging buffer, its octets fed
-/// to the core at once (`feed`: whole small FPDUs parsed, checked, placed and
+/// to the core at once (`feed_staged`: whole small FPDUs parsed, checked, placed and
 /// completed by its run path; a receive completion offered to `to` first, see
 /// `crate::cq_direct`). See [`Quick`] for what is left to the caller.
 #[inline]
@@ -129,14 +129,7 @@ pub(crate) fn receive_applying(
     staging.start = 0;
     staging.end = n;
     // As the general path's loop takes a read-ahead, once.
-    let buf = std::mem::take(&mut staging.buf);
-    let fed = feed(core, stats, staging, dev, srq, &buf[..n], to);
-    let spare = std::mem::replace(&mut staging.buf, buf);
-    if spare.capacity() == 0 {
-        // `feed` gave the staging buffer none of its own (it never does): an empty
-        // `Vec` has nothing to free, and its drop was a call on every message.
-        std::mem::forget(spare);
-    }
+    let fed = feed_staged(core, stats, staging, dev, srq, to);
     let Ok(Fed { used, simple }) = fed else {
         // A placement failed: the QP is in error, the receive ends.
         return Quick::Took;

@@ -97,12 +97,20 @@ impl PolledTransport {
         if self.skip() {
             return ClaimedRead::Empty;
         }
+        let len = buf.len();
         let r = match &mut self.inner {
             Inner::Socket(s) => s.read_claimed(buf),
             Inner::Other(t) => ClaimedRead::from_result(t.read(buf)),
         };
-        self.drained = matches!(r, ClaimedRead::Got(n) if n > 0 && n < buf.len());
-        r
+        // Set in each arm, and `0 < n < len` in one compare (`n - 1` wraps for 0): a
+        // message's read tests this between its `recvfrom` and the receive path.
+        if let ClaimedRead::Got(n) = r {
+            self.drained = n.wrapping_sub(1) < len.wrapping_sub(1);
+            ClaimedRead::Got(n)
+        } else {
+            self.drained = false;
+            r
+        }
     }
 
     /// [`Transport::send`], for a caller that holds this type (inlined there): over
