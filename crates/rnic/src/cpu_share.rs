@@ -23,6 +23,7 @@
 //! a change is all a look needs).
 
 use crate::sys::affinity::current_cpu;
+use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -88,6 +89,81 @@ pub(crate) fn mark(kind: Spinner) {
     }
 }
 
+/// How many of a consumer's marks go to the CPU it last looked up before it asks the
+/// kernel again (see [`mark_consumer`]).
+const CONSUMER_CPU_RECHECK: u32 = 64;
+
+/// A consumer thread's mark word, kept between its polls: the word of the CPU it ran on
+/// when it last asked, and how many marks may still go there.
+#[derive(Clone, Copy)]
+struct ConsumerMark {
+    left: u32,
+    slot: Option<&'static AtomicU64>,
+}
+
+impl ConsumerMark {
+    const UNKNOWN: ConsumerMark = ConsumerMark {
+        left: 0,
+        slot: None,
+    };
+
+    /// One poll's mark, on `marks`, with `cpu` asked only when the kept word is used up
+    /// (or none is kept: where the thread runs was unknown).
+    #[inline]
+    fn mark(
+        &mut self,
+        marks: impl FnOnce() -> &'static Marks,
+        cpu: impl FnOnce() -> Option<usize>,
+    ) {
+        let slot = match self.slot {
+            Some(slot) if self.left > 0 => {
+                self.left -= 1;
+                slot
+            }
+            _ => {
+                self.slot = cpu().map(|c| marks().slot(c));
+                self.left = CONSUMER_CPU_RECHECK - 1;
+                match self.slot {
+                    Some(slot) => slot,
+                    None => return,
+                }
+            }
+        };
+        slot.store(
+            slot.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+thread_local! {
+    /// This thread's consumer mark (a constant start and no destructor: a plain
+    /// thread-local word, no lazy set-up on each access).
+    static CONSUMER_MARK: Cell<ConsumerMark> = const { Cell::new(ConsumerMark::UNKNOWN) };
+}
+
+/// [`mark`] for a consumer's poll (`Cq::poll`, every call), without asking the kernel
+/// where the thread runs on every poll (`sched_getcpu` and the look-up of the word
+/// were about 27 instructions of an empty poll of about 270): the word of the CPU found
+/// at one poll takes the marks of the next [`CONSUMER_CPU_RECHECK`] - 1 polls too.
+///
+/// The engine's promise holds: an engine yields when the consumers' word of its CPU
+/// changed since its last look. A consumer that stays on its CPU changes that word on
+/// every poll, as before. One that moved marks its old CPU's word for at most
+/// [`CONSUMER_CPU_RECHECK`] - 1 more polls, then its new CPU's: an engine on the new CPU
+/// yields to it at most that many of its polls late (a few tens of microseconds of
+/// polling; the consumer polls only while it runs, so the delay is counted in its own
+/// polls, not in the engine's spin), and one on the old CPU may yield that many times
+/// for nothing. A busy-polling consumer is normally pinned, so neither happens.
+#[inline]
+pub(crate) fn mark_consumer() {
+    CONSUMER_MARK.with(|m| {
+        let mut mark = m.get();
+        mark.mark(|| marks(Spinner::Consumer), current_cpu);
+        m.set(mark);
+    });
+}
+
 /// A spinning thread's view of the other kind's mark on its CPU: what it saw at its
 /// last look.
 #[derive(Debug)]
@@ -146,17 +222,119 @@ mod tests {
 
     #[test]
     fn a_mark_is_of_the_cpu_the_caller_runs_on_and_seen_by_the_other_kind() {
-        let cpu = current_cpu().expect("sched_getcpu works on Linux");
-        // Pinned there, so the marks are made on `cpu`.
-        let _pin = crate::sys::affinity::pin_current(cpu).expect("may stay where it runs");
-        let mut engine = IdleYield::to(Spinner::Consumer);
-        let mut consumer = IdleYield::to(Spinner::Engine);
-        engine.other_waits();
-        consumer.other_waits();
-        mark(Spinner::Consumer);
-        // (Other tests' marks on this CPU only add to a change.)
-        assert!(engine.other_waits(), "the poll marked this CPU");
-        mark(Spinner::Engine);
-        assert!(consumer.other_waits(), "the engine's turn marked this CPU");
+        // A thread of its own: its consumer mark starts with no CPU kept.
+        std::thread::spawn(|| {
+            let cpu = current_cpu().expect("sched_getcpu works on Linux");
+            // Pinned there, so the marks are made on `cpu`.
+            let _pin = crate::sys::affinity::pin_current(cpu).expect("may stay where it runs");
+            let mut engine = IdleYield::to(Spinner::Consumer);
+            let mut consumer = IdleYield::to(Spinner::Engine);
+            engine.other_waits();
+            consumer.other_waits();
+            // Every poll is seen, the ones that reuse the kept CPU too.
+            // (Other tests' marks on this CPU only add to a change.)
+            for poll in 0..3 * CONSUMER_CPU_RECHECK {
+                mark_consumer();
+                assert!(engine.other_waits(), "poll {poll} marked this CPU");
+            }
+            mark(Spinner::Engine);
+            assert!(consumer.other_waits(), "the engine's turn marked this CPU");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_consumer_marks_every_poll_and_asks_for_its_cpu_once_per_recheck() {
+        let marks: &'static Marks = Box::leak(Box::new(Marks::new(2)));
+        let mut consumer = ConsumerMark::UNKNOWN;
+        let (mut on, mut asked) = (0, 0);
+        let mut engine0 = IdleYield::to(Spinner::Consumer);
+        let mut engine1 = IdleYield::to(Spinner::Consumer);
+        engine0.look(marks, 0);
+        engine1.look(marks, 1);
+        let mut poll = |consumer: &mut ConsumerMark, on: usize, asked: &mut u32| {
+            consumer.mark(
+                || marks,
+                || {
+                    *asked += 1;
+                    Some(on)
+                },
+            );
+        };
+        for n in 0..3 * CONSUMER_CPU_RECHECK {
+            poll(&mut consumer, on, &mut asked);
+            assert!(
+                engine0.look(marks, 0),
+                "poll {n} seen by the engine on its CPU"
+            );
+            assert!(
+                !engine1.look(marks, 1),
+                "poll {n} not seen on the other CPU"
+            );
+        }
+        assert_eq!(
+            asked, 3,
+            "the CPU asked once per {CONSUMER_CPU_RECHECK} polls"
+        );
+        // The consumer moves to CPU 1: the engine there sees it within the recheck,
+        // and from then on at every poll; the old CPU's marks stop.
+        on = 1;
+        let mut late = 0;
+        while !engine1.look(marks, 1) {
+            poll(&mut consumer, on, &mut asked);
+            late += 1;
+            assert!(
+                late <= CONSUMER_CPU_RECHECK,
+                "the move not seen in {late} polls"
+            );
+        }
+        engine0.look(marks, 0);
+        for n in 0..2 * CONSUMER_CPU_RECHECK {
+            poll(&mut consumer, on, &mut asked);
+            assert!(engine1.look(marks, 1), "poll {n} after the move seen");
+            assert!(
+                !engine0.look(marks, 0),
+                "poll {n} after the move not on the old CPU"
+            );
+        }
+        // Where it runs unknown: nothing marked, and asked again at the next poll.
+        let mut lost = ConsumerMark::UNKNOWN;
+        let before = asked;
+        for _ in 0..3 {
+            lost.mark(
+                || marks,
+                || {
+                    asked += 1;
+                    None
+                },
+            );
+        }
+        assert_eq!(asked - before, 3, "an unknown CPU is asked at every poll");
+        assert!(!engine0.look(marks, 0) && !engine1.look(marks, 1));
+    }
+
+    #[test]
+    fn a_consumer_that_moved_marks_its_new_cpu_within_the_recheck() {
+        let cpus = crate::sys::affinity::allowed_cpus();
+        let [a, b, ..] = cpus[..] else {
+            return; // one CPU: nowhere to move
+        };
+        std::thread::spawn(move || {
+            let pin_a = crate::sys::affinity::pin_current(a).expect("may run on a");
+            mark_consumer();
+            drop(pin_a);
+            let _pin_b = crate::sys::affinity::pin_current(b).expect("may run on b");
+            let mut engine = IdleYield::to(Spinner::Consumer);
+            engine.other_waits();
+            // Other tests' marks on b could only make this pass early; the recheck
+            // must make it pass without them.
+            for _ in 0..CONSUMER_CPU_RECHECK {
+                mark_consumer();
+            }
+            assert!(engine.other_waits(), "the consumer's new CPU marked");
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -583,7 +583,7 @@ impl Cq {
     /// consumer that keeps polling takes them over from the engine threads until it
     /// stops ([`crate::handoff`]).
     pub fn poll(&self, out: &mut [Completion]) -> usize {
-        crate::cpu_share::mark(crate::cpu_share::Spinner::Consumer);
+        crate::cpu_share::mark_consumer();
         let s = &self.shared;
         if !s.hybrid {
             let n = s.pop_into(out);
