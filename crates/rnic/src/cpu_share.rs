@@ -253,7 +253,7 @@ mod tests {
         let mut engine1 = IdleYield::to(Spinner::Consumer);
         engine0.look(marks, 0);
         engine1.look(marks, 1);
-        let mut poll = |consumer: &mut ConsumerMark, on: usize, asked: &mut u32| {
+        let poll = |consumer: &mut ConsumerMark, on: usize, asked: &mut u32| {
             consumer.mark(
                 || marks,
                 || {
