@@ -25,7 +25,7 @@ use crate::cq::{Cq, CqShared};
 use crate::device::{AsyncEvent, Shared};
 use crate::error::{Error, Result};
 use crate::handoff::Owner;
-use crate::receive::{Staging, feed_general};
+use crate::receive::{Staging, feed};
 use crate::srq::SrqShared;
 use crate::transmit::TxQueue;
 use crate::transport::fault::FaultTransport;
@@ -366,7 +366,15 @@ impl QpShared {
                 ..
             } = &mut *g;
             // A failed placement leaves the QP in error; the first progress closes it.
-            let _ = feed_general(core, stats, staging, dev, self.srq.as_deref(), leftover, 0);
+            let _ = feed(
+                core,
+                stats,
+                &mut staging.fed,
+                dev,
+                self.srq.as_deref(),
+                leftover,
+                &mut softrnic_proto::qp::Queued,
+            );
         }
         let index = dev.engine_for(self.recv_cq.vector());
         let engine = dev

@@ -74,17 +74,11 @@ pub(crate) struct Staging {
     buf: Vec<u8>,
     start: usize,
     end: usize,
-    /// Exact mode: no read-ahead, every payload read directly.
-    exact: bool,
-    /// Small FPDUs in a row (up to [`RX_EXACT_SMALL_RUN`]).
-    small_run: u8,
-    /// The core's placed-octet count when the current FPDU began.
-    fpdu_mark: u64,
-    /// The core's last need was payload: an internal need now is the trailer.
-    after_payload: bool,
-    /// The region the last payload went to, kept across reads (a ping-pong's Writes
-    /// all land in one).
-    region: LastRegion,
+    /// What [`feed`] works on, apart from the buffer: so the octets read are fed where
+    /// they lie, a slice of `buf` beside a borrow of this (moving the buffer out and
+    /// back around every read cost a message about 10 instructions between its
+    /// `recvfrom` and the core).
+    pub(crate) fed: FeedState,
     /// A polling consumer holds the socket: the buffer stays with the QP between its
     /// passes (see `QpShared::claim`).
     pub(crate) keep: bool,
@@ -96,7 +90,23 @@ pub(crate) struct Staging {
     pending: Option<io::Result<usize>>,
 }
 
-impl Staging {
+/// The copy policy's state and the placement's memo, which [`feed`] keeps up to date.
+#[derive(Default)]
+pub(crate) struct FeedState {
+    /// Exact mode: no read-ahead, every payload read directly.
+    exact: bool,
+    /// Small FPDUs in a row (up to [`RX_EXACT_SMALL_RUN`]).
+    small_run: u8,
+    /// The core's placed-octet count when the current FPDU began.
+    fpdu_mark: u64,
+    /// The core's last need was payload: an internal need now is the trailer.
+    after_payload: bool,
+    /// The region the last payload went to, kept across reads (a ping-pong's Writes
+    /// all land in one).
+    region: LastRegion,
+}
+
+impl FeedState {
     /// Whether to read the next payload piece, `len` octets, straight into memory.
     fn direct(&mut self, core: &Core, len: usize) -> bool {
         let placed = (core.rx_placed_bytes() - self.fpdu_mark) as usize;
@@ -123,26 +133,9 @@ impl Staging {
         .clamp(1, RX_STAGING_LEN)
     }
 
-    /// Octets of buffer the QP holds now.
-    pub(crate) fn held(&self) -> usize {
-        self.buf.capacity()
-    }
-
-    /// Gives the buffer back to the pool unless it holds octets the core has not taken
-    /// (an SRQ holding the stream back): those are the stream's, and must stay. A core
-    /// that stopped receiving will never take them. Kept while claimed (`keep`).
-    pub(crate) fn release_if_drained(&mut self, core: &Core) {
-        let drained = self.start == self.end || core.rx_need() == RxNeed::Stopped;
-        if drained && !self.keep && !self.buf.is_empty() {
-            buf_pool::give_staging(std::mem::take(&mut self.buf));
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
     /// `fpdus` whole FPDUs were taken from a read-ahead, each with a payload shorter
     /// than the staging buffer, so shorter than [`RX_DIRECT_MIN`]: what
-    /// [`Staging::after_internal`] does after each of them, at once.
+    /// [`FeedState::after_internal`] does after each of them, at once.
     fn after_small_run(&mut self, core: &Core, fpdus: usize) {
         self.after_payload = false;
         self.fpdu_mark = core.rx_placed_bytes();
@@ -170,6 +163,25 @@ impl Staging {
             if self.small_run == RX_EXACT_SMALL_RUN {
                 self.exact = false;
             }
+        }
+    }
+}
+
+impl Staging {
+    /// Octets of buffer the QP holds now.
+    pub(crate) fn held(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Gives the buffer back to the pool unless it holds octets the core has not taken
+    /// (an SRQ holding the stream back): those are the stream's, and must stay. A core
+    /// that stopped receiving will never take them. Kept while claimed (`keep`).
+    pub(crate) fn release_if_drained(&mut self, core: &Core) {
+        let drained = self.start == self.end || core.rx_need() == RxNeed::Stopped;
+        if drained && !self.keep && !self.buf.is_empty() {
+            buf_pool::give_staging(std::mem::take(&mut self.buf));
+            self.start = 0;
+            self.end = 0;
         }
     }
 }
@@ -230,7 +242,8 @@ fn receive_stream(
     loop {
         // Octets read ahead go first.
         if staging.start < staging.end {
-            let fed = feed_staged(core, stats, staging, dev, srq, &mut Queued);
+            let data = &staging.buf[staging.start..staging.end];
+            let fed = feed(core, stats, &mut staging.fed, dev, srq, data, &mut Queued);
             let used = match fed {
                 Ok(fed) => fed.used,
                 Err(()) => {
@@ -254,12 +267,12 @@ fn receive_stream(
             if core.peer_finished() || conn.transport.drained_polled() {
                 break;
             }
-            if staging.exact && staging.waited && conn.transport.yield_before_reread() {
+            if staging.fed.exact && staging.waited && conn.transport.yield_before_reread() {
                 stats.rx_idle_yields += 1;
             }
             match core.rx_need() {
                 RxNeed::Stopped | RxNeed::Wait => break,
-                RxNeed::Place(chunk) if !marked && staging.direct(core, chunk.len) => {
+                RxNeed::Place(chunk) if !marked && staging.fed.direct(core, chunk.len) => {
                     let Some(region) = dev.region(chunk.region) else {
                         // The region was deregistered between the TPT check and the
                         // placement: the QP cannot place this payload, and stalling
@@ -297,7 +310,7 @@ fn receive_stream(
                                     crc32c_append(crc, unsafe { &slice.as_slice()[..placed] })
                                 });
                                 stats.rx_direct_bytes += placed as u64;
-                                staging.after_payload = true;
+                                staging.fed.after_payload = true;
                                 // What came after the payload is the stream's next octets.
                                 staging.start = 0;
                                 staging.end = n - placed;
@@ -319,7 +332,7 @@ fn receive_stream(
                     let want = if marked {
                         RX_STAGING_LEN
                     } else {
-                        staging.read_len(need)
+                        staging.fed.read_len(need)
                     };
                     if staging.buf.is_empty() {
                         staging.buf = buf_pool::take_staging();
@@ -400,7 +413,7 @@ fn ctx_for<'a>(dev: &'a Shared, src: &'a mut Option<SrqSource<'a>>) -> RxCtx<'a>
     }
 }
 
-/// What [`feed_staged`] took.
+/// What [`feed`] took.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Fed {
     /// Octets taken.
@@ -412,43 +425,35 @@ pub(crate) struct Fed {
     pub(crate) simple: bool,
 }
 
-/// Hands the octets read ahead into the staging buffer (`start..end`) to the protocol
-/// core, copying the payload among them into registered memory; returns how many it
-/// took (fewer when receiving has stopped; the caller moves `start` on). A payload that
-/// cannot be placed (its region was deregistered after the TPT check) moves the QP to
-/// error: `Err`, and nothing after it is taken.
-///
-/// The simple run reads the octets where they lie; only what it leaves moves the buffer
-/// out for the general loop. Moving it out and back around every read cost a message
-/// about 15 instructions between its `recvfrom` and the core. Both read paths (the
-/// claimed read, `quick`, and the general loop) come here, and the octets read with the
-/// MPA frame go to [`feed_general`] itself: so each receive handoff type has one caller
-/// of the core's simple run, which the compiler then keeps inline.
-pub(crate) fn feed_staged(
+/// Hands octets read into user space to the protocol core, copying the payload among
+/// them into registered memory; returns how many it took (fewer when receiving has
+/// stopped). A payload that cannot be placed (its region was deregistered after the
+/// TPT check) moves the QP to error: `Err`, and nothing after it is taken.
+pub(crate) fn feed(
     core: &mut Core,
     stats: &mut QpStats,
-    staging: &mut Staging,
+    staging: &mut FeedState,
     dev: &Shared,
     srq: Option<&SrqShared>,
+    data: &[u8],
     to: &mut impl RecvHandoff,
 ) -> std::result::Result<Fed, ()> {
-    let (start, end) = (staging.start, staging.end);
     let mut at = 0;
     // Every whole FPDU in octets no longer than the staging buffer is small (see
     // `after_small_run`).
-    if srq.is_none() && end - start <= RX_DIRECT_MIN {
+    if srq.is_none() && data.len() <= RX_DIRECT_MIN {
         // A read-ahead of simple Writes and Sends (a ping-pong's, a small-message
         // stream's) is taken here without the general run's set-up; whatever they
         // leave (a control message, a cut FPDU, a fault) the loop below takes.
         let before = core.rx_placed_bytes();
-        let Staging { buf, region, .. } = &mut *staging;
         let run = core.rx_take_simple_to(
-            &buf[start..end],
+            data,
             &dev.tpt,
             &mut |c, bytes| {
                 // A region gone after the TPT check refuses: the loop below meets the
                 // same FPDU and fails the QP.
-                region
+                staging
+                    .region
                     .get(dev, c.region)
                     .is_some_and(|r| r.write(c.offset as usize, bytes).is_ok())
             },
@@ -459,7 +464,7 @@ pub(crate) fn feed_staged(
             staging.after_payload = false;
             staging.after_small_run(core, run.fpdus);
             at = run.taken;
-            if at == end - start {
+            if at == data.len() {
                 return Ok(Fed {
                     used: at,
                     simple: true,
@@ -467,24 +472,20 @@ pub(crate) fn feed_staged(
             }
         }
     }
-    let buf = std::mem::take(&mut staging.buf);
-    let fed = feed_general(core, stats, staging, dev, srq, &buf[start..end], at);
-    staging.buf = buf;
-    fed.map(|used| Fed {
+    feed_general(core, stats, staging, dev, srq, data, at).map(|used| Fed {
         used,
         simple: false,
     })
 }
 
-/// Hands `data[at..]`, octets read into user space, to the protocol core (see
-/// [`feed_staged`]): runs of whole data FPDUs by the core's run path, the rest piece by
-/// piece. Out of line, so that a read the simple paths take whole does not pay this
-/// loop's frame and set-up.
+/// [`feed`]'s general loop, from `at` on: runs of whole data FPDUs by the core's run
+/// path, the rest piece by piece. Out of line, so that a read the simple paths take
+/// whole does not pay this loop's frame and set-up.
 #[inline(never)]
-pub(crate) fn feed_general(
+fn feed_general(
     core: &mut Core,
     stats: &mut QpStats,
-    staging: &mut Staging,
+    staging: &mut FeedState,
     dev: &Shared,
     srq: Option<&SrqShared>,
     data: &[u8],
@@ -550,15 +551,15 @@ enum Piece {
     Lost,
 }
 
-/// The general receive step of [`feed_general`]: a header or trailer piece, or a payload piece
-/// copied into place. Out of line, so that `feed_general` inlines the whole-FPDU path's
+/// The general receive step of [`feed`]: a header or trailer piece, or a payload piece
+/// copied into place. Out of line, so that `feed` inlines the whole-FPDU path's
 /// placement: with this step inlined beside it, the compiler made that closure a call
 /// of its own, and an 8-octet Write FPDU cost about 40 instructions more.
 #[inline(never)]
 fn feed_piece(
     core: &mut Core,
     stats: &mut QpStats,
-    staging: &mut Staging,
+    staging: &mut FeedState,
     dev: &Shared,
     ctx: &mut RxCtx<'_>,
     data: &[u8],

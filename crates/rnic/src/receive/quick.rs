@@ -10,7 +10,7 @@
 //! brings the message and the reply's post is latency, and so is half of every empty
 //! poll's (docs/ARCHITECTURE.md, "Session 24").
 
-use super::{Driven, Fed, RX_STAGING_LEN, Staging, answer_reads, feed_staged};
+use super::{Driven, Fed, RX_STAGING_LEN, Staging, answer_reads, feed};
 use crate::device::Shared;
 use crate::qp::{Conn, QpStats};
 use crate::srq::SrqShared;
@@ -46,7 +46,7 @@ pub(crate) enum Quick {
 #[inline]
 fn applies(core: &Core, staging: &Staging) -> bool {
     staging.keep
-        && !staging.exact
+        && !staging.fed.exact
         && staging.start == staging.end
         && staging.buf.len() >= RX_STAGING_LEN
         && staging.pending.is_none()
@@ -57,7 +57,7 @@ fn applies(core: &Core, staging: &Staging) -> bool {
 
 /// A claimed, quiet QP's receive (the caller checked: nothing queued to send, no
 /// close timer, not closing): one read into the kept staging buffer, its octets fed
-/// to the core at once (`feed_staged`: whole small FPDUs parsed, checked, placed and
+/// to the core at once (`feed`: whole small FPDUs parsed, checked, placed and
 /// completed by its run path; a receive completion offered to `to` first, see
 /// `crate::cq_direct`). See [`Quick`] for what is left to the caller.
 #[inline]
@@ -128,8 +128,16 @@ pub(crate) fn receive_applying(
     staging.waited = false;
     staging.start = 0;
     staging.end = n;
-    // As the general path's loop takes a read-ahead, once.
-    let fed = feed_staged(core, stats, staging, dev, srq, to);
+    // As the general path's loop takes a read-ahead, once, where it lies.
+    let fed = feed(
+        core,
+        stats,
+        &mut staging.fed,
+        dev,
+        srq,
+        &staging.buf[..n],
+        to,
+    );
     let Ok(Fed { used, simple }) = fed else {
         // A placement failed: the QP is in error, the receive ends.
         return Quick::Took;
