@@ -290,3 +290,44 @@ fn a_claimed_read_tells_empty_octets_end_and_reset_apart() {
         }
     }
 }
+
+#[test]
+fn a_claimed_read_is_skipped_only_after_a_short_one() {
+    use crate::transport::ClaimedRead;
+    let buffers = SocketBuffers::new(0, crate::SameHostTcp::System);
+    let (mut t, mut peer, fd) = pair_in(true, true, &buffers);
+    let mut buf = [0u8; 4];
+    // A full read: the kernel may hold more, so the next read is made.
+    peer.write_all(b"12345678").unwrap();
+    readable(fd);
+    assert!(matches!(t.read_claimed(&mut buf), ClaimedRead::Got(4)));
+    assert!(
+        matches!(t.read_claimed(&mut buf), ClaimedRead::Got(4)),
+        "read after a full one"
+    );
+    assert_eq!(&buf, b"5678");
+    // Nothing left: empty, and an empty read skips nothing either.
+    assert!(matches!(t.read_claimed(&mut buf), ClaimedRead::Empty));
+    peer.write_all(b"ab").unwrap();
+    readable(fd);
+    assert!(
+        matches!(t.read_claimed(&mut buf), ClaimedRead::Got(2)),
+        "read after an empty one"
+    );
+    // The end of the stream is not a short read: the read after it is made, and tells
+    // the end again.
+    drop(peer);
+    readable(fd);
+    assert!(
+        matches!(t.read_claimed(&mut buf), ClaimedRead::Empty),
+        "skipped after the short one"
+    );
+    assert!(
+        matches!(t.read_claimed(&mut buf), ClaimedRead::Got(0)),
+        "the end"
+    );
+    assert!(
+        matches!(t.read_claimed(&mut buf), ClaimedRead::Got(0)),
+        "the end, again: not skipped"
+    );
+}
