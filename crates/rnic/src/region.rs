@@ -292,10 +292,7 @@ impl Region {
     /// room first (the transmit path gathers small FPDUs this way).
     ///
     /// Safe at any time, as [`Region::read`]. Inlined: a small FPDU's gather calls it
-    /// once per message, and the call cost more than the copy of a small payload. At
-    /// most [`SMALL_APPEND`] octets are copied inline ([`copy_upto_64`]): a window of
-    /// 64-octet Writes paid glibc's `memcpy` call and its size tests per message (21
-    /// instructions of the client's 250 under callgrind, session 29).
+    /// once per message, and the call cost more than the copy of a small payload.
     #[inline]
     pub fn append_to(
         &self,
@@ -309,16 +306,10 @@ impl Region {
         // SAFETY: the source range is inside the region (checked) and valid for reads
         // for `self`'s life. After `reserve`, `out` has room for `len` more bytes at
         // `at`; that spare capacity belongs to the vector's own allocation, which is not
-        // region memory, so the ranges do not overlap (as `copy_upto_64` requires).
-        // Either copy initialises exactly those `len` bytes, so `set_len` exposes only
-        // initialised bytes.
+        // region memory, so the ranges do not overlap. The copy initialises exactly
+        // those `len` bytes, so `set_len` exposes only initialised bytes.
         unsafe {
-            let dst = out.as_mut_ptr().add(at);
-            if len <= SMALL_APPEND {
-                copy_upto_64(self.ptr_at(offset), dst, len);
-            } else {
-                ptr::copy_nonoverlapping(self.ptr_at(offset), dst, len);
-            }
+            ptr::copy_nonoverlapping(self.ptr_at(offset), out.as_mut_ptr().add(at), len);
             out.set_len(at + len);
         }
         Ok(())
@@ -410,52 +401,8 @@ unsafe fn copy_short(src: *const u8, out: &mut [u8]) {
     }
 }
 
-/// Appends of at most this many octets are copied by [`copy_upto_64`]: a 64-octet
-/// message's payload, the size of issue 12's message-rate target.
-const SMALL_APPEND: usize = 64;
-
-/// Copies `n` (at most [`SMALL_APPEND`]) octets from `src` to `dst` with at most two
-/// fixed-size copies that overlap in the middle, as [`copy_short`] does, with 32 and
-/// 16 octets wide copies for 16..=64 octets (each two vector loads and stores at
-/// most, where a run-time length is a `memcpy` call).
-///
-/// # Safety
-/// `src` valid for reads and `dst` for writes of `n` octets, not overlapping.
-#[inline(always)]
-unsafe fn copy_upto_64(src: *const u8, dst: *mut u8, n: usize) {
-    debug_assert!(n <= SMALL_APPEND);
-    // One branch per width, each with its two copies of a constant count: a width
-    // chosen first and copied after was a second dispatch (about 10 instructions a
-    // 64-octet Write more under callgrind, session 29).
-    // SAFETY (every arm): `width <= n <= 2 * width`, so the copies read `src[0..width]`
-    // and `src[n - width..n]` and write `dst[0..width]` and `dst[n - width..n]`, which
-    // cover the `n` octets the caller guarantees and no more; source and destination
-    // do not overlap (the caller's contract); the two destination ranges may overlap
-    // each other (both write the same octets there).
-    unsafe {
-        if n >= 32 {
-            copy_fixed(src, dst, 32);
-            copy_fixed(src.add(n - 32), dst.add(n - 32), 32);
-        } else if n >= 16 {
-            copy_fixed(src, dst, 16);
-            copy_fixed(src.add(n - 16), dst.add(n - 16), 16);
-        } else if n >= 8 {
-            copy_fixed(src, dst, 8);
-            copy_fixed(src.add(n - 8), dst.add(n - 8), 8);
-        } else if n >= 4 {
-            copy_fixed(src, dst, 4);
-            copy_fixed(src.add(n - 4), dst.add(n - 4), 4);
-        } else if n >= 2 {
-            copy_fixed(src, dst, 2);
-            copy_fixed(src.add(n - 2), dst.add(n - 2), 2);
-        } else if n == 1 {
-            copy_fixed(src, dst, 1);
-        }
-    }
-}
-
-/// One copy of 1, 2, 4, 8, 16 or 32 octets, the count a constant in each arm so that
-/// each is a single load and store (two of each for 32 without AVX).
+/// One copy of 1, 2, 4 or 8 octets, the count a constant in each arm so that each is
+/// a single load and store.
 ///
 /// # Safety
 /// `src` valid for reads and `dst` for writes of `width` octets, not overlapping.
@@ -464,8 +411,6 @@ unsafe fn copy_fixed(src: *const u8, dst: *mut u8, width: usize) {
     // SAFETY: the caller's contract, for exactly `width` octets in every arm.
     unsafe {
         match width {
-            32 => ptr::copy_nonoverlapping(src, dst, 32),
-            16 => ptr::copy_nonoverlapping(src, dst, 16),
             8 => ptr::copy_nonoverlapping(src, dst, 8),
             4 => ptr::copy_nonoverlapping(src, dst, 4),
             2 => ptr::copy_nonoverlapping(src, dst, 2),

@@ -347,33 +347,3 @@ fn short_reads_match_a_slice_copy_at_every_length_and_offset() {
         );
     }
 }
-
-/// `append_to`'s short copy (two overlapping fixed-size copies, at most 64 octets)
-/// appends the octets `extend_from_slice` appends, for every length 0..=65 (65: the
-/// `memcpy` path) at offsets from the region's start to its very end, after what `out`
-/// held, and appends nothing past the end of the region.
-#[test]
-fn short_appends_match_a_slice_append_at_every_length_and_offset() {
-    const LEN: usize = 160;
-    let r = Region::alloc(ID, LEN).unwrap();
-    let data: Vec<u8> = (0..LEN)
-        .map(|b| (b as u8).wrapping_mul(29) ^ 0xa7)
-        .collect();
-    r.write(0, &data).unwrap();
-    for len in 0..=65usize {
-        for offset in (0..=LEN - len).filter(|o| *o < 9 || *o + len + 9 > LEN) {
-            let mut out = vec![0xeeu8; 3];
-            r.append_to(offset, len, &mut out).unwrap();
-            let mut want = vec![0xeeu8; 3];
-            want.extend_from_slice(&data[offset..offset + len]);
-            assert_eq!(out, want, "len {len} offset {offset}");
-        }
-        let mut out = vec![0xeeu8; 3];
-        assert_eq!(
-            r.append_to(LEN - len + 1, len, &mut out),
-            Err(oob(LEN - len + 1, len, LEN)),
-            "len {len} one past the end"
-        );
-        assert_eq!(out, [0xee; 3], "len {len}: nothing appended on an error");
-    }
-}

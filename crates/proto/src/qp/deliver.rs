@@ -226,7 +226,7 @@ impl Outbox {
     /// the queue's entry: built first and then pushed, it went through the stack and
     /// was read back in 16-octet pieces the CPU could not serve from the stores that
     /// had just made it (the stall [`Outbox::push`] describes).
-    #[inline(always)]
+    #[inline]
     pub(crate) fn finish_send_success(
         &mut self,
         seq: u64,
