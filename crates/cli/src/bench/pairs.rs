@@ -581,6 +581,169 @@ mod tests {
         assert_eq!(sub_config(&c, 3).duration, None);
     }
 
+    /// `--pairs-with batching` pairs with the batching stream: the TCP sub-runs are run
+    /// in that discipline, and the pairs, their JSON and the summary name it.
+    #[test]
+    fn pairs_with_batching_runs_and_names_the_batching_stream() {
+        let c = cfg(&[
+            "write_bw",
+            "--loopback",
+            "--baseline",
+            "tcp",
+            "-s",
+            "64",
+            "--pairs",
+            "2",
+            "--pairs-with",
+            "batching",
+        ])
+        .unwrap();
+        assert_eq!(c.pairs_with, TcpKind::Batching);
+        let sub = sub_config(&c, c.pairs);
+        let mut tcp_bw = [400.0, 200.0].into_iter();
+        let p = match run(
+            &sub,
+            2,
+            |s| {
+                assert_eq!(s.pairs_with, TcpKind::Batching);
+                Ok(bw(tcp_bw.next().unwrap()))
+            },
+            |_, _| Ok(bw(200.0)),
+        ) {
+            Ok(Paired::Bw(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(p.baseline, TcpKind::Batching);
+        assert_eq!(p.ratios(), [0.5, 1.0]);
+        assert_eq!(p.json()["baseline"], json!("batching"));
+        assert!(
+            p.text().contains("softrnic/batching TCP in 2 alternating"),
+            "{}",
+            p.text()
+        );
+        let mut row = crate::bench::ResultRow::new(c.test, 64, bw(1.0), Vec::new());
+        row.paired = Some(Paired::Bw(p));
+        let mut out = Vec::new();
+        crate::bench::report::Reporter::new(&mut out, &c, String::new())
+            .summary(&[row])
+            .unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("paired softrnic/batching TCP from --pairs 2"),
+            "{out}"
+        );
+        // Median of 0.5 and 1.0; pooled 400 / 600.
+        assert!(
+            out.contains("       64 B           0.75           0.67"),
+            "{out}"
+        );
+        // Without the flag: the busy-polling stream, as before.
+        let c = cfg(&[
+            "write_bw",
+            "--loopback",
+            "--baseline",
+            "tcp",
+            "--pairs",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(c.pairs_with, TcpKind::BusyPoll);
+    }
+
+    /// `--pairs-with` and `--pairs` with several -q counts are refused where they have
+    /// nothing to pair with; allowed where they have.
+    #[test]
+    fn pairs_with_and_count_pairs_are_refused_where_nothing_pairs() {
+        for (argv, why) in [
+            (
+                &[
+                    "write_bw",
+                    "--loopback",
+                    "--baseline",
+                    "tcp",
+                    "--pairs-with",
+                    "batching",
+                ][..],
+                "--pairs-with needs --pairs",
+            ),
+            (
+                &[
+                    "write_bw",
+                    "--loopback",
+                    "-q",
+                    "1,256",
+                    "--baseline",
+                    "tcp",
+                    "--pairs",
+                    "2",
+                    "--pairs-with",
+                    "batching",
+                ],
+                "no TCP baseline to name",
+            ),
+            (
+                &["send_lat", "--loopback", "-q", "1,1", "--pairs", "2"],
+                "bandwidth tests only",
+            ),
+            (
+                &[
+                    "send_lat",
+                    "--loopback",
+                    "--baseline",
+                    "tcp",
+                    "--pairs",
+                    "2",
+                    "--pairs-with",
+                    "batching",
+                ],
+                "send_lat has no such TCP baseline",
+            ),
+            (
+                &[
+                    "read_bw",
+                    "--loopback",
+                    "--baseline",
+                    "tcp",
+                    "-e",
+                    "--pairs",
+                    "2",
+                    "--pairs-with",
+                    "busy-poll",
+                ],
+                "read_bw has no such TCP baseline with -e",
+            ),
+            (
+                &[
+                    "write_bw",
+                    "--loopback",
+                    "--pairs",
+                    "2",
+                    "--pairs-with",
+                    "batching",
+                ],
+                "--pairs needs --baseline tcp",
+            ),
+        ] {
+            let e = cfg(argv).unwrap_err();
+            assert!(e.contains(why), "{argv:?}: {e}");
+        }
+        let ok = |argv: &[&str]| cfg(argv).unwrap();
+        assert!(ok(&["write_bw", "--loopback", "-q", "1,256", "--pairs", "2"]).count_pairs());
+        assert!(!ok(&["write_bw", "--loopback", "-q", "1,256"]).count_pairs());
+        let c = ok(&[
+            "read_bw",
+            "--loopback",
+            "--baseline",
+            "tcp",
+            "-e",
+            "--pairs",
+            "2",
+            "--pairs-with",
+            "blocking",
+        ]);
+        assert_eq!((c.pairs_with, c.count_pairs()), (TcpKind::Blocking, false));
+    }
+
     /// `--pairs` needs the busy-polling baseline: refused without a baseline, and with
     /// -e (whose baselines do not spin) or -R (perftest's exchange, no TCP baseline);
     /// bandwidth and latency tests alike.

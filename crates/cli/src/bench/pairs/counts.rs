@@ -221,3 +221,192 @@ fn summary(out: &mut dyn Write, all: &[CountPairs]) -> std::io::Result<()> {
     writeln!(out, "{RULE}")?;
     out.flush()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{BenchCommand, BwResult};
+
+    fn cfg(argv: &[&str]) -> BenchConfig {
+        BenchCommand::parse_from(argv.iter().copied())
+            .unwrap()
+            .config()
+            .unwrap()
+    }
+
+    fn bw(avg_bps: f64) -> Measured {
+        Measured::Bw(BwResult {
+            bytes: 1 << 20,
+            iterations: 1,
+            elapsed: Duration::from_secs(1),
+            clock: None,
+            peak_bps: avg_bps,
+            avg_bps,
+            msg_rate: 0.0,
+            cpu: None,
+            per_qp: None,
+            calls: None,
+        })
+    }
+
+    /// The larger count keeps no more requests outstanding in all than the smaller (at
+    /// least one a QP), its cq-mod scaled alike; the smaller keeps the run's own.
+    #[test]
+    fn the_larger_count_keeps_as_many_octets_outstanding_as_the_smaller() {
+        let c = cfg(&[
+            "write_bw",
+            "--loopback",
+            "-q",
+            "1,256",
+            "-D",
+            "2",
+            "--pairs",
+            "8",
+        ]);
+        let depths = |c: &BenchConfig, q, other| {
+            let s = sub_config(c, 8, q, other);
+            (s.qps, s.tx_depth, s.cq_mod, s.duration)
+        };
+        let quarter = Some(Duration::from_millis(250));
+        assert_eq!(depths(&c, 1, 256), (1, 128, 16, quarter));
+        assert_eq!(depths(&c, 256, 1), (256, 1, 1, quarter));
+        assert_eq!(depths(&c, 16, 256).1, 128);
+        assert_eq!(depths(&c, 256, 16), (256, 8, 1, quarter));
+        let c = cfg(&[
+            "write_bw",
+            "--loopback",
+            "-q",
+            "4,1",
+            "-t",
+            "64",
+            "-Q",
+            "32",
+            "--pairs",
+            "2",
+        ]);
+        assert_eq!((depths(&c, 4, 1).1, depths(&c, 4, 1).2), (16, 8));
+        assert_eq!((depths(&c, 1, 4).1, depths(&c, 1, 4).2), (64, 32));
+    }
+
+    /// The pairs alternate the first -q count (not a middle one) with the last, each with
+    /// its own configuration; only the last count's final sub-run is marked the run's
+    /// last; each ratio is the last count's over the first's of its own pair.
+    #[test]
+    fn count_pairs_alternate_the_first_and_last_count() {
+        let c = cfg(&[
+            "write_bw",
+            "--loopback",
+            "-q",
+            "1,16,256",
+            "-s",
+            "1M",
+            "-D",
+            "2",
+            "--pairs",
+            "4",
+        ]);
+        assert!(c.count_pairs());
+        let mut order = Vec::new();
+        let mut bws = [300.0, 100.0, 200.0, 190.0, 50.0, 100.0, 100.0, 120.0].into_iter();
+        let p = run(&c, 1 << 20, |s, last| {
+            order.push((s.qps, s.tx_depth, last));
+            Ok(bw(bws.next().unwrap()))
+        })
+        .unwrap();
+        assert_eq!(
+            order,
+            [
+                (256, 1, false),
+                (1, 128, false),
+                (1, 128, false),
+                (256, 1, false),
+                (256, 1, false),
+                (1, 128, false),
+                (1, 128, false),
+                (256, 1, true),
+            ]
+        );
+        assert_eq!(
+            p.runs,
+            [
+                (100.0, 300.0),
+                (200.0, 190.0),
+                (100.0, 50.0),
+                (100.0, 120.0)
+            ]
+        );
+        assert_eq!((p.counts, p.depths), ((1, 256), (128, 1)));
+        assert_eq!(p.ratios(), [3.0, 0.95, 0.5, 1.2]);
+        // Median of 0.5, 0.95, 1.2, 3.0; pooled (300 + 190 + 50 + 120) / 500.
+        assert!((p.median_ratio().unwrap() - 1.075).abs() < 1e-12);
+        assert!((p.pooled_ratio().unwrap() - 660.0 / 500.0).abs() < 1e-12);
+        let j = p.json(&c);
+        assert_eq!(j["size"], json!(1 << 20));
+        assert_eq!(j["paired_qps"]["qps"], json!([1, 256]));
+        assert_eq!(j["paired_qps"]["tx_depth"], json!([128, 1]));
+        assert_eq!(j["paired_qps"]["sub_seconds"], json!(0.5));
+        assert_eq!(j["paired_qps"]["ratios"], json!([3.0, 0.95, 0.5, 1.2]));
+        assert_eq!(j["paired_qps"]["median_ratio"], json!(p.median_ratio()));
+        assert_eq!(j["paired_qps"]["pooled_ratio"], json!(p.pooled_ratio()));
+        let t = p.text(false);
+        assert!(
+            t.contains(
+                "1 MiB: 256 QPs / 1 QP(s) in 4 alternating sub-runs of 0.50 s (tx depth 128 \
+                 and 1): 3.00 0.95 0.50 1.20; median 1.07, pooled 1.32"
+            ),
+            "{t}"
+        );
+    }
+
+    /// Every size's pairs in turn, the run's last round the last size's final sub-run; a
+    /// JSON line per size, or the text block and its summary.
+    #[test]
+    fn every_size_is_paired_and_only_the_very_last_sub_run_ends_the_run() {
+        for json in [false, true] {
+            let mut argv = vec![
+                "write_bw",
+                "--loopback",
+                "-q",
+                "2,8",
+                "-s",
+                "64,4K",
+                "-n",
+                "10",
+                "--pairs",
+                "3",
+            ];
+            if json {
+                argv.push("--json");
+            }
+            let c = cfg(&argv);
+            let mut out = Vec::new();
+            let mut rounds = Vec::new();
+            let all = run_sizes(&c, &mut out, |s, size, last| {
+                rounds.push((s.qps, size, last));
+                Ok(bw(if s.qps == 8 { 90.0 } else { 100.0 }))
+            })
+            .unwrap();
+            assert_eq!(all.len(), 2);
+            assert_eq!(rounds.len(), 12);
+            assert_eq!(rounds.iter().filter(|r| r.2).count(), 1);
+            assert_eq!(rounds.last(), Some(&(8, 4096, true)));
+            let out = String::from_utf8(out).unwrap();
+            if json {
+                let lines: Vec<Value> = out
+                    .lines()
+                    .map(|l| serde_json::from_str(l).unwrap())
+                    .collect();
+                assert_eq!(lines.len(), 2);
+                assert_eq!(lines[1]["size"], json!(4096));
+                assert_eq!(lines[1]["paired_qps"]["median_ratio"], json!(0.9));
+                assert_eq!(lines[0]["paired_qps"]["sub_iterations"], json!(3));
+            } else {
+                assert!(out.contains("summary: 8 QPs / 2 QP(s)"), "{out}");
+                assert!(
+                    out.contains("      4 KiB           0.90           0.90"),
+                    "{out}"
+                );
+            }
+        }
+    }
+}
