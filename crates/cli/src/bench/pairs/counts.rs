@@ -78,12 +78,12 @@ impl CountPairs {
         pooled_of(&self.runs)
     }
 
-    /// Its JSON line (`--json`).
+    /// Its JSON line (`--json`): `test` and `bytes` as a result row's, then the pairs.
     pub fn json(&self, cfg: &BenchConfig) -> Value {
         let mb = |x: f64| bw_unit(x, false);
         json!({
             "test": cfg.test.name(),
-            "size": self.size,
+            "bytes": self.size,
             "paired_qps": {
                 "extra": "not the headline: alternating sub-runs of the first -q count and \
                           the last, the last pair the first count first",
@@ -341,7 +341,7 @@ mod tests {
         assert!((p.median_ratio().unwrap() - 1.075).abs() < 1e-12);
         assert!((p.pooled_ratio().unwrap() - 660.0 / 500.0).abs() < 1e-12);
         let j = p.json(&c);
-        assert_eq!(j["size"], json!(1 << 20));
+        assert_eq!(j["bytes"], json!(1 << 20));
         assert_eq!(j["paired_qps"]["qps"], json!([1, 256]));
         assert_eq!(j["paired_qps"]["tx_depth"], json!([128, 1]));
         assert_eq!(j["paired_qps"]["sub_seconds"], json!(0.5));
@@ -397,7 +397,7 @@ mod tests {
                     .map(|l| serde_json::from_str(l).unwrap())
                     .collect();
                 assert_eq!(lines.len(), 2);
-                assert_eq!(lines[1]["size"], json!(4096));
+                assert_eq!(lines[1]["bytes"], json!(4096));
                 assert_eq!(lines[1]["paired_qps"]["median_ratio"], json!(0.9));
                 assert_eq!(lines[0]["paired_qps"]["sub_iterations"], json!(3));
             } else {
