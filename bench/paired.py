@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Summarise `--pairs` runs: for each size of each JSON-lines file, the headline ratio to
-the busy-polling TCP stream beside the paired sub-runs' ratios, their median and the
-pooled ratio (of bandwidth, and of CPU seconds per GB where counted), and what the
-headline's busy-poll stream did per message (`calls`);
+the TCP stream the pairs ran (`--pairs-with`, busy-poll by default) beside the paired
+sub-runs' ratios, their median and the pooled ratio (of bandwidth, and of CPU seconds
+per GB where counted), and what the headline's busy-poll stream did per message
+(`calls`); with several -q counts (`paired_qps`), the headline's last count over its
+first beside the count pairs' ratios, median and pooled ratio;
 latency tests: t_typical, t_avg and 99% of the headline's ratio to the busy-polling
 ping-pong beside the pairs' median and pooled ratios of each.
 
@@ -26,20 +28,27 @@ def rows(path):
 def main(paths):
     for path in paths:
         tcp = {}
+        soft = {}
         for r in rows(path):
             key = (r.get("test"), r.get("bytes"), r.get("qps"))
+            if "paired_qps" in r:
+                print(counts(path, r, soft))
+                continue
             if r.get("transport") == "tcp":
-                tcp[key] = r.get("baselines", {}).get("busy_poll", {})
+                tcp[key] = r.get("baselines", {})
                 continue
             if r.get("transport") != "softrnic":
                 continue
-            bp = tcp.pop(key, {})
+            soft[key] = r.get("bw_average")
+            kind = (r.get("paired") or {}).get("baseline", "busy_poll")
+            baselines = tcp.pop(key, {})
+            bp = baselines.get("busy_poll", {})
             if "t_typical_usec" in r:
                 print(latency(path, key, r, bp))
                 continue
-            head = r.get("ratios_vs_tcp", {}).get("busy_poll")
+            head = r.get("ratios_vs_tcp", {}).get(kind)
             line = f"{path}: {key[0]} {key[1]} B softrnic {r['bw_average']:.0f}"
-            line += f" busy-poll {bp.get('bw_average', 0):.0f}"
+            line += f" {kind} {baselines.get(kind, {}).get('bw_average', 0):.0f}"
             line += f" headline x{head:.2f}" if head else " headline -"
             p = r.get("paired")
             if p:
@@ -57,6 +66,19 @@ def main(paths):
                          f" {c['octets_per_read']:.0f} B, empty {c['empty_reads_per_msg']:.1f},"
                          f" full sends {c['full_sends_per_msg']:.2f}")
             print(line)
+
+
+def counts(path, r, soft):
+    """One size's count pairs: the headline's last count over its first, then the pairs'."""
+    p = r["paired_qps"]
+    a, b = p["qps"]
+    ha, hb = soft.get((r["test"], r["bytes"], a)), soft.get((r["test"], r["bytes"], b))
+    line = f"{path}: {r['test']} {r['bytes']} B {b} QPs / {a}:"
+    line += f" headline {hb:.0f} / {ha:.0f} = x{hb / ha:.2f}" if ha and hb else " headline -"
+    ratios = " ".join(f"{x:.2f}" for x in p["ratios"])
+    line += (f" | tx depth {p['tx_depth'][0]} and {p['tx_depth'][1]}, pairs {ratios}"
+             f" median x{p['median_ratio']:.2f} pooled x{p['pooled_ratio']:.2f}")
+    return line
 
 
 def latency(path, key, r, bp):

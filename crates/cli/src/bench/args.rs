@@ -46,6 +46,28 @@ pub enum Baseline {
     Tcp,
 }
 
+/// The TCP discipline `--pairs` pairs softrnic with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PairsWith {
+    /// The busy-polling stream or ping-pong.
+    BusyPoll,
+    /// The batching stream (bandwidth tests).
+    Batching,
+    /// The blocking stream or ping-pong.
+    Blocking,
+}
+
+impl PairsWith {
+    /// The baseline it names.
+    pub fn kind(self) -> TcpKind {
+        match self {
+            PairsWith::BusyPoll => TcpKind::BusyPoll,
+            PairsWith::Batching => TcpKind::Batching,
+            PairsWith::Blocking => TcpKind::Blocking,
+        }
+    }
+}
+
 /// The devices' progress model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ProgressArg {
@@ -132,15 +154,27 @@ pub struct BenchArgs {
     /// its sockets) instead of leaving Nagle on.
     #[arg(long)]
     pub tcp_nodelay: bool,
-    /// An extra measurement beside the headline (with --baseline tcp): after each size's
-    /// headline, N pairs of sub-runs of the busy-polling TCP baseline (stream or
-    /// ping-pong) and softrnic, each a 1/N share of the size's duration (or iterations;
-    /// latency: at least 1000, each after its own warm-up), in the order TCP, softrnic,
-    /// softrnic, TCP, ...; reports each pair's ratio (latency: of t_typical, t_avg and
-    /// the 99%), their median, and the ratio of all sub-runs pooled. The headline and
-    /// its ratios are unchanged.
+    /// An extra measurement beside the headline. With one -q count (and --baseline
+    /// tcp): after each size's headline, N pairs of sub-runs of a TCP baseline (the
+    /// --pairs-with discipline, stream or ping-pong) and softrnic, each a 1/N share of
+    /// the size's duration (or iterations; latency: at least 1000, each after its own
+    /// warm-up), in the order TCP, softrnic, softrnic, TCP, ...; reports each pair's
+    /// ratio (latency: of t_typical, t_avg and the 99%), their median, and the ratio of
+    /// all sub-runs pooled. With several -q counts (bandwidth tests; no baseline
+    /// needed): after every count's table, N pairs of sub-runs of the first count and
+    /// the last, alternating the same way, and the ratio last/first of their aggregate
+    /// bandwidth; the larger count's sub-runs keep at most as many octets outstanding
+    /// in all as the smaller's (tx depth scaled down, at least 1 per QP), so that the
+    /// drain after the deadline is as short for both. The headline and its ratios are
+    /// unchanged.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub pairs: u32,
+    /// The TCP discipline --pairs pairs softrnic with (one -q count): busy-poll (the
+    /// default: the 64 KiB and 1 MiB bandwidth and the latency targets' baseline),
+    /// batching (the 64-octet message rate target's), or blocking; it must be one of
+    /// the test's baselines (with -e, busy-poll is not).
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub pairs_with: Option<PairsWith>,
     /// One JSON object per result line on stdout, for scripts.
     #[arg(long)]
     pub json: bool,

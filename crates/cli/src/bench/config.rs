@@ -52,6 +52,8 @@ pub struct BenchConfig {
     pub tcp_nodelay: bool,
     /// Alternating sub-run pairs after each size's headline (an extra measurement).
     pub pairs: u32,
+    /// The TCP baseline those pairs run (one `-q` count).
+    pub pairs_with: TcpKind,
     /// JSON lines output.
     pub json: bool,
     /// Largest FPDU.
@@ -191,9 +193,7 @@ impl BenchConfig {
                 return Err("-e cannot be combined with -R or --server-poll".into());
             }
         }
-        if a.pairs > 0 {
-            super::pairs::check(test, a)?;
-        }
+        super::pairs::check(test, a)?;
         let mode = match (&a.address, a.loopback) {
             (_, true) => Mode::Loopback,
             (Some(addr), false) => Mode::Client(addr.clone()),
@@ -221,6 +221,7 @@ impl BenchConfig {
             baseline: a.baseline,
             tcp_nodelay: a.tcp_nodelay,
             pairs: a.pairs,
+            pairs_with: a.pairs_with.map_or(super::pairs::KIND, PairsWith::kind),
             json: a.json,
             fpdu: a.fpdu,
             progress_mode: match a.progress_mode {
@@ -263,6 +264,12 @@ impl BenchConfig {
             }
             Ok(c)
         })
+    }
+
+    /// Whether `--pairs` pairs the first `-q` count with the last (several counts)
+    /// rather than softrnic with TCP.
+    pub fn count_pairs(&self) -> bool {
+        self.pairs > 0 && self.qp_counts.len() > 1
     }
 
     /// The TCP baselines to run (none without `--baseline`).

@@ -275,10 +275,12 @@ pub fn run_config(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRo
                 devs: vec![dev.clone()],
                 server_tid: None,
             };
-            each_qp_count(cfg, |c, last| {
+            let rows = each_qp_count(cfg, |c, last| {
                 let mut rep = report::Reporter::new(&mut *out, c, format!("client of {addr}"));
                 client_rounds(c, &dev, addr, tcp_addr, &mut rep, last, Some(&watch))
-            })
+            })?;
+            count_pairs(cfg, &dev, addr, out, Some(&watch))?;
+            Ok(rows)
         }
     }
 }
@@ -368,7 +370,8 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
         tcp_addr = Some(tl.local_addr().map_err(|e| e.to_string())?);
         tcp_sockets::listening(&tl, cfg.same_host_tcp);
         let policy = cfg.same_host_tcp;
-        let per_size = cfg.tcp_kinds().len() + cfg.pairs as usize;
+        let tcp_pairs = if cfg.count_pairs() { 0 } else { cfg.pairs };
+        let per_size = cfg.tcp_kinds().len() + tcp_pairs as usize;
         let rounds = cfg.sizes.len() * per_size * cfg.qp_counts.len();
         tcp_server = Some(
             std::thread::Builder::new()
@@ -394,10 +397,12 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
     };
     let rows = {
         let _pin = cpus.and_then(|(c, _)| affinity::pin_current(c).ok());
-        each_qp_count(cfg, |c, last| {
+        let rows = each_qp_count(cfg, |c, last| {
             let mut rep = report::Reporter::new(&mut *out, c, placement.clone());
             client_rounds(c, &cdev, addr, tcp_addr, &mut rep, last, Some(&watch))
-        })?
+        })?;
+        count_pairs(cfg, &cdev, addr, out, Some(&watch))?;
+        rows
     };
     // On success both servers have finished their last round.
     server
@@ -507,6 +512,26 @@ fn each_qp_count(
     Ok(rows)
 }
 
+/// With several `-q` counts and `--pairs`, after every count's table: the first count
+/// against the last in alternating sub-runs, size by size; the run's last round is
+/// among them.
+fn count_pairs(
+    cfg: &BenchConfig,
+    dev: &Device,
+    addr: SocketAddr,
+    out: &mut dyn Write,
+    watch: Option<&Watch>,
+) -> Result<(), String> {
+    if !cfg.count_pairs() {
+        return Ok(());
+    }
+    pairs::run_count_pairs(cfg, out, |c, size, last| {
+        let _report = watch.map(StallReport::install);
+        rdma::client_round(c, dev, addr, size, last)
+    })
+    .map(|_| ())
+}
+
 /// One table: every size, with `cfg.qps` QPs; `last_count` says whether the server's
 /// last round is among them.
 fn client_rounds(
@@ -557,15 +582,15 @@ fn client_rounds(
         }
         let mut row = ResultRow::new(cfg.test, size, softrnic, baselines);
         row.baseline_sockets = sockets;
-        if let (Some(t), true) = (tcp_addr, cfg.pairs > 0) {
+        if let (Some(t), true) = (tcp_addr, cfg.pairs > 0 && !cfg.count_pairs()) {
             let sub = pairs::sub_config(cfg, cfg.pairs);
             let p = pairs::run(
                 &sub,
                 cfg.pairs,
                 |c| {
-                    tcp::client_round(c, t, size, pairs::KIND)
+                    tcp::client_round(c, t, size, c.pairs_with)
                         .map(|(m, _)| m)
-                        .map_err(|e| format!("TCP baseline ({}): {e}", pairs::KIND.label()))
+                        .map_err(|e| format!("TCP baseline ({}): {e}", c.pairs_with.label()))
                 },
                 |c, final_sub| {
                     let _report = watch.map(StallReport::install);

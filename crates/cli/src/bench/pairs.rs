@@ -11,29 +11,60 @@
 //! pair's ratio, their median, and the ratio of all sub-runs pooled: bandwidth here,
 //! latency ([`lat`]: t_typical, t_avg and the 99%) in the sibling module.
 
+mod counts;
 mod lat;
 
-use super::{BenchArgs, BenchConfig, CpuUse, Measured, TcpKind, Test};
+use super::{BenchArgs, BenchConfig, CpuUse, Measured, PairsWith, TcpKind, Test};
+pub use counts::run_sizes as run_count_pairs;
 pub use lat::{LatPairs, LatStat};
 use serde_json::{Value, json};
 use std::time::Duration;
 
-/// The baseline the pairs measure against: the busy-polling stream (or ping-pong) of the
-/// target.
+/// The baseline the pairs measure against by default (`--pairs-with`): the
+/// busy-polling stream (or ping-pong) of the 64 KiB, 1 MiB and latency targets.
 pub const KIND: TcpKind = TcpKind::BusyPoll;
 
 /// The fewest measured iterations of a latency sub-run: its 99% then rests on the 10
 /// slowest samples rather than on one.
 pub const MIN_LAT_SUB_ITERS: u64 = 1000;
 
-/// Refuses `--pairs` where it has nothing to pair with.
-pub fn check(_test: Test, a: &BenchArgs) -> Result<(), String> {
-    if a.baseline.is_none() || a.events || a.rdma_cm {
+/// Refuses `--pairs` and `--pairs-with` where they have nothing to pair with.
+pub fn check(test: Test, a: &BenchArgs) -> Result<(), String> {
+    if a.pairs == 0 {
+        return match a.pairs_with {
+            Some(_) => Err("--pairs-with needs --pairs N".into()),
+            None => Ok(()),
+        };
+    }
+    if a.qps.len() > 1 {
+        if !test.is_bw() {
+            return Err("--pairs with several -q counts: bandwidth tests only".into());
+        }
+        if a.pairs_with.is_some() {
+            return Err(
+                "--pairs-with: with several -q counts --pairs pairs the first count \
+                        with the last (softrnic with softrnic): there is no TCP baseline \
+                        to name"
+                    .into(),
+            );
+        }
+        return Ok(());
+    }
+    if a.baseline.is_none() || a.rdma_cm {
         return Err(
-            "--pairs needs --baseline tcp, without -e or -R (it pairs softrnic with \
-                    the busy-polling TCP baseline)"
+            "--pairs needs --baseline tcp, without -R (it pairs softrnic with a TCP \
+             baseline), or several -q counts (it then pairs the first with the last)"
                 .into(),
         );
+    }
+    let kind = a.pairs_with.map_or(KIND, PairsWith::kind);
+    if !TcpKind::for_test(test, a.events).contains(&kind) {
+        return Err(format!(
+            "--pairs-with {}: {} has no such TCP baseline{}",
+            kind.label(),
+            test.name(),
+            if a.events { " with -e" } else { "" }
+        ));
     }
     Ok(())
 }
@@ -114,6 +145,19 @@ fn median_of(x: impl IntoIterator<Item = f64>) -> Option<f64> {
     super::stats::median(&r)
 }
 
+/// The second over the first of each pair (`NaN` where the first is 0).
+fn ratios_of(runs: &[(f64, f64)]) -> Vec<f64> {
+    runs.iter()
+        .map(|&(a, b)| if a > 0.0 { b / a } else { f64::NAN })
+        .collect()
+}
+
+/// All pairs pooled: the seconds' sum over the firsts'.
+fn pooled_of(runs: &[(f64, f64)]) -> Option<f64> {
+    let (a, b) = runs.iter().fold((0.0, 0.0), |(a, b), r| (a + r.0, b + r.1));
+    (a > 0.0).then(|| b / a)
+}
+
 /// How long each sub-run was, for the text line.
 fn each(sub_duration: Option<Duration>, sub_iters: u64) -> String {
     match sub_duration {
@@ -126,6 +170,8 @@ fn each(sub_duration: Option<Duration>, sub_iters: u64) -> String {
 /// TCP and softrnic.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BwPairs {
+    /// The TCP discipline paired with.
+    pub baseline: TcpKind,
     /// Each sub-run's length (duration, or iterations per QP).
     pub sub_duration: Option<Duration>,
     pub sub_iters: u64,
@@ -142,10 +188,7 @@ pub type CpuPair = (Option<CpuUse>, Option<CpuUse>);
 impl BwPairs {
     /// softrnic / TCP of each pair.
     pub fn ratios(&self) -> Vec<f64> {
-        self.runs
-            .iter()
-            .map(|&(t, s)| if t > 0.0 { s / t } else { f64::NAN })
-            .collect()
+        ratios_of(&self.runs)
     }
 
     /// The median of the pairs' ratios.
@@ -158,11 +201,7 @@ impl BwPairs {
     /// every other sub-run slow (e.g. real-time throttling under `chrt`, 50 ms a second)
     /// weighs on both alike.
     pub fn pooled_ratio(&self) -> Option<f64> {
-        let (t, s) = self
-            .runs
-            .iter()
-            .fold((0.0, 0.0), |(t, s), r| (t + r.0, s + r.1));
-        (t > 0.0).then(|| s / t)
+        pooled_of(&self.runs)
     }
 
     /// softrnic / TCP CPU seconds per GB of each pair (`NaN` where a side was not
@@ -205,7 +244,7 @@ impl BwPairs {
         let per_gb = |u: &Option<CpuUse>| u.as_ref().and_then(CpuUse::per_gb);
         json!({
             "extra": "not the headline: alternating sub-runs, the last pair TCP first",
-            "baseline": KIND.name(),
+            "baseline": self.baseline.name(),
             "sub_seconds": self.sub_duration.map(|d| d.as_secs_f64()),
             "sub_iterations": self.sub_duration.is_none().then_some(self.sub_iters),
             "tcp_bw": self.runs.iter().map(|r| mb(r.0)).collect::<Vec<_>>(),
@@ -231,7 +270,7 @@ impl BwPairs {
         let mut line = format!(
             "paired (extra, not the headline): softrnic/{} TCP in {} alternating sub-runs of \
              {each}: {}; median {median}, pooled {pooled}",
-            KIND.label(),
+            self.baseline.label(),
             self.runs.len(),
             ratios.join(" ")
         );
@@ -264,21 +303,24 @@ impl BwPairs {
 pub fn run(
     sub: &BenchConfig,
     n: u32,
-    tcp: impl FnMut(&BenchConfig) -> Result<Measured, String>,
-    softrnic: impl FnMut(&BenchConfig, bool) -> Result<Measured, String>,
+    mut tcp: impl FnMut(&BenchConfig) -> Result<Measured, String>,
+    mut softrnic: impl FnMut(&BenchConfig, bool) -> Result<Measured, String>,
 ) -> Result<Paired, String> {
     if !sub.test.is_bw() {
-        let runs = alternate(sub, n, tcp, softrnic, |m| match m {
+        let lat = |m| match m {
             Measured::Lat(l) => Ok(l),
             Measured::Bw(_) => Err("--pairs: a bandwidth result in a latency test".into()),
-        })?;
+        };
+        let runs = alternate(n, || lat(tcp(sub)?), |last| lat(softrnic(sub, last)?))?;
         return LatPairs::new(sub, runs).map(Paired::Lat);
     }
-    let runs = alternate(sub, n, tcp, softrnic, |m| match m {
-        Measured::Bw(b) => Ok((b.avg_bps, b.cpu)),
-        Measured::Lat(_) => Err("--pairs: a latency result in a bandwidth test".into()),
-    })?;
+    let runs = alternate(
+        n,
+        || bw_of(tcp(sub)?).map(|b| (b.avg_bps, b.cpu)),
+        |last| bw_of(softrnic(sub, last)?).map(|b| (b.avg_bps, b.cpu)),
+    )?;
     Ok(Paired::Bw(BwPairs {
+        baseline: sub.pairs_with,
         sub_duration: sub.duration,
         sub_iters: sub.iters,
         runs: runs.iter().map(|(t, s)| (t.0, s.0)).collect(),
@@ -286,24 +328,31 @@ pub fn run(
     }))
 }
 
-/// The alternation itself: `n` pairs (TCP, softrnic) of what `take` keeps of each
-/// sub-run, in the order run.
+/// A bandwidth sub-run's result.
+fn bw_of(m: Measured) -> Result<super::BwResult, String> {
+    match m {
+        Measured::Bw(b) => Ok(b),
+        Measured::Lat(_) => Err("--pairs: a latency result in a bandwidth test".into()),
+    }
+}
+
+/// The alternation itself: `n` pairs (`first`, `second`) in the order run: the last
+/// pair `first` first, the one before it `second` first, and so on back (see
+/// [`softrnic_first`]); `second(last)` is told its final sub-run, the round's last.
 fn alternate<T>(
-    sub: &BenchConfig,
     n: u32,
-    mut tcp: impl FnMut(&BenchConfig) -> Result<Measured, String>,
-    mut softrnic: impl FnMut(&BenchConfig, bool) -> Result<Measured, String>,
-    take: impl Fn(Measured) -> Result<T, String>,
+    mut first: impl FnMut() -> Result<T, String>,
+    mut second: impl FnMut(bool) -> Result<T, String>,
 ) -> Result<Vec<(T, T)>, String> {
     let mut runs = Vec::with_capacity(n as usize);
     for i in 0..n {
         let last = i + 1 == n;
         let pair = if softrnic_first(i, n) {
-            let s = take(softrnic(sub, last)?)?;
-            (take(tcp(sub)?)?, s)
+            let s = second(last)?;
+            (first()?, s)
         } else {
-            let t = take(tcp(sub)?)?;
-            (t, take(softrnic(sub, last)?)?)
+            let t = first()?;
+            (t, second(last)?)
         };
         runs.push(pair);
     }
@@ -530,6 +579,169 @@ mod tests {
         assert_eq!(sub_config(&c, 3).iters, 3);
         assert_eq!(sub_config(&c, 30).iters, 1);
         assert_eq!(sub_config(&c, 3).duration, None);
+    }
+
+    /// `--pairs-with batching` pairs with the batching stream: the TCP sub-runs are run
+    /// in that discipline, and the pairs, their JSON and the summary name it.
+    #[test]
+    fn pairs_with_batching_runs_and_names_the_batching_stream() {
+        let c = cfg(&[
+            "write_bw",
+            "--loopback",
+            "--baseline",
+            "tcp",
+            "-s",
+            "64",
+            "--pairs",
+            "2",
+            "--pairs-with",
+            "batching",
+        ])
+        .unwrap();
+        assert_eq!(c.pairs_with, TcpKind::Batching);
+        let sub = sub_config(&c, c.pairs);
+        let mut tcp_bw = [400.0, 200.0].into_iter();
+        let p = match run(
+            &sub,
+            2,
+            |s| {
+                assert_eq!(s.pairs_with, TcpKind::Batching);
+                Ok(bw(tcp_bw.next().unwrap()))
+            },
+            |_, _| Ok(bw(200.0)),
+        ) {
+            Ok(Paired::Bw(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(p.baseline, TcpKind::Batching);
+        assert_eq!(p.ratios(), [0.5, 1.0]);
+        assert_eq!(p.json()["baseline"], json!("batching"));
+        assert!(
+            p.text().contains("softrnic/batching TCP in 2 alternating"),
+            "{}",
+            p.text()
+        );
+        let mut row = crate::bench::ResultRow::new(c.test, 64, bw(1.0), Vec::new());
+        row.paired = Some(Paired::Bw(p));
+        let mut out = Vec::new();
+        crate::bench::report::Reporter::new(&mut out, &c, String::new())
+            .summary(&[row])
+            .unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("paired softrnic/batching TCP from --pairs 2"),
+            "{out}"
+        );
+        // Median of 0.5 and 1.0; pooled 400 / 600.
+        assert!(
+            out.contains("       64 B           0.75           0.67"),
+            "{out}"
+        );
+        // Without the flag: the busy-polling stream, as before.
+        let c = cfg(&[
+            "write_bw",
+            "--loopback",
+            "--baseline",
+            "tcp",
+            "--pairs",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(c.pairs_with, TcpKind::BusyPoll);
+    }
+
+    /// `--pairs-with` and `--pairs` with several -q counts are refused where they have
+    /// nothing to pair with; allowed where they have.
+    #[test]
+    fn pairs_with_and_count_pairs_are_refused_where_nothing_pairs() {
+        for (argv, why) in [
+            (
+                &[
+                    "write_bw",
+                    "--loopback",
+                    "--baseline",
+                    "tcp",
+                    "--pairs-with",
+                    "batching",
+                ][..],
+                "--pairs-with needs --pairs",
+            ),
+            (
+                &[
+                    "write_bw",
+                    "--loopback",
+                    "-q",
+                    "1,256",
+                    "--baseline",
+                    "tcp",
+                    "--pairs",
+                    "2",
+                    "--pairs-with",
+                    "batching",
+                ],
+                "no TCP baseline to name",
+            ),
+            (
+                &["send_lat", "--loopback", "-q", "1,1", "--pairs", "2"],
+                "bandwidth tests only",
+            ),
+            (
+                &[
+                    "send_lat",
+                    "--loopback",
+                    "--baseline",
+                    "tcp",
+                    "--pairs",
+                    "2",
+                    "--pairs-with",
+                    "batching",
+                ],
+                "send_lat has no such TCP baseline",
+            ),
+            (
+                &[
+                    "read_bw",
+                    "--loopback",
+                    "--baseline",
+                    "tcp",
+                    "-e",
+                    "--pairs",
+                    "2",
+                    "--pairs-with",
+                    "busy-poll",
+                ],
+                "read_bw has no such TCP baseline with -e",
+            ),
+            (
+                &[
+                    "write_bw",
+                    "--loopback",
+                    "--pairs",
+                    "2",
+                    "--pairs-with",
+                    "batching",
+                ],
+                "--pairs needs --baseline tcp",
+            ),
+        ] {
+            let e = cfg(argv).unwrap_err();
+            assert!(e.contains(why), "{argv:?}: {e}");
+        }
+        let ok = |argv: &[&str]| cfg(argv).unwrap();
+        assert!(ok(&["write_bw", "--loopback", "-q", "1,256", "--pairs", "2"]).count_pairs());
+        assert!(!ok(&["write_bw", "--loopback", "-q", "1,256"]).count_pairs());
+        let c = ok(&[
+            "read_bw",
+            "--loopback",
+            "--baseline",
+            "tcp",
+            "-e",
+            "--pairs",
+            "2",
+            "--pairs-with",
+            "blocking",
+        ]);
+        assert_eq!((c.pairs_with, c.count_pairs()), (TcpKind::Blocking, false));
     }
 
     /// `--pairs` needs the busy-polling baseline: refused without a baseline, and with

@@ -10,7 +10,7 @@ mod header;
 mod row;
 mod summary;
 
-const RULE: &str =
+pub(crate) const RULE: &str =
     "---------------------------------------------------------------------------------------";
 
 /// Prints a run's results.

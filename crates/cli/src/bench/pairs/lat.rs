@@ -8,7 +8,8 @@
 //! distribution, its figure over the other side's (the tail of ten short sub-runs
 //! together is as long as the headline's).
 
-use super::{KIND, each, median_of};
+use super::{each, median_of};
+use crate::bench::TcpKind;
 use crate::bench::{BenchConfig, LatResult, LatStats};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
@@ -59,6 +60,8 @@ impl LatStat {
 /// The pairs of one size of a latency test.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatPairs {
+    /// The TCP discipline paired with.
+    pub baseline: TcpKind,
     /// Each sub-run's length (duration, or measured iterations), and its warm-up.
     pub sub_duration: Option<Duration>,
     pub sub_iters: u64,
@@ -83,6 +86,7 @@ impl LatPairs {
         };
         let pooled = (pool(|r| &r.0)?, pool(|r| &r.1)?);
         Ok(LatPairs {
+            baseline: sub.pairs_with,
             sub_duration: sub.duration,
             sub_iters: sub.iters,
             warmup: sub.warmup,
@@ -129,7 +133,7 @@ impl LatPairs {
         };
         json!({
             "extra": "not the headline: alternating sub-runs, the last pair TCP first",
-            "baseline": KIND.name(),
+            "baseline": self.baseline.name(),
             "sub_seconds": self.sub_duration.map(|d| d.as_secs_f64()),
             "sub_iterations": self.sub_duration.is_none().then_some(self.sub_iters),
             "warmup_per_sub_run": self.warmup,
@@ -148,7 +152,7 @@ impl LatPairs {
         let mut t = format!(
             "paired (extra, not the headline): softrnic/{} TCP in {} alternating sub-runs of \
              {} (after {} warm-up iterations each):",
-            KIND.label(),
+            self.baseline.label(),
             self.runs.len(),
             each(self.sub_duration, self.sub_iters),
             self.warmup

@@ -2,7 +2,7 @@
 //! CPU each moved.
 
 use super::{RULE, Reporter, bw_unit, human_size};
-use crate::bench::pairs::{KIND, LatPairs, LatStat, Paired};
+use crate::bench::pairs::{LatPairs, LatStat, Paired};
 use crate::bench::placement::where_ran;
 use crate::bench::{Measured, ResultRow, TcpKind};
 use std::io::{self, Write};
@@ -97,6 +97,7 @@ impl Reporter<'_> {
                 writeln!(o)?;
             }
         }
+        bw_paired_lines(*o, rows)?;
         where_ran(o, &self.ran)?;
         writeln!(o, "{RULE}")?;
         o.flush()
@@ -190,7 +191,7 @@ impl Reporter<'_> {
                 " paired median, paired pooled: softrnic/{} TCP from --pairs {} (alternating \
                  sub-runs after each headline; the median of the pairs' ratios, and the ratio \
                  of all sub-runs' samples pooled), beside the headline's softrnic/X",
-                KIND.label(),
+                p.baseline.label(),
                 p.runs.len()
             )?;
         }
@@ -198,6 +199,45 @@ impl Reporter<'_> {
         writeln!(o, "{RULE}")?;
         o.flush()
     }
+}
+
+/// The bandwidth pairs' ratios, size by size (`--pairs`): the median of the pairs' and
+/// the pooled one, against the discipline paired with (`--pairs-with`).
+fn bw_paired_lines(o: &mut dyn Write, rows: &[ResultRow]) -> io::Result<()> {
+    let paired: Vec<_> = rows
+        .iter()
+        .filter_map(|r| match &r.paired {
+            Some(Paired::Bw(p)) => Some((r.size, p)),
+            _ => None,
+        })
+        .collect();
+    let Some((_, first)) = paired.first() else {
+        return Ok(());
+    };
+    let show = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
+    writeln!(
+        o,
+        " paired softrnic/{} TCP from --pairs {} (extra, not the headline: alternating \
+         sub-runs after each headline; the median of the pairs' ratios, and all sub-runs \
+         pooled):",
+        first.baseline.label(),
+        first.runs.len()
+    )?;
+    writeln!(
+        o,
+        " {:>10} {:>14} {:>14}",
+        "size", "paired median", "paired pooled"
+    )?;
+    for (size, p) in paired {
+        writeln!(
+            o,
+            " {:>10} {:>14} {:>14}",
+            human_size(size),
+            show(p.median_ratio()),
+            show(p.pooled_ratio())
+        )?;
+    }
+    Ok(())
 }
 
 /// A size's paired latency ratios: the median of the pairs' and the pooled one, per
