@@ -76,7 +76,7 @@ def counts(path, r, soft):
     line = f"{path}: {r['test']} {r['bytes']} B {b} QPs / {a}:"
     line += f" headline {hb:.0f} / {ha:.0f} = x{hb / ha:.2f}" if ha and hb else " headline -"
     ratios = " ".join(f"{x:.2f}" for x in p["ratios"])
-    line += (f" | tx depth {p['tx_depth'][0]} and {p['tx_depth'][1]}, pairs {ratios}"
+    line += (f" | tx depth {p['tx_depth']} a QP, pairs {ratios}"
              f" median x{p['median_ratio']:.2f} pooled x{p['pooled_ratio']:.2f}")
     return line
 

@@ -163,10 +163,9 @@ pub struct BenchArgs {
     /// all sub-runs pooled. With several -q counts (bandwidth tests; no baseline
     /// needed): after every count's table, N pairs of sub-runs of the first count and
     /// the last, alternating the same way, and the ratio last/first of their aggregate
-    /// bandwidth; the larger count's sub-runs keep at most as many octets outstanding
-    /// in all as the smaller's (tx depth scaled down, at least 1 per QP), so that the
-    /// drain after the deadline is as short for both. The headline and its ratios are
-    /// unchanged.
+    /// bandwidth; both counts at the run's own tx depth a QP, as their headlines (a
+    /// sub-run lasts its share plus the drain of what its QPs posted). The headline and
+    /// its ratios are unchanged.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub pairs: u32,
     /// The TCP discipline --pairs pairs softrnic with (one -q count): busy-poll (the
