@@ -17,6 +17,8 @@ pub(super) struct Ctrl {
     pub(super) recv_buf: Mr,
     /// Messages received but not yet asked for.
     pub(super) arrived: VecDeque<Vec<u8>>,
+    /// Messages sent and received so far (named when the peer falls silent).
+    pub(super) counts: (u64, u64),
     /// The PD (kept for the buffers' lifetime).
     pub(super) _pd: Pd,
 }
@@ -45,6 +47,7 @@ impl Ctrl {
             send_buf,
             recv_buf,
             arrived: VecDeque::new(),
+            counts: (0, 0),
             _pd: pd,
         };
         for slot in 0..CTRL_SLOTS {
@@ -77,11 +80,33 @@ impl Ctrl {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err("control connection: no message from the peer".into());
+                return Err(format!(
+                    "control connection: no message from the peer in {CTRL_TIMEOUT:?} ({})",
+                    self.diag()
+                ));
             }
             self.cq
                 .wait_notify((deadline - now).min(Duration::from_millis(20)));
         }
+    }
+
+    /// Where the exchange stood, for errors: messages each way, the QP's state and its
+    /// octets and system calls each way (a silent peer and a stuck receive look
+    /// different here).
+    pub(super) fn diag(&self) -> String {
+        let st = self.qp.stats();
+        format!(
+            "{:?} side, {} messages sent, {} received, QP state {:?}, received {} octets in \
+             {} reads, sent {} octets in {} FPDUs",
+            self.side,
+            self.counts.0,
+            self.counts.1,
+            self.qp.state(),
+            st.rx_direct_bytes + st.rx_copied_bytes,
+            st.rx_syscalls,
+            st.tx_bytes,
+            st.tx_fpdus
+        )
     }
 
     /// Takes one completion: queues a received message (and reposts its receive), or
@@ -103,6 +128,7 @@ impl Ctrl {
                     .read(slot * CTRL_SLOT_LEN, &mut b)
                     .map_err(e2s("control read"))?;
                 self.arrived.push_back(b);
+                self.counts.1 += 1;
                 self.repost(slot)?;
                 Ok(false)
             }
@@ -117,6 +143,7 @@ impl Ctrl {
         self.qp
             .post_send(SendWr::send(CTRL_SEND_ID, self.send_buf.sge(0, msg.len())))
             .map_err(e2s("control post_send"))?;
+        self.counts.0 += 1;
         while !self.take()? {}
         Ok(())
     }
