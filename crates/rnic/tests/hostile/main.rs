@@ -10,6 +10,7 @@ mod crc_read;
 mod listener;
 mod peer;
 mod quirks;
+mod reply_then_send;
 mod resources;
 mod stags;
 mod terminate;
