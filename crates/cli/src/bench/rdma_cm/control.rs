@@ -19,6 +19,10 @@ pub(super) struct Ctrl {
     pub(super) arrived: VecDeque<Vec<u8>>,
     /// Messages sent and received so far (named when the peer falls silent).
     pub(super) counts: (u64, u64),
+    /// The longest wait for the peer's first message ([`FIRST_MESSAGE_TIMEOUT`]).
+    pub(super) first_message_timeout: Duration,
+    /// The device, whose events say how the connection ended when it ends.
+    pub(super) dev: Device,
     /// The PD (kept for the buffers' lifetime).
     pub(super) _pd: Pd,
 }
@@ -48,6 +52,8 @@ impl Ctrl {
             recv_buf,
             arrived: VecDeque::new(),
             counts: (0, 0),
+            first_message_timeout: FIRST_MESSAGE_TIMEOUT,
+            dev: dev.clone(),
             _pd: pd,
         };
         for slot in 0..CTRL_SLOTS {
@@ -67,9 +73,17 @@ impl Ctrl {
     }
 
     /// The next completion, sleeping on the CQ's notification between polls (the control
-    /// path is not measured, and the peer may take seconds).
+    /// path is not measured, and the peer may take seconds). Until the peer's first
+    /// message has come, the wait is [`Ctrl::first_message_timeout`]: nothing the peer
+    /// runs precedes its answer then.
     pub(super) fn next(&mut self) -> Result<Completion, String> {
-        let deadline = Instant::now() + CTRL_TIMEOUT;
+        let silent = self.counts.1 == 0 && self.arrived.is_empty();
+        let limit = if silent {
+            self.first_message_timeout
+        } else {
+            CTRL_TIMEOUT
+        };
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(c) = self.cq.poll_one() {
                 return Ok(c);
@@ -80,8 +94,15 @@ impl Ctrl {
             }
             let now = Instant::now();
             if now >= deadline {
+                let hint = if silent && self.counts.0 > 0 {
+                    "; the peer answered nothing since the connection was established: \
+                     a Linux siw responder loses an FPDU that lands while it moves its \
+                     socket into RDMA mode (docs/INTEROP.md, first_fpdu_hold)"
+                } else {
+                    ""
+                };
                 return Err(format!(
-                    "control connection: no message from the peer in {CTRL_TIMEOUT:?} ({})",
+                    "control connection: no message from the peer in {limit:?} ({}){hint}",
                     self.diag()
                 ));
             }
@@ -109,14 +130,41 @@ impl Ctrl {
         )
     }
 
+    /// How the control connection ended, once its work flushed: a Terminate (which side
+    /// sent it, its layer/type/code), a transport failure (a reset), or a close.
+    fn end_cause(&self) -> String {
+        if let Some((cause, remote)) = self.qp.fatal_cause() {
+            let who = if remote { "received from" } else { "sent to" };
+            return format!("Terminate {who} the peer: {cause}");
+        }
+        // Looked at, not taken: the closing watch still wants the QP's events.
+        let id = self.qp.id();
+        let mut lost = None;
+        self.dev.wait_event_matching(Duration::ZERO, |e| {
+            if let AsyncEvent::ConnectionLost { qp, error } = e
+                && *qp == id
+            {
+                lost = Some(*error);
+            }
+            false
+        });
+        match lost {
+            Some(error) => format!("the connection was lost ({error:?})"),
+            None => "the connection was closed (no Terminate, no reset)".to_string(),
+        }
+    }
+
     /// Takes one completion: queues a received message (and reposts its receive), or
     /// returns whether it was our Send's.
     pub(super) fn take(&mut self) -> Result<bool, String> {
         let c = self.next()?;
         if c.status != WcStatus::Success {
             return Err(format!(
-                "control connection: {:?} completed with {:?} (peer gone?)",
-                c.opcode, c.status
+                "control connection: {:?} completed with {:?}: {} ({})",
+                c.opcode,
+                c.status,
+                self.end_cause(),
+                self.diag()
             ));
         }
         match c.opcode {

@@ -26,8 +26,8 @@ use super::report::{Reporter, bw_unit};
 use super::stats::{BwMeter, BwResult, LatResult, LatStats, MB, Progress};
 use super::{BenchConfig, Clock, Measured, Mode, ResultRow, Test, resolve_addr};
 use softrnic_rnic::{
-    Access, Completion, Cq, Device, Error, Listener, MpaConfig, Mr, Pd, Qp, QpId, QpInit, RecvWr,
-    SendOp, SendWr, WcOpcode, WcStatus,
+    Access, AsyncEvent, Completion, Cq, Device, Error, Listener, MpaConfig, Mr, Pd, Qp, QpId,
+    QpInit, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
 };
 use std::collections::VecDeque;
 use std::io::Write;
@@ -37,6 +37,10 @@ use std::time::{Duration, Instant};
 /// The longest wait for a control message: the peer may be running a long measurement
 /// (and the rig's guest runs under emulation).
 const CTRL_TIMEOUT: Duration = Duration::from_secs(600);
+/// The longest wait for the peer's first control message: the peer answers it at once
+/// (no measurement precedes it), so a longer silence is a lost message, not a busy peer
+/// (the wait of session 29 that took the whole [`CTRL_TIMEOUT`]).
+const FIRST_MESSAGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A measuring loop that sees no progress for this long gives up.
 const STALL: Duration = Duration::from_secs(60);
 /// How long a client keeps retrying a refused connection: perftest's server only starts
@@ -503,3 +507,7 @@ pub fn run(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>, Str
         }
     }
 }
+
+#[cfg(test)]
+#[path = "control_tests.rs"]
+mod control_tests;
