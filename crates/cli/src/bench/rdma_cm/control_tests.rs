@@ -29,15 +29,15 @@ enum End {
 /// The Terminate's control word: RDMAP layer, remote operation error, unexpected opcode.
 const TERMINATE_CTRL: [u8; 4] = [0x02, 0x06, 0x00, 0x00];
 
-/// Accepts one MPA connection on `l`, reads one FPDU from the client (its version
-/// message), then ends as `end` says. Returns the ULPDU length it read.
-fn scripted_server(l: &TcpListener, end: End) -> usize {
+/// Accepts a connection on `l` and reads its MPA Request; returns the connection, the
+/// Reply that accepts the Request, and whether CRC was negotiated.
+fn take_request(l: &TcpListener) -> (TcpStream, Vec<u8>, bool) {
     let (mut s, _) = l.accept().expect("a connection");
     s.set_read_timeout(Some(Duration::from_secs(60)))
         .expect("timeout");
     let mut responder = Responder::new();
     let mut got = Vec::new();
-    let (reply, crc) = loop {
+    loop {
         let mut buf = [0u8; 512];
         let n = s.read(&mut buf).expect("the MPA Request");
         assert!(n > 0, "the client closed during MPA setup");
@@ -48,9 +48,28 @@ fn scripted_server(l: &TcpListener, end: End) -> usize {
             let (reply, n) = responder
                 .accept(&request, &MpaConfig::default())
                 .expect("accepted");
-            break (reply, n.crc);
+            return (s, reply, n.crc);
         }
-    };
+    }
+}
+
+/// Resets `s` (zero linger time: the close sends RST).
+fn reset(s: TcpStream) {
+    socket2::SockRef::from(&s)
+        .set_linger(Some(Duration::ZERO))
+        .expect("linger");
+    drop(s);
+}
+
+/// Accepts one MPA connection on `l` (after resetting a first one that sent its
+/// Request, if `reset_first`: the rig's port forwarding does that while perftest is not
+/// listening yet), reads one FPDU from the client (its version message), then ends as
+/// `end` says. Returns the ULPDU length it read.
+fn scripted_server(l: &TcpListener, end: End, reset_first: bool) -> usize {
+    if reset_first {
+        reset(take_request(l).0);
+    }
+    let (mut s, reply, crc) = take_request(l);
     s.write_all(&reply).expect("the Reply");
     let mut len = [0u8; 2];
     s.read_exact(&mut len).expect("the client's first FPDU");
@@ -62,12 +81,7 @@ fn scripted_server(l: &TcpListener, end: End) -> usize {
             s.shutdown(std::net::Shutdown::Write).expect("FIN");
             drain(&mut s);
         }
-        End::Rst => {
-            socket2::SockRef::from(&s)
-                .set_linger(Some(Duration::ZERO))
-                .expect("linger");
-            drop(s);
-        }
+        End::Rst => reset(s),
         End::Terminate => {
             s.write_all(&terminate_fpdu(crc)).expect("the Terminate");
             s.shutdown(std::net::Shutdown::Write).expect("FIN");
@@ -107,11 +121,16 @@ fn terminate_fpdu(crc: bool) -> Vec<u8> {
 /// Runs the client's opening against a scripted server that ends as `end` says, with
 /// `first` as the wait for the peer's first message; returns the client's error.
 fn opening_against(end: End, first: Duration) -> String {
+    opening_against_second(end, first, false)
+}
+
+/// [`opening_against`], the server resetting a first connection if `reset_first`.
+fn opening_against_second(end: End, first: Duration, reset_first: bool) -> String {
     let l = TcpListener::bind("127.0.0.1:0").expect("a port");
     let addr = l.local_addr().expect("an address");
     let dev = Device::open(DeviceConfig::default()).expect("a device");
     std::thread::scope(|sc| {
-        let server = sc.spawn(|| scripted_server(&l, end));
+        let server = sc.spawn(|| scripted_server(&l, end, reset_first));
         let mut ctrl = Ctrl::new(&dev, Side::Client).expect("a control QP");
         ctrl.first_message_timeout = first;
         let m = MpaConfig {
@@ -119,7 +138,12 @@ fn opening_against(end: End, first: Duration) -> String {
             ord: 0,
             ..MpaConfig::default()
         };
-        connect(&dev, addr, &ctrl.qp, &m).expect("connected");
+        if let Err(e) = connect(&dev, addr, &ctrl.qp, &m) {
+            // Free the server from its wait for a connection before failing.
+            drop(TcpStream::connect(addr));
+            let _ = server.join();
+            panic!("the client did not connect: {e}");
+        }
         let e = opening(&mut ctrl).expect_err("the opening cannot succeed");
         // The client closes as it does after an error; the server's drain ends then.
         drop(ctrl);
@@ -188,6 +212,23 @@ fn a_peer_silent_after_our_first_message_is_named_as_such() {
              responder loses an FPDU that lands while it moves its socket into RDMA mode \
              (docs/INTEROP.md, first_fpdu_hold)"
         ),
+        "{e}"
+    );
+}
+
+/// A first connection reset during MPA setup is retried, and the exchange starts from
+/// its first message on the new connection (the server reads our version there).
+#[test]
+fn a_connection_reset_during_mpa_setup_is_retried_from_the_start() {
+    let e = opening_against_second(End::Fin, NEVER, true);
+    assert!(
+        e.starts_with(
+            "control connection: Recv completed with WrFlushError: the connection was closed"
+        ),
+        "{e}"
+    );
+    assert!(
+        e.contains("Client side, 1 messages sent, 0 received"),
         "{e}"
     );
 }
