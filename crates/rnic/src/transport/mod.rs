@@ -181,14 +181,6 @@ impl ConnTransport {
         }
     }
 
-    /// A receive pass begins (`PolledTransport::begin_pass`).
-    #[inline]
-    pub(crate) fn begin_pass(&mut self) {
-        if let ConnTransport::Polled(p) = self {
-            p.begin_pass();
-        }
-    }
-
     /// [`Transport::drained`], called directly when the transport is the polled one.
     #[inline]
     pub(crate) fn drained_polled(&mut self) -> bool {
