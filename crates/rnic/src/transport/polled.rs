@@ -144,9 +144,11 @@ impl PolledTransport {
     #[inline]
     pub(crate) fn drained_inline(&mut self) -> bool {
         let short = std::mem::take(&mut self.drained);
+        // The consumer's answer first: a claimed read's check after a message is then
+        // the same two loads as before the engine's (the latency path).
         short
-            && ((matches!(self.inner, Inner::Socket(_)) && !self.event_ended)
-                || self.claimed.load(Ordering::Relaxed))
+            && (self.claimed.load(Ordering::Relaxed)
+                || (matches!(self.inner, Inner::Socket(_)) && !self.event_ended))
     }
 
     /// The engine's event for the socket carried an end of stream or an error (`ends`),
