@@ -6,7 +6,10 @@ per GB where counted), and what the headline's busy-poll stream did per message
 (`calls`); with several -q counts (`paired_qps`), the headline's last count over its
 first beside the count pairs' ratios, median and pooled ratio;
 latency tests: t_typical, t_avg and 99% of the headline's ratio to the busy-polling
-ping-pong beside the pairs' median and pooled ratios of each.
+ping-pong beside the pairs' median and pooled ratios of each. Where the run measured
+it (loopback, session 31 on), each pair's CPUs' cache-line round trip before its TCP and
+softrnic sub-runs follows (`rt` TCP/softrnic, ns): how far apart the host had put the
+two CPUs.
 
     python3 bench/paired.py OUT/*.jsonl
 """
@@ -60,6 +63,7 @@ def main(paths):
                     line += f" | CPU/GB median x{p['cpu_median_ratio']:.2f}"
                     cp = p.get("cpu_pooled_ratio")
                     line += f" pooled x{cp:.2f}" if cp is not None else " pooled -"
+                line += round_trips(p)
             c = bp.get("calls")
             if c:
                 line += (f" | TCP reads/msg {c['reads_per_msg']:.2f} of"
@@ -98,7 +102,17 @@ def latency(path, key, r, bp):
         line += ", pooled"
         for k, label in stats:
             line += f" {label} {x(p['pooled_ratio'].get(k))}"
+        line += round_trips(p)
     return line
+
+
+def round_trips(p):
+    """The pairs' CPU round trips (TCP/softrnic sub-run, ns), if the run measured any."""
+    rt = p.get("cpu_round_trip_ns") or []
+    if not any(v is not None for pair in rt for v in pair):
+        return ""
+    ns = lambda v: f"{v:.0f}" if v is not None else "-"
+    return " | rt " + " ".join(f"{ns(t)}/{ns(s)}" for t, s in rt)
 
 
 if __name__ == "__main__":

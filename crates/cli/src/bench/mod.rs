@@ -16,6 +16,7 @@
 
 mod args;
 mod config;
+pub mod cpu_distance;
 pub mod cqs;
 pub mod meta;
 mod pairs;
@@ -274,6 +275,7 @@ pub fn run_config(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRo
                 net: crate::transport::Net::new(&cfg.net),
                 devs: vec![dev.clone()],
                 server_tid: None,
+                loopback_cpus: None,
             };
             let rows = each_qp_count(cfg, |c, last| {
                 let mut rep = report::Reporter::new(&mut *out, c, format!("client of {addr}"));
@@ -362,6 +364,7 @@ fn run_loopback(cfg: &BenchConfig, out: &mut dyn Write) -> Result<Vec<ResultRow>
         net: net.clone(),
         devs: vec![cdev.clone(), sdev],
         server_tid: server_tid.recv().ok(),
+        loopback_cpus: cpus,
     };
     let mut tcp_server = None;
     let mut tcp_addr = None;
@@ -422,6 +425,9 @@ struct Watch {
     net: crate::transport::Net,
     devs: Vec<Device>,
     server_tid: Option<i32>,
+    /// A loopback run's (client, server) CPUs, whose distance each paired sub-run
+    /// records (`None` against a remote peer).
+    loopback_cpus: Option<(usize, usize)>,
 }
 
 impl Watch {
@@ -584,9 +590,16 @@ fn client_rounds(
         row.baseline_sockets = sockets;
         if let (Some(t), true) = (tcp_addr, cfg.pairs > 0 && !cfg.count_pairs()) {
             let sub = pairs::sub_config(cfg, cfg.pairs);
-            let p = pairs::run(
+            // Over loopback both sides run here, on the two CPUs the host may move.
+            let cpus = watch.and_then(|w| w.loopback_cpus);
+            let p = pairs::run_placed(
                 &sub,
                 cfg.pairs,
+                || {
+                    cpus.and_then(|(a, b)| {
+                        cpu_distance::round_trip_ns(a, b, cpu_distance::Probe::SUB_RUN)
+                    })
+                },
                 |c| {
                     tcp::client_round(c, t, size, c.pairs_with)
                         .map(|(m, _)| m)

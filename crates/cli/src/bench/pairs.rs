@@ -180,6 +180,8 @@ pub struct BwPairs {
     /// (TCP, softrnic) CPU each sub-run used, beside `runs`: the CPU per GB of both
     /// sides of one pair are taken minutes apart at most, as the bandwidths are.
     pub cpu: Vec<CpuPair>,
+    /// How far apart the two CPUs were before each sub-run, beside `runs`.
+    pub cpu_round_trip_ns: Vec<RoundTrips>,
 }
 
 /// (TCP, softrnic) CPU of one pair's sub-runs, each `None` if not counted.
@@ -258,6 +260,7 @@ impl BwPairs {
             "cpu_ratios": self.cpu_ratios(),
             "cpu_median_ratio": self.cpu_median_ratio(),
             "cpu_pooled_ratio": self.cpu_pooled_ratio(),
+            "cpu_round_trip_ns": round_trips_json(&self.cpu_round_trip_ns),
         })
     }
 
@@ -294,38 +297,101 @@ impl BwPairs {
                 show(self.cpu_pooled_ratio())
             );
         }
+        if let Some(t) = round_trips_text(&self.cpu_round_trip_ns) {
+            line += "\n";
+            line += &t;
+        }
         line
     }
 }
 
 /// Runs `n` pairs of sub-runs with `sub`: `tcp` runs the baseline, `softrnic(last)` the
 /// RDMA side (`last`: its final sub-run of the size).
+#[cfg(test)]
 pub fn run(
     sub: &BenchConfig,
     n: u32,
+    tcp: impl FnMut(&BenchConfig) -> Result<Measured, String>,
+    softrnic: impl FnMut(&BenchConfig, bool) -> Result<Measured, String>,
+) -> Result<Paired, String> {
+    run_placed(sub, n, || None, tcp, softrnic)
+}
+
+/// [`run`], with `distance` asked just before each sub-run how far apart the host has
+/// put the run's two CPUs (a cache line's round trip, ns: [`super::cpu_distance`]).
+pub fn run_placed(
+    sub: &BenchConfig,
+    n: u32,
+    distance: impl Fn() -> Option<f64>,
     mut tcp: impl FnMut(&BenchConfig) -> Result<Measured, String>,
     mut softrnic: impl FnMut(&BenchConfig, bool) -> Result<Measured, String>,
 ) -> Result<Paired, String> {
-    if !sub.test.is_bw() {
-        let lat = |m| match m {
-            Measured::Lat(l) => Ok(l),
-            Measured::Bw(_) => Err("--pairs: a bandwidth result in a latency test".into()),
-        };
-        let runs = alternate(n, || lat(tcp(sub)?), |last| lat(softrnic(sub, last)?))?;
-        return LatPairs::new(sub, runs).map(Paired::Lat);
-    }
     let runs = alternate(
         n,
-        || bw_of(tcp(sub)?).map(|b| (b.avg_bps, b.cpu)),
-        |last| bw_of(softrnic(sub, last)?).map(|b| (b.avg_bps, b.cpu)),
+        || {
+            let d = distance();
+            tcp(sub).map(|m| (m, d))
+        },
+        |last| {
+            let d = distance();
+            softrnic(sub, last).map(|m| (m, d))
+        },
     )?;
+    let round_trips: Vec<RoundTrips> = runs.iter().map(|(t, s)| (t.1, s.1)).collect();
+    let runs = runs.into_iter().map(|(t, s)| (t.0, s.0));
+    if !sub.test.is_bw() {
+        let lat = |m: Measured| -> Result<_, String> {
+            match m {
+                Measured::Lat(l) => Ok(l),
+                Measured::Bw(_) => Err("--pairs: a bandwidth result in a latency test".into()),
+            }
+        };
+        let runs = runs
+            .map(|(t, s)| Ok((lat(t)?, lat(s)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        let mut p = LatPairs::new(sub, runs)?;
+        p.cpu_round_trip_ns = round_trips;
+        return Ok(Paired::Lat(p));
+    }
+    let runs = runs
+        .map(|(t, s)| {
+            let (t, s) = (bw_of(t)?, bw_of(s)?);
+            Ok(((t.avg_bps, t.cpu), (s.avg_bps, s.cpu)))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     Ok(Paired::Bw(BwPairs {
         baseline: sub.pairs_with,
         sub_duration: sub.duration,
         sub_iters: sub.iters,
         runs: runs.iter().map(|(t, s)| (t.0, s.0)).collect(),
         cpu: runs.iter().map(|(t, s)| (t.1, s.1)).collect(),
+        cpu_round_trip_ns: round_trips,
     }))
+}
+
+/// (TCP, softrnic): the CPUs' round trip measured just before each sub-run of a pair,
+/// nanoseconds (`None`: not measured).
+pub type RoundTrips = (Option<f64>, Option<f64>);
+
+/// The round trips as JSON (`null` where not measured).
+fn round_trips_json(r: &[RoundTrips]) -> Value {
+    json!(r.iter().map(|(t, s)| [t, s]).collect::<Vec<_>>())
+}
+
+/// The text line of the round trips, if any was measured.
+fn round_trips_text(r: &[RoundTrips]) -> Option<String> {
+    if r.iter().all(|(t, s)| t.is_none() && s.is_none()) {
+        return None;
+    }
+    let ns = |x: &Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{v:.0}"));
+    let each: Vec<String> = r
+        .iter()
+        .map(|(t, s)| format!("{}/{}", ns(t), ns(s)))
+        .collect();
+    Some(format!(
+        "  CPUs' cache-line round trip before each pair's sub-runs (ns, TCP/softrnic): {}",
+        each.join(" ")
+    ))
 }
 
 /// A bandwidth sub-run's result.
@@ -528,6 +594,73 @@ mod tests {
                 .contains("0.90 1.10 1.30 1.00; median 1.05, pooled 1.09")
         );
         assert_eq!(p.json()["median_ratio"], json!(p.median_ratio().unwrap()));
+    }
+
+    /// The CPUs' distance is asked just before each sub-run and kept beside the sub-run
+    /// it preceded, in the pair's (TCP, softrnic) order whichever ran first; a
+    /// distance not measured is `null`, and a run that measured none prints no line.
+    #[test]
+    fn each_sub_run_keeps_the_cpu_distance_measured_before_it() {
+        let c = cfg(&[
+            "write_bw",
+            "--loopback",
+            "--baseline",
+            "tcp",
+            "--pairs",
+            "2",
+        ])
+        .unwrap();
+        let sub = sub_config(&c, c.pairs);
+        let next = RefCell::new(0u32);
+        let taken = RefCell::new(Vec::new());
+        // Each sub-run reports the distance taken just before it, so a mix-up between
+        // the distance and its sub-run shows.
+        let distance = || {
+            let mut n = next.borrow_mut();
+            *n += 1;
+            (*n != 3).then_some(f64::from(*n) * 100.0)
+        };
+        let p = match run_placed(
+            &sub,
+            c.pairs,
+            distance,
+            |_| {
+                taken.borrow_mut().push(("tcp", *next.borrow()));
+                Ok(bw(100.0))
+            },
+            |_, _| {
+                taken.borrow_mut().push(("softrnic", *next.borrow()));
+                Ok(bw(100.0))
+            },
+        ) {
+            Ok(Paired::Bw(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        // Order run: softrnic, TCP, TCP, softrnic; distances 100, 200, (none), 400.
+        assert_eq!(
+            taken.into_inner(),
+            [("softrnic", 1), ("tcp", 2), ("tcp", 3), ("softrnic", 4)]
+        );
+        assert_eq!(
+            p.cpu_round_trip_ns,
+            [(Some(200.0), Some(100.0)), (None, Some(400.0))]
+        );
+        assert_eq!(
+            p.json()["cpu_round_trip_ns"],
+            json!([[200.0, 100.0], [null, 400.0]])
+        );
+        let t = p.text();
+        assert!(
+            t.contains("round trip before each pair's sub-runs (ns, TCP/softrnic): 200/100 -/400"),
+            "{t}"
+        );
+        // Unmeasured (a remote peer, or the probe's deadline each time): no line.
+        let p = match run(&sub, c.pairs, |_| Ok(bw(100.0)), |_, _| Ok(bw(100.0))) {
+            Ok(Paired::Bw(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(p.cpu_round_trip_ns, [(None, None), (None, None)]);
+        assert!(!p.text().contains("round trip"), "{}", p.text());
     }
 
     /// For any number of pairs the order alternates and softrnic's sub-run marked last

@@ -70,6 +70,8 @@ pub struct LatPairs {
     pub runs: Vec<(LatStats, LatStats)>,
     /// (TCP, softrnic): each side's sub-run samples merged into one distribution.
     pub pooled: (LatStats, LatStats),
+    /// How far apart the two CPUs were before each sub-run, beside `runs`.
+    pub cpu_round_trip_ns: Vec<super::RoundTrips>,
 }
 
 impl LatPairs {
@@ -92,6 +94,7 @@ impl LatPairs {
             warmup: sub.warmup,
             runs: runs.iter().map(|(t, s)| (t.stats, s.stats)).collect(),
             pooled,
+            cpu_round_trip_ns: vec![(None, None); runs.len()],
         })
     }
 
@@ -143,6 +146,7 @@ impl LatPairs {
             "median_ratio": by_stat(&|k| json!(self.median_ratio(k))),
             "pooled_ratio": by_stat(&|k| json!(self.pooled_ratio(k))),
             "pooled": {"tcp": figures(&self.pooled.0), "softrnic": figures(&self.pooled.1)},
+            "cpu_round_trip_ns": super::round_trips_json(&self.cpu_round_trip_ns),
         })
     }
 
@@ -166,6 +170,10 @@ impl LatPairs {
                 show(self.median_ratio(k)),
                 show(self.pooled_ratio(k))
             );
+        }
+        if let Some(r) = super::round_trips_text(&self.cpu_round_trip_ns) {
+            t += "\n   ";
+            t += &r;
         }
         t
     }
@@ -290,6 +298,28 @@ mod tests {
         assert_eq!(j["tcp"][0]["p99_usec"], json!(10.0));
         assert_eq!(j["softrnic"][1]["t_avg_usec"], json!(8.0));
         assert_eq!(j["pooled"]["softrnic"]["t_typical_usec"], json!(3.5));
+        assert_eq!(j["cpu_round_trip_ns"], json!([[null, null], [null, null]]));
+        // With the CPUs' distance measured, the latency pairs keep it the same way.
+        let at = RefCell::new([70.0, 71.0, 340.0, 72.0].into_iter());
+        let p = match super::super::run_placed(
+            &sub,
+            c.pairs,
+            || at.borrow_mut().next(),
+            |_| Ok(lat(&[2.0, 2.0], true)),
+            |_, _| Ok(lat(&[2.0, 2.0], true)),
+        ) {
+            Ok(Paired::Lat(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            p.cpu_round_trip_ns,
+            [(Some(71.0), Some(70.0)), (Some(340.0), Some(72.0))]
+        );
+        assert!(
+            p.text().contains("(ns, TCP/softrnic): 71/70 340/72"),
+            "{}",
+            p.text()
+        );
         assert_eq!(j["sub_iterations"], json!(sub.iters));
     }
 
