@@ -209,6 +209,7 @@ pub(crate) fn receive(
         staging.release_if_drained(core);
         return false;
     }
+    conn.transport.begin_pass();
     let moved = receive_stream(at, core, conn, stats, staging, dev, srq);
     staging.release_if_drained(core);
     moved

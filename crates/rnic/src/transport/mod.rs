@@ -181,6 +181,23 @@ impl ConnTransport {
         }
     }
 
+    /// The engine's event for this socket carried an end or an error, or not
+    /// (`PolledTransport::event_ends`).
+    #[inline]
+    pub(crate) fn event_ends(&mut self, ends: bool) {
+        if let ConnTransport::Polled(p) = self {
+            p.event_ends(ends);
+        }
+    }
+
+    /// A receive pass begins (`PolledTransport::begin_pass`).
+    #[inline]
+    pub(crate) fn begin_pass(&mut self) {
+        if let ConnTransport::Polled(p) = self {
+            p.begin_pass();
+        }
+    }
+
     /// [`Transport::drained`], called directly when the transport is the polled one.
     #[inline]
     pub(crate) fn drained_polled(&mut self) -> bool {

@@ -118,6 +118,43 @@ fn an_engine_owned_socket_read_directly_is_never_skipped() {
     assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
 }
 
+#[test]
+fn an_engine_owned_socket_says_drained_after_a_short_read_only_within_its_pass() {
+    let (mut t, mut peer, fd) = pair(false);
+    t.begin_pass();
+    peer.write_all(b"hello").unwrap();
+    readable(fd);
+    assert_eq!(read(&mut t, false).unwrap(), b"hello");
+    // Short: the receive loop stops here instead of reading `EAGAIN`; asked once.
+    assert!(t.drained_polled());
+    assert!(!t.drained_polled());
+    // A short read whose pass did not ask (it stopped for another reason): the next
+    // pass, started by the next readiness event, must read.
+    peer.write_all(b"more").unwrap();
+    readable(fd);
+    assert_eq!(read(&mut t, false).unwrap(), b"more");
+    peer.write_all(b"next").unwrap();
+    readable(fd);
+    t.begin_pass();
+    assert!(
+        !t.drained_polled(),
+        "a new pass reads what the event announced"
+    );
+    assert_eq!(read(&mut t, false).unwrap(), b"next");
+    // Through any other transport (boxed: a recording, a fault plan, the own TCP)
+    // the engine still reads until the stream says it would block.
+    let (mut t, mut peer, fd) = pair_in(
+        false,
+        false,
+        &SocketBuffers::new(0, crate::SameHostTcp::System),
+    );
+    peer.write_all(b"boxed").unwrap();
+    readable(fd);
+    assert_eq!(read(&mut t, false).unwrap(), b"boxed");
+    assert!(!t.drained_polled());
+    assert!(would_block(read(&mut t, false)));
+}
+
 /// A single post's send (`send_polled`) on a transport from [`pair_in`]: the socket's
 /// own `send(2)` when `direct`, else through the boxed socket transport.
 fn send(t: &mut ConnTransport, octets: &[u8]) -> io::Result<usize> {
