@@ -265,7 +265,7 @@ fn receive_stream(
         let r = if let Some(r) = staging.pending.take() {
             r
         } else {
-            if core.peer_finished() || conn.transport.drained_polled() {
+            if core.peer_finished() || conn.transport.pass_drained() {
                 break;
             }
             if staging.fed.exact && staging.waited && conn.transport.yield_before_reread() {

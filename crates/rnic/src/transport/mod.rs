@@ -198,11 +198,22 @@ impl ConnTransport {
         }
     }
 
-    /// [`Transport::drained`], called directly when the transport is the polled one.
+    /// [`Transport::drained`] for a claimed consumer's quick pass, called directly
+    /// when the transport is the polled one (`PolledTransport::drained_inline`).
     #[inline]
     pub(crate) fn drained_polled(&mut self) -> bool {
         match self {
             ConnTransport::Polled(p) => p.drained_inline(),
+            ConnTransport::Wrapped(t) => t.drained(),
+        }
+    }
+
+    /// [`Transport::drained`] for the general receive loop, called directly when the
+    /// transport is the polled one (`PolledTransport::pass_drained`).
+    #[inline]
+    pub(crate) fn pass_drained(&mut self) -> bool {
+        match self {
+            ConnTransport::Polled(p) => p.pass_drained(),
             ConnTransport::Wrapped(t) => t.drained(),
         }
     }

@@ -130,23 +130,35 @@ impl PolledTransport {
         }
     }
 
-    /// [`Transport::drained`], for a caller that holds this type. Besides the polling
+    /// [`Transport::drained`] for a claimed consumer's quick pass (`receive::quick`):
+    /// the polling consumer's skip alone. That pass runs only while the consumer holds
+    /// the socket, where [`PolledTransport::pass_drained`] gives the same answer; this
+    /// one stays the two loads of the latency path's check after a message (inlined
+    /// there: the engine's test beside it made the check a call, 20 instructions a
+    /// round trip instead of main's few, `write_lat` server, session 31).
+    #[inline]
+    pub(crate) fn drained_inline(&mut self) -> bool {
+        self.skip()
+    }
+
+    /// [`Transport::drained`] for the general receive loop. Besides the polling
     /// consumer's skip, an engine's pass over a kernel socket stops after a short read
     /// too: epoll(7) says a short read of a stream socket has exhausted it, and the
     /// kernel raises the edge-triggered set's next event for any octets, end or error
     /// that arrive after it (`sk_data_ready`, `sk_state_change`, `sk_error_report`), so
     /// the empty `read(2)` that used to end every pass tells the engine nothing. It was
     /// about half of a 64-octet Write server's system calls (docs/ARCHITECTURE.md,
-    /// "Session 30: the 64-octet rate's system calls"). Only the receive loop asks
-    /// this, right before its next read, and a pass starts with the flag cleared
-    /// ([`PolledTransport::begin_pass`]), so an engine never skips the first read an
-    /// event asked for.
+    /// "Session 30: the 64-octet rate's system calls"). Not when the pass's event
+    /// carried an end or an error ([`PolledTransport::event_ends`]). Only the receive
+    /// loop asks this, right before its next read, and a pass starts with the flag
+    /// cleared ([`PolledTransport::begin_pass`]), so an engine never skips the first
+    /// read an event asked for.
     #[inline]
-    pub(crate) fn drained_inline(&mut self) -> bool {
+    pub(crate) fn pass_drained(&mut self) -> bool {
         let short = std::mem::take(&mut self.drained);
-        // The consumer's answer first: a claimed read's check after a message is then
-        // the same two loads as before the engine's (the latency path). The order
-        // changes no answer (both tests are pure).
+        // The consumer's answer first, as in `skip`. The order changes no answer (both
+        // tests are pure; session 30's differing read counts were the test's, see
+        // tests/engine_short_read.rs).
         short
             && (self.claimed.load(Ordering::Relaxed)
                 || (matches!(self.inner, Inner::Socket(_)) && !self.event_ended))
@@ -210,7 +222,7 @@ impl Transport for PolledTransport {
     /// The `WouldBlock` of a skipped read, known without making one (nor an
     /// `io::Error`): the receive path stops right after the message.
     fn drained(&mut self) -> bool {
-        self.drained_inline()
+        self.pass_drained()
     }
 
     /// Only while a polling consumer owns the socket (the engine reads on readiness

@@ -126,8 +126,8 @@ fn an_engine_owned_socket_says_drained_after_a_short_read_only_within_its_pass()
     readable(fd);
     assert_eq!(read(&mut t, false).unwrap(), b"hello");
     // Short: the receive loop stops here instead of reading `EAGAIN`; asked once.
-    assert!(t.drained_polled());
-    assert!(!t.drained_polled());
+    assert!(t.pass_drained());
+    assert!(!t.pass_drained());
     // A short read whose pass did not ask (it stopped for another reason): the next
     // pass, started by the next readiness event, must read.
     peer.write_all(b"more").unwrap();
@@ -137,10 +137,23 @@ fn an_engine_owned_socket_says_drained_after_a_short_read_only_within_its_pass()
     readable(fd);
     t.begin_pass();
     assert!(
-        !t.drained_polled(),
+        !t.pass_drained(),
         "a new pass reads what the event announced"
     );
     assert_eq!(read(&mut t, false).unwrap(), b"next");
+    // An event that carried the peer's end: its pass reads past the short read, to
+    // the end itself (no later event comes for it).
+    peer.write_all(b"last").unwrap();
+    peer.shutdown(std::net::Shutdown::Write).unwrap();
+    readable(fd);
+    t.event_ends(true);
+    t.begin_pass();
+    assert_eq!(read(&mut t, false).unwrap(), b"last");
+    assert!(!t.pass_drained(), "the end behind the octets is read");
+    assert_eq!(read(&mut t, false).unwrap(), b"");
+    // The consumer's quick pass asks only whether it holds the socket: it does not.
+    t.event_ends(false);
+    assert!(!t.drained_polled());
     // Through any other transport (boxed: a recording, a fault plan, the own TCP)
     // the engine still reads until the stream says it would block.
     let (mut t, mut peer, fd) = pair_in(
@@ -151,7 +164,7 @@ fn an_engine_owned_socket_says_drained_after_a_short_read_only_within_its_pass()
     peer.write_all(b"boxed").unwrap();
     readable(fd);
     assert_eq!(read(&mut t, false).unwrap(), b"boxed");
-    assert!(!t.drained_polled());
+    assert!(!t.pass_drained());
     assert!(would_block(read(&mut t, false)));
 }
 
