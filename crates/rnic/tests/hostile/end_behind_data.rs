@@ -129,21 +129,9 @@ fn run(end: End) {
             }
             End::Reset => {
                 peer.s.write_all(&write).unwrap();
-                let linger = libc::linger {
-                    l_onoff: 1,
-                    l_linger: 0,
-                };
-                // SAFETY: `linger` outlives the call, and its size is the one passed.
-                let r = unsafe {
-                    libc::setsockopt(
-                        fd,
-                        libc::SOL_SOCKET,
-                        libc::SO_LINGER,
-                        (&linger as *const libc::linger).cast(),
-                        std::mem::size_of::<libc::linger>() as libc::socklen_t,
-                    )
-                };
-                assert_eq!(r, 0);
+                socket2::SockRef::from(&peer.s)
+                    .set_linger(Some(std::time::Duration::ZERO))
+                    .unwrap();
                 // Closing with a zero linger time resets the connection.
                 drop(peer);
             }
