@@ -402,7 +402,9 @@ fn run(
     spin: Duration,
 ) {
     let mut events = Events::with_capacity(256);
-    let mut ready: Vec<Arc<QpShared>> = Vec::with_capacity(256);
+    // Each with whether its event carried an end of stream or an error (see
+    // `PolledTransport::drained_inline`).
+    let mut ready: Vec<(Arc<QpShared>, bool)> = Vec::with_capacity(256);
     let mut timed: Vec<Arc<QpShared>> = Vec::new();
     let mut due: Vec<QpId> = Vec::new();
     let mut last_busy = Instant::now();
@@ -451,7 +453,10 @@ fn run(
                 events
                     .iter()
                     .filter(|e| e.token() != WAKER)
-                    .filter_map(|e| m.get(&e.token())?.upgrade()),
+                    .filter_map(|e| {
+                        let ends = e.is_read_closed() || e.is_error();
+                        Some((m.get(&e.token())?.upgrade()?, ends))
+                    }),
             );
             // A QP whose timer is due and whose socket also reported is driven twice;
             // the second drive finds nothing to do.
@@ -471,8 +476,8 @@ fn run(
         // serves (claimed, or moved to another engine, since it was fetched) is
         // skipped and not counted.
         let count = |n: &AtomicU64| n.fetch_add(1, Ordering::Relaxed);
-        for qp in ready.drain(..) {
-            qp.on_ready(&d, index, || {
+        for (qp, ends) in ready.drain(..) {
+            qp.on_ready(&d, index, ends, || {
                 count(&served.events);
             });
         }

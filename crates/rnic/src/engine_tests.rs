@@ -76,7 +76,8 @@ fn an_event_fetched_before_the_qp_moved_does_not_drive_it() {
     // Engine 0 fetched a readiness event for the socket before the move and handles
     // it now.
     let mut drove = false;
-    a.qp.shared.on_ready(&a.dev.shared, 0, || drove = true);
+    a.qp.shared
+        .on_ready(&a.dev.shared, 0, false, || drove = true);
     assert!(!drove, "engine 0 drove a QP that moved to engine 1");
     // Engine 1 serves the Read.
     completed();
@@ -100,7 +101,8 @@ fn the_engine_of_the_qp_drives_it() {
     // What the other two tests skip is the engine's own work, done here by hand (the
     // engine's own event may come before or after: either serves the Read).
     let mut drove = false;
-    a.qp.shared.on_ready(&a.dev.shared, 0, || drove = true);
+    a.qp.shared
+        .on_ready(&a.dev.shared, 0, false, || drove = true);
     assert!(drove, "the QP's own engine was turned away");
     completed();
 }

@@ -209,6 +209,7 @@ pub(crate) fn receive(
         staging.release_if_drained(core);
         return false;
     }
+    conn.transport.begin_pass();
     let moved = receive_stream(at, core, conn, stats, staging, dev, srq);
     staging.release_if_drained(core);
     moved
@@ -264,7 +265,7 @@ fn receive_stream(
         let r = if let Some(r) = staging.pending.take() {
             r
         } else {
-            if core.peer_finished() || conn.transport.drained_polled() {
+            if core.peer_finished() || conn.transport.pass_drained() {
                 break;
             }
             if staging.fed.exact && staging.waited && conn.transport.yield_before_reread() {

@@ -176,7 +176,9 @@ impl QpShared {
     /// consumer claimed it or before the QP moved to another engine. Checked again under
     /// the lock, since either may happen between the fetch and the lock; the new owner
     /// drives the QP (a socket added to an epoll set is reported at once if ready).
-    pub(crate) fn on_ready(&self, dev: &Shared, engine: usize, count: impl FnOnce()) {
+    /// `ends`: the event carried an end of stream or an error, so this pass reads
+    /// until the socket says so, past a short read.
+    pub(crate) fn on_ready(&self, dev: &Shared, engine: usize, ends: bool, count: impl FnOnce()) {
         if self.claimed.load(Ordering::Acquire) {
             return;
         }
@@ -186,6 +188,9 @@ impl QpShared {
             && self.engine() == engine
         {
             count();
+            if let Some(conn) = g.conn.as_mut() {
+                conn.transport.event_ends(ends);
+            }
             self.progress_locked(&mut g, dev);
         }
     }

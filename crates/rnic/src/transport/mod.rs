@@ -181,11 +181,39 @@ impl ConnTransport {
         }
     }
 
-    /// [`Transport::drained`], called directly when the transport is the polled one.
+    /// The engine's event for this socket carried an end or an error, or not
+    /// (`PolledTransport::event_ends`).
+    #[inline]
+    pub(crate) fn event_ends(&mut self, ends: bool) {
+        if let ConnTransport::Polled(p) = self {
+            p.event_ends(ends);
+        }
+    }
+
+    /// A receive pass begins (`PolledTransport::begin_pass`).
+    #[inline]
+    pub(crate) fn begin_pass(&mut self) {
+        if let ConnTransport::Polled(p) = self {
+            p.begin_pass();
+        }
+    }
+
+    /// [`Transport::drained`] for a claimed consumer's quick pass, called directly
+    /// when the transport is the polled one (`PolledTransport::drained_inline`).
     #[inline]
     pub(crate) fn drained_polled(&mut self) -> bool {
         match self {
             ConnTransport::Polled(p) => p.drained_inline(),
+            ConnTransport::Wrapped(t) => t.drained(),
+        }
+    }
+
+    /// [`Transport::drained`] for the general receive loop, called directly when the
+    /// transport is the polled one (`PolledTransport::pass_drained`).
+    #[inline]
+    pub(crate) fn pass_drained(&mut self) -> bool {
+        match self {
+            ConnTransport::Polled(p) => p.pass_drained(),
             ConnTransport::Wrapped(t) => t.drained(),
         }
     }

@@ -7,7 +7,9 @@
 //! the kernel's receive queue; while a polling consumer owns the socket (it reads again
 //! on its next poll, and no epoll edge is awaited), the read after such a short one
 //! answers `WouldBlock` without a system call. While the engine owns the socket, every
-//! read goes to the kernel.
+//! read goes to the kernel, but over a kernel socket the receive loop asks
+//! ([`PolledTransport::drained_inline`]) and ends the pass after a short read instead of
+//! reading again for `EAGAIN` (session 30).
 //!
 //! Over the kernel TCP transport it makes the plain reads (`recv(2)`, the spin's every
 //! read) and the plain sends (a single post's `send(2)`) on the socket itself, without
@@ -32,6 +34,9 @@ pub(crate) struct PolledTransport {
     claimed: Arc<AtomicBool>,
     /// The last read was short: the kernel's queue was empty after it.
     drained: bool,
+    /// The engine's last event for the socket carried an end of stream or an error:
+    /// its passes read past a short read until the socket says so.
+    event_ended: bool,
 }
 
 /// What the polled transport reads from and sends to: the kernel socket itself (its
@@ -72,6 +77,7 @@ impl PolledTransport {
             inner,
             claimed,
             drained: false,
+            event_ended: false,
         }
     }
 
@@ -124,10 +130,59 @@ impl PolledTransport {
         }
     }
 
-    /// [`Transport::drained`], for a caller that holds this type.
+    /// [`Transport::drained`] for a claimed consumer's quick pass (`receive::quick`):
+    /// the polling consumer's skip alone. That pass runs only while the consumer holds
+    /// the socket, where [`PolledTransport::pass_drained`] gives the same answer; this
+    /// one stays the two loads of the latency path's check after a message (inlined
+    /// there: the engine's test beside it made the check a call, 20 instructions a
+    /// round trip instead of main's few, `write_lat` server, session 31).
     #[inline]
     pub(crate) fn drained_inline(&mut self) -> bool {
         self.skip()
+    }
+
+    /// [`Transport::drained`] for the general receive loop. Besides the polling
+    /// consumer's skip, an engine's pass over a kernel socket stops after a short read
+    /// too: epoll(7) says a short read of a stream socket has exhausted it, and the
+    /// kernel raises the edge-triggered set's next event for any octets, end or error
+    /// that arrive after it (`sk_data_ready`, `sk_state_change`, `sk_error_report`), so
+    /// the empty `read(2)` that used to end every pass tells the engine nothing. It was
+    /// about half of a 64-octet Write server's system calls (docs/ARCHITECTURE.md,
+    /// "Session 30: the 64-octet rate's system calls"). Not when the pass's event
+    /// carried an end or an error ([`PolledTransport::event_ends`]). Only the receive
+    /// loop asks this, right before its next read, and a pass starts with the flag
+    /// cleared ([`PolledTransport::begin_pass`]), so an engine never skips the first
+    /// read an event asked for.
+    #[inline]
+    pub(crate) fn pass_drained(&mut self) -> bool {
+        let short = std::mem::take(&mut self.drained);
+        // The consumer's answer first, as in `skip`. The order changes no answer (both
+        // tests are pure; session 30's differing read counts were the test's, see
+        // tests/engine_short_read.rs).
+        short
+            && (self.claimed.load(Ordering::Relaxed)
+                || (matches!(self.inner, Inner::Socket(_)) && !self.event_ended))
+    }
+
+    /// The engine's event for the socket carried an end of stream or an error (`ends`),
+    /// or not. A reset or FIN that arrived before the event was handed out rides on it:
+    /// a short read takes the octets before it, and no later event comes for it, so
+    /// such a pass reads until the end or the error is read. One that arrives later
+    /// raises an event of its own.
+    #[inline]
+    pub(crate) fn event_ends(&mut self, ends: bool) {
+        self.event_ended = ends;
+    }
+
+    /// A receive pass begins: a short read of an earlier pass says nothing about the
+    /// socket now, unless a polling consumer owns it (it reads again on its next poll
+    /// anyway, and its claimed read's flag is the general path's to use, see
+    /// `receive::quick`).
+    #[inline]
+    pub(crate) fn begin_pass(&mut self) {
+        if !self.claimed.load(Ordering::Relaxed) {
+            self.drained = false;
+        }
     }
 
     /// Whether to answer this read with `WouldBlock` at once.
@@ -167,7 +222,7 @@ impl Transport for PolledTransport {
     /// The `WouldBlock` of a skipped read, known without making one (nor an
     /// `io::Error`): the receive path stops right after the message.
     fn drained(&mut self) -> bool {
-        self.drained_inline()
+        self.pass_drained()
     }
 
     /// Only while a polling consumer owns the socket (the engine reads on readiness

@@ -118,6 +118,56 @@ fn an_engine_owned_socket_read_directly_is_never_skipped() {
     assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
 }
 
+#[test]
+fn an_engine_owned_socket_says_drained_after_a_short_read_only_within_its_pass() {
+    let (mut t, mut peer, fd) = pair(false);
+    t.begin_pass();
+    peer.write_all(b"hello").unwrap();
+    readable(fd);
+    assert_eq!(read(&mut t, false).unwrap(), b"hello");
+    // Short: the receive loop stops here instead of reading `EAGAIN`; asked once.
+    assert!(t.pass_drained());
+    assert!(!t.pass_drained());
+    // A short read whose pass did not ask (it stopped for another reason): the next
+    // pass, started by the next readiness event, must read.
+    peer.write_all(b"more").unwrap();
+    readable(fd);
+    assert_eq!(read(&mut t, false).unwrap(), b"more");
+    peer.write_all(b"next").unwrap();
+    readable(fd);
+    t.begin_pass();
+    assert!(
+        !t.pass_drained(),
+        "a new pass reads what the event announced"
+    );
+    assert_eq!(read(&mut t, false).unwrap(), b"next");
+    // An event that carried the peer's end: its pass reads past the short read, to
+    // the end itself (no later event comes for it).
+    peer.write_all(b"last").unwrap();
+    peer.shutdown(std::net::Shutdown::Write).unwrap();
+    readable(fd);
+    t.event_ends(true);
+    t.begin_pass();
+    assert_eq!(read(&mut t, false).unwrap(), b"last");
+    assert!(!t.pass_drained(), "the end behind the octets is read");
+    assert_eq!(read(&mut t, false).unwrap(), b"");
+    // The consumer's quick pass asks only whether it holds the socket: it does not.
+    t.event_ends(false);
+    assert!(!t.drained_polled());
+    // Through any other transport (boxed: a recording, a fault plan, the own TCP)
+    // the engine still reads until the stream says it would block.
+    let (mut t, mut peer, fd) = pair_in(
+        false,
+        false,
+        &SocketBuffers::new(0, crate::SameHostTcp::System),
+    );
+    peer.write_all(b"boxed").unwrap();
+    readable(fd);
+    assert_eq!(read(&mut t, false).unwrap(), b"boxed");
+    assert!(!t.pass_drained());
+    assert!(would_block(read(&mut t, false)));
+}
+
 /// A single post's send (`send_polled`) on a transport from [`pair_in`]: the socket's
 /// own `send(2)` when `direct`, else through the boxed socket transport.
 fn send(t: &mut ConnTransport, octets: &[u8]) -> io::Result<usize> {

@@ -7,6 +7,7 @@
 mod claimed_close;
 mod crc_large;
 mod crc_read;
+mod end_behind_data;
 mod listener;
 mod peer;
 mod quirks;
