@@ -34,54 +34,34 @@ enum End {
 /// The calling thread, on one CPU at `SCHED_FIFO` priority 1 until dropped: no thread
 /// of normal priority runs on that CPU meanwhile.
 struct HoldCpu {
-    before: libc::cpu_set_t,
+    _pinned: affinity::PinGuard,
     fifo: bool,
 }
 
 impl HoldCpu {
     fn new(cpu: usize) -> HoldCpu {
-        // SAFETY: the sets are plain bit arrays owned here, of the size passed; pid 0
-        // is the calling thread.
-        unsafe {
-            let mut before: libc::cpu_set_t = std::mem::zeroed();
-            let size = std::mem::size_of::<libc::cpu_set_t>();
-            assert_eq!(libc::sched_getaffinity(0, size, &mut before), 0);
-            let mut one: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut one);
-            assert_eq!(libc::sched_setaffinity(0, size, &one), 0);
-            let param = libc::sched_param { sched_priority: 1 };
-            let fifo = libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0;
-            if !fifo {
-                eprintln!("no SCHED_FIFO here: the arrival order is not forced");
-            }
-            HoldCpu { before, fifo }
+        let pinned = affinity::pin_current(cpu).expect("pin the test thread");
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: `param` outlives the call; pid 0 is the calling thread.
+        let fifo = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0;
+        if !fifo {
+            eprintln!("no SCHED_FIFO here: the arrival order is not forced");
+        }
+        HoldCpu {
+            _pinned: pinned,
+            fifo,
         }
     }
 }
 
 impl Drop for HoldCpu {
     fn drop(&mut self) {
-        // SAFETY: as in `new`; `before` is the affinity read there.
-        unsafe {
-            if self.fifo {
-                let param = libc::sched_param { sched_priority: 0 };
-                libc::sched_setscheduler(0, libc::SCHED_OTHER, &param);
-            }
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.before);
+        if self.fifo {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: as in `new`. Back to normal priority before the pin guard (dropped
+            // after this) restores the thread's CPUs.
+            unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
         }
-    }
-}
-
-/// The first CPU the calling thread may run on.
-fn a_cpu() -> usize {
-    // SAFETY: a plain bit array owned here, of the size passed.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        let size = std::mem::size_of::<libc::cpu_set_t>();
-        assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
-        (0..libc::CPU_SETSIZE as usize)
-            .find(|&c| libc::CPU_ISSET(c, &set))
-            .unwrap()
     }
 }
 
@@ -100,7 +80,7 @@ fn set_int(fd: i32, level: i32, name: i32, value: i32) {
 }
 
 fn run(end: End) {
-    let cpu = a_cpu();
+    let cpu = affinity::allowed_cpus()[0];
     let t = Target::new(DeviceConfig {
         engine_cpus: vec![cpu],
         ..DeviceConfig::default()
