@@ -403,7 +403,7 @@ fn run(
 ) {
     let mut events = Events::with_capacity(256);
     // Each with whether its event carried an end of stream or an error (see
-    // `PolledTransport::drained_inline`).
+    // `PolledTransport::event_ends` and `pass_drained`).
     let mut ready: Vec<(Arc<QpShared>, bool)> = Vec::with_capacity(256);
     let mut timed: Vec<Arc<QpShared>> = Vec::new();
     let mut due: Vec<QpId> = Vec::new();

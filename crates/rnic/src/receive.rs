@@ -194,8 +194,9 @@ pub(crate) struct Driven {
     pub(crate) engine: usize,
 }
 
-/// Reads the connection and feeds the core until the stream would block, ends, or the
-/// core stops receiving. Returns whether anything moved.
+/// Reads the connection and feeds the core until the stream would block (or, over a
+/// kernel socket, a read comes back short: `PolledTransport::pass_drained`), ends, or
+/// the core stops receiving. Returns whether anything moved.
 pub(crate) fn receive(
     at: Driven,
     core: &mut Core,

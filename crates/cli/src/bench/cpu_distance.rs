@@ -3,9 +3,9 @@
 //!
 //! In a VM the host decides where the guest's CPUs run, and may move them while a
 //! benchmark runs. On this project's 2-CPU guest (session 31) the round trip sat at
-//! 60-90 ns for seconds (the two CPUs near each other: a shared L3), then at 330-380
-//! ns (apart), and a busy-polling 1 MiB TCP stream over loopback moved 4.6-6.3 GB/s or
-//! 1.7-2.8 GB/s with it. A paired sub-run ([`super::pairs`]) records the round trip just
+//! 60-90 ns for seconds (the two CPUs near each other), then at 300-380 ns (apart),
+//! and a 1 MiB TCP stream over loopback moved about 4-6 GB/s or 2 GB/s with it (8-9
+//! GB/s in a rarer state at 63-65 ns). A paired sub-run ([`super::pairs`]) records the round trip just
 //! before it runs, so a pair whose two sides saw different placements shows it, and a
 //! run's ratios can be read against the state they were taken in.
 
@@ -39,6 +39,11 @@ impl Probe {
 #[repr(align(128))]
 struct Line(AtomicU64);
 
+/// Pins the calling thread to `cpu` and checks that it runs there.
+fn pinned_to(cpu: usize) -> bool {
+    affinity::pin_thread(cpu).is_ok() && affinity::current_cpu() == Some(cpu)
+}
+
 /// Spins until `line` holds `want`; false if `quit` was raised or the deadline passed
 /// (then it raises `quit` for the other side).
 fn wait_for(line: &Line, want: u64, quit: &AtomicBool, deadline: Instant) -> bool {
@@ -71,7 +76,7 @@ pub fn round_trip_ns(a: usize, b: usize, probe: Probe) -> Option<f64> {
     let total = rounds * batches;
     std::thread::scope(|s| {
         let answer = s.spawn(|| {
-            if affinity::pin_thread(b).is_err() {
+            if !pinned_to(b) {
                 quit.store(true, Ordering::Relaxed);
                 return;
             }
@@ -83,7 +88,7 @@ pub fn round_trip_ns(a: usize, b: usize, probe: Probe) -> Option<f64> {
             }
         });
         let ask = s.spawn(|| -> Option<Vec<f64>> {
-            if affinity::pin_thread(a).is_err() {
+            if !pinned_to(a) {
                 quit.store(true, Ordering::Relaxed);
                 return None;
             }

@@ -7,9 +7,10 @@
 //! the kernel's receive queue; while a polling consumer owns the socket (it reads again
 //! on its next poll, and no epoll edge is awaited), the read after such a short one
 //! answers `WouldBlock` without a system call. While the engine owns the socket, every
-//! read goes to the kernel, but over a kernel socket the receive loop asks
-//! ([`PolledTransport::drained_inline`]) and ends the pass after a short read instead of
-//! reading again for `EAGAIN` (session 30).
+//! read goes to the kernel, but over a kernel socket the engine's receive loop asks
+//! ([`PolledTransport::pass_drained`]) and ends the pass after a short read instead of
+//! reading again for `EAGAIN`, unless the pass's event carried an end or an error
+//! ([`PolledTransport::event_ends`]; session 31).
 //!
 //! Over the kernel TCP transport it makes the plain reads (`recv(2)`, the spin's every
 //! read) and the plain sends (a single post's `send(2)`) on the socket itself, without
@@ -152,7 +153,11 @@ impl PolledTransport {
     /// carried an end or an error ([`PolledTransport::event_ends`]). Only the receive
     /// loop asks this, right before its next read, and a pass starts with the flag
     /// cleared ([`PolledTransport::begin_pass`]), so an engine never skips the first
-    /// read an event asked for.
+    /// read an event asked for. One exception to "short means empty": `recv(2)` stops
+    /// at a peer's urgent (out-of-band) mark once it has copied something, with octets
+    /// behind it; the pass then ends and those octets wait for the peer's next segment.
+    /// Only a peer that sends urgent data (no iWARP peer does) stalls, and only its own
+    /// stream; an end or error behind it still rides its event or raises one.
     #[inline]
     pub(crate) fn pass_drained(&mut self) -> bool {
         let short = std::mem::take(&mut self.drained);
