@@ -59,5 +59,4 @@ fn an_engine_reads_each_arrival_once_and_still_sees_the_next_one() {
         reads >= rounds && reads < 2 * rounds,
         "{reads} reads for {rounds} rounds (each round is one arrival)"
     );
-    println!("engine reads: {reads} for {rounds} rounds");
 }

@@ -5,9 +5,9 @@
 //! benchmark runs. On this project's 2-CPU guest (session 31) the round trip sat at
 //! 60-90 ns for seconds (the two CPUs near each other), then at 300-380 ns (apart),
 //! and a 1 MiB TCP stream over loopback moved about 4-6 GB/s or 2 GB/s with it (8-9
-//! GB/s in a rarer state at 63-65 ns). A paired sub-run ([`super::pairs`]) records the round trip just
-//! before it runs, so a pair whose two sides saw different placements shows it, and a
-//! run's ratios can be read against the state they were taken in.
+//! GB/s in a rarer state at 63-65 ns). A paired sub-run ([`super::pairs`]) records the
+//! round trip just before it runs, so a pair whose two sides saw different placements
+//! shows it, and a run's ratios can be read against the state they were taken in.
 
 use softrnic_rnic::affinity;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -317,8 +317,10 @@ pub fn run(
     run_placed(sub, n, || None, tcp, softrnic)
 }
 
-/// [`run`], with `distance` asked just before each sub-run how far apart the host has
-/// put the run's two CPUs (a cache line's round trip, ns: [`super::cpu_distance`]).
+/// Runs `n` pairs of sub-runs with `sub` as `run` does (`tcp` the baseline,
+/// `softrnic(last)` the RDMA side), with `distance` asked just before each sub-run how
+/// far apart the host has put the run's two CPUs (a cache line's round trip, ns:
+/// [`super::cpu_distance`]; `None` where not measured).
 pub fn run_placed(
     sub: &BenchConfig,
     n: u32,
