@@ -60,6 +60,8 @@ pub fn receive(
     }
     let (mut poll, socks) = register(streams, Interest::READABLE)?;
     let mut bufs: Vec<Vec<u8>> = (0..socks.len()).map(|_| vec![0u8; read_len]).collect();
+    // Each stream's reads go on where its last one ended (`tcp::next_read_at`).
+    let mut at = vec![0usize; socks.len()];
     let mut open = socks.len();
     let mut ended = vec![false; socks.len()];
     let mut total = 0u64;
@@ -72,13 +74,16 @@ pub fn receive(
                 continue;
             }
             loop {
-                match socket::recv(socks[i].as_raw_fd(), &mut bufs[i]) {
+                match socket::recv(socks[i].as_raw_fd(), &mut bufs[i][at[i]..]) {
                     Ok(0) => {
                         ended[i] = true;
                         open -= 1;
                         break;
                     }
-                    Ok(k) => total += k as u64,
+                    Ok(k) => {
+                        at[i] = super::tcp::next_read_at(at[i], k, read_len);
+                        total += k as u64;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(e),

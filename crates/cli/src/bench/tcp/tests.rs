@@ -126,3 +126,39 @@ fn a_one_stream_baseline_counts_its_calls() {
         }
     }
 }
+
+#[test]
+fn a_reader_goes_on_where_its_last_read_ended() {
+    assert_eq!(next_read_at(0, 10, 100), 10);
+    assert_eq!(next_read_at(10, 89, 100), 99);
+    assert_eq!(next_read_at(99, 1, 100), 0);
+    assert_eq!(next_read_at(0, 100, 100), 0);
+}
+
+/// A stream reader with a buffer of the message size leaves every message at its own
+/// offsets, however the stream is cut into reads (here: each piece sent only once the
+/// reader has the one before, so every read returns one piece).
+#[test]
+fn a_stream_reader_places_each_message_at_its_own_offsets() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let msg: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+    let stream: Vec<u8> = msg.iter().chain(&msg).copied().collect();
+    let (got_tx, got_rx) = std::sync::mpsc::channel::<u64>();
+    let writer = std::thread::spawn(move || {
+        let mut c = TcpStream::connect(addr).unwrap();
+        let mut sent = 0;
+        for piece in [333, 667, 500, 500] {
+            c.write_all(&stream[sent..sent + piece]).unwrap();
+            sent += piece;
+            while got_rx.recv().unwrap() < sent as u64 {}
+        }
+    });
+    let (s, _) = l.accept().unwrap();
+    let mut buf = vec![0u8; msg.len()];
+    let r = read_to_end_counting(&s, &mut buf, |total| got_tx.send(total).unwrap()).unwrap();
+    writer.join().unwrap();
+    assert_eq!(r.octets, 2000);
+    assert_eq!(r.reads, 4);
+    assert_eq!(buf, msg);
+}
