@@ -11,7 +11,8 @@
 //!   - *busy-poll*: the same calls on non-blocking sockets that both sides spin on (as
 //!     softrnic's polling consumer drives its sockets);
 //!   - *batching*: blocking calls through a 64 KiB buffered writer ([`BATCH_WRITE`]) and
-//!     reads of at least 256 KiB ([`BATCH_READ`]), as a streaming program would do.
+//!     reads into a buffer of at least 256 KiB ([`BATCH_READ`]), as a streaming program
+//!     would do (each read on where the last one ended, as in the other two);
 //!
 //!   The sockets are plain (Nagle on, as a streaming application has them) unless
 //!   `--tcp-nodelay` sets `TCP_NODELAY`, as softrnic does on its own. The writer's clock
@@ -64,8 +65,8 @@ pub enum TcpKind {
     Blocking,
     /// Non-blocking sockets that both sides spin on, one call per message.
     BusyPoll,
-    /// Blocking sockets, a 64 KiB buffered writer and reads of at least 256 KiB
-    /// (bandwidth tests only).
+    /// Blocking sockets, a 64 KiB buffered writer and reads into a buffer of at least
+    /// 256 KiB (bandwidth tests only).
     Batching,
 }
 
@@ -124,7 +125,7 @@ impl TcpKind {
                 .into(),
             TcpKind::BusyPoll => "ping-pong on non-blocking sockets both sides spin on".into(),
             TcpKind::Batching => format!(
-                "blocking, a {} KiB buffered writer, reads of at least {} KiB",
+                "blocking, a {} KiB buffered writer, reads into a buffer of at least {} KiB",
                 BATCH_WRITE >> 10,
                 BATCH_READ >> 10
             ),
@@ -138,7 +139,7 @@ impl TcpKind {
             TcpKind::Blocking => format!("{n} streams, {each}, one epoll set per side that sleeps"),
             TcpKind::BusyPoll => format!("{n} streams, {each}, one epoll set per side spun on"),
             TcpKind::Batching => format!(
-                "{n} streams, {each}, one epoll set per side that sleeps, reads of at least {} KiB",
+                "{n} streams, {each}, one epoll set per side that sleeps, reads into a buffer of at least {} KiB",
                 BATCH_READ >> 10
             ),
         }

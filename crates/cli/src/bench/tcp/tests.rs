@@ -147,6 +147,8 @@ fn a_stream_reader_places_each_message_at_its_own_offsets() {
     let (got_tx, got_rx) = std::sync::mpsc::channel::<u64>();
     let writer = std::thread::spawn(move || {
         let mut c = TcpStream::connect(addr).unwrap();
+        // Each piece leaves at once, not held for the last one's ACK.
+        c.set_nodelay(true).unwrap();
         let mut sent = 0;
         for piece in [333, 667, 500, 500] {
             c.write_all(&stream[sent..sent + piece]).unwrap();
