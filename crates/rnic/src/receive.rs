@@ -173,6 +173,12 @@ impl Staging {
         self.buf.capacity()
     }
 
+    /// Whether the stream carries large FPDUs (exact mode, see [`RX_DIRECT_MIN`]): a pass
+    /// then ends at a short read about once an FPDU while the stream flows.
+    pub(crate) fn streams_large(&self) -> bool {
+        self.fed.exact
+    }
+
     /// Gives the buffer back to the pool unless it holds octets the core has not taken
     /// (an SRQ holding the stream back): those are the stream's, and must stay. A core
     /// that stopped receiving will never take them. Kept while claimed (`keep`).

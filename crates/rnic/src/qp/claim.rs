@@ -177,10 +177,18 @@ impl QpShared {
     /// the lock, since either may happen between the fetch and the lock; the new owner
     /// drives the QP (a socket added to an epoll set is reported at once if ready).
     /// `ends`: the event carried an end of stream or an error, so this pass reads
-    /// until the socket says so, past a short read.
-    pub(crate) fn on_ready(&self, dev: &Shared, engine: usize, ends: bool, count: impl FnOnce()) {
+    /// until the socket says so, past a short read. Returns whether the pass moved
+    /// something while the stream carries large FPDUs: the engine then drives the QP
+    /// again without waiting for an event (`engine::HOT_DRIVES`).
+    pub(crate) fn on_ready(
+        &self,
+        dev: &Shared,
+        engine: usize,
+        ends: bool,
+        count: impl FnOnce(),
+    ) -> bool {
         if self.claimed.load(Ordering::Acquire) {
-            return;
+            return false;
         }
         crate::chaos::point();
         if let Ok(mut g) = self.lock()
@@ -191,8 +199,9 @@ impl QpShared {
             if let Some(conn) = g.conn.as_mut() {
                 conn.transport.event_ends(ends);
             }
-            self.progress_locked(&mut g, dev);
+            return self.progress_locked(&mut g, dev) && g.staging.streams_large();
         }
+        false
     }
 
     /// One of the QP's timers fired at engine `engine`: the close timer (progress sees
