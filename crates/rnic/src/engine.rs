@@ -39,10 +39,11 @@ const WAKER: Token = Token(usize::MAX);
 /// While an engine spins, the QP whose last drive moved something in a stream of large
 /// FPDUs (`Staging::streams_large`) is driven again directly, this many times between
 /// two polls of the epoll set, for as long as it moves something within the spin time.
-/// (A stream of small messages is read ahead, many to a read, and a pass of it does not
-/// end once an FPDU: there the engine reads each arrival once, `engine_short_read.rs`.) Its own events are then skipped
-/// (the drives take what they announced) unless they carry the stream's end or an
-/// error; other QPs' events wait at most this many drives.
+/// Its own events are then skipped (the drives take what they announced) unless they
+/// carry the stream's end or an error; other QPs' events wait at most this many
+/// drives. (A stream of small messages is read ahead, many to a read, and its passes do
+/// not end once an FPDU: there the engine reads each arrival once,
+/// `engine_short_read.rs`.)
 ///
 /// Why: an engine that went back to epoll after every pass (a pass ends at a short
 /// read, so about once an FPDU in a stream of large ones) moved 1 MiB Writes to its

@@ -3,8 +3,9 @@
 //! engine thread alone reads a passive device's two connections, one a stream of 1 MiB
 //! Writes that runs until the other has taken its Sends one by one. The engine spins
 //! for longer than the test waits, so the streaming QP stays the one it drives again;
-//! an engine that kept to it would leave the Sends unread until `WAIT` ran out. Every octet is checked where it landed: each Send's,
-//! and a last Write's, read after a Send behind it on the same QP has arrived.
+//! an engine that kept to it would leave the Sends unread until `WAIT` ran out. Every
+//! octet is checked where it landed: each Send's, and a last Write's, read after a Send
+//! behind it on the same QP has arrived.
 
 mod common;
 
