@@ -434,7 +434,9 @@ fn run(
     let mut hot: Option<(Weak<QpShared>, Instant)> = None;
     let mut hot_drives = 0;
     loop {
-        let spinning = (last_busy.elapsed() < spin).then_some(Duration::ZERO);
+        // One clock read a turn: a hot drive (below) takes its times from it too.
+        let turn = Instant::now();
+        let spinning = (turn.duration_since(last_busy) < spin).then_some(Duration::ZERO);
         if spinning.is_none() {
             hot = None;
         }
@@ -452,10 +454,10 @@ fn run(
             };
             match drive {
                 Some(true) => {
-                    *moved_at = Instant::now();
-                    last_busy = *moved_at;
+                    *moved_at = turn;
+                    last_busy = turn;
                 }
-                Some(false) if moved_at.elapsed() < spin => {
+                Some(false) if turn.duration_since(*moved_at) < spin => {
                     if idle.other_waits() {
                         // As when spinning on epoll finds nothing (below).
                         served.idle_yields.fetch_add(1, Ordering::Relaxed);
